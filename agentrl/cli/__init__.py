@@ -1,0 +1,43 @@
+"""agentrl.cli — the ``agentrl`` command (L5).
+
+Each sub-command lives in its own module ``agentrl/cli/<name>.py`` exposing
+``register(subparsers) -> None``, which adds an ``argparse`` sub-parser whose ``func``
+default is the handler ``(args) -> int``. Handlers import heavy libraries lazily so that
+``agentrl --help`` stays fast. Errors that are the user's (``KeyError``, ``ValueError``,
+``FileNotFoundError``, ``ImportError``, ``PermissionError``) print one red line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agentrl", description="Multi-turn RL for LLM agents.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for mod in sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")):
+        importlib.import_module(f"{__name__}.{mod}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except (KeyError, ValueError, FileNotFoundError, ImportError, PermissionError) as exc:
+        from rich.console import Console
+
+        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+        Console(stderr=True).print(f"[bold red]error:[/] {msg}", highlight=False)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""GiGPO — Group-in-Group Policy Optimization (ALGORITHMS.md §3).
+
+Paper: Feng et al., "Group-in-Group Policy Optimization for LLM Agent Training",
+arXiv 2505.10978. Reference: verl-agent ``gigpo/core_gigpo.py`` (commit 29e3e8b).
+
+Notation (§3.2)::
+
+    A_ep_i   = EPI(score, mode, "steps")_i                         (§1.1, §1.5)
+    R_i      = γ-discounted step return − c_inv · invalid_i        (§1.3)
+    A_step_i = GN of R over the anchor group (uid, anchor_obs), singleton → 0
+    A_i      = A_ep_i + ω · A_step_i
+
+Columns read: group, episode, t, anchor_key (int64[N]); reward (float64[N]);
+action_valid, episode_ok, trainable (bool[N]); ``anchor_vocab`` only with
+``enable_similarity``.
+
+Deviations: exact-tie rule (§0.5 N4); statistics over eligible rows only (P5, P6).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from agentrl.credit import _segments as S
+from agentrl.credit._similarity import similarity_clusters, visit_rank
+from agentrl.credit.registry import register_estimator
+from agentrl.types import TurnTable
+
+
+def anchor_groups(table: TurnTable, order: np.ndarray, enable_similarity: bool, thresh: float) -> np.ndarray:
+    """int64[N] step-group codes (group, anchor) of the canonical table ``table.take(order)``;
+    with ``enable_similarity`` anchors are first merged by §3.6 (visit order of the
+    *original* rows)."""
+    keys = table.anchor_key
+    if enable_similarity:
+        rank = visit_rank(table.episode, table.t)
+        keys = similarity_clusters(table.group, keys, rank, table.anchor_vocab, thresh)
+    codes, _ = S.dense(table.group[order], keys[order])
+    return codes
+
+
+@register_estimator("gigpo", choices={"mode": S.MODES})
+def gigpo(
+    table: TurnTable,
+    *,
+    gamma: float = 0.95,
+    step_advantage_w: float = 1.0,
+    mode: str = "mean_std_norm",
+    c_inv: float = 0.1,
+    enable_similarity: bool = False,
+    similarity_thresh: float = 0.95,
+    eps: float = S.EPS,
+) -> np.ndarray:
+    """GiGPO advantage per turn (§3.2).
+
+    Args:
+        table: turns (N rows).
+        gamma: step-return discount γ.
+        step_advantage_w: weight ω of the step term.
+        mode: ``"mean_std_norm"`` or ``"mean_norm"``, for both terms.
+        c_inv: invalid-action penalty on the row's own score and return.
+        enable_similarity / similarity_thresh: fuzzy anchor grouping (§3.6).
+        eps: added to the std.
+    Returns:
+        float64[N]; 0 for failed-episode and non-trainable rows.
+    Raises:
+        ValueError: bad ``mode``, duplicate (episode, t), bad threshold.
+    """
+    S.check_choice("mode", mode, S.MODES)
+    st, order = S.canonical(table)
+    elig = S.eligible(st)
+    a_ep = S.episode_term(st, S.outcome_score(st, c_inv), elig, mode=mode, stats_over="steps", eps=eps)
+    seg = anchor_groups(table, order, enable_similarity, similarity_thresh)
+    a_step = S.step_group_norm(S.discounted_returns(st, gamma, c_inv), seg, elig, mode=mode, eps=eps)
+    return S.uncanon(order, a_ep + step_advantage_w * a_step)

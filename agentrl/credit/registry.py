@@ -1,0 +1,180 @@
+"""Estimator registry: ``@register_estimator`` and config-time validation.
+
+An estimator is a pure function ``(table: TurnTable, *, kw-only hyperparameters) ->
+float64[N]`` (DESIGN.md, extension points). Its signature *is* its config schema:
+``validate_estimator_kwargs`` binds a config's keyword arguments to it before any rollout
+starts, so a misspelt estimator or parameter name fails at config-parse time with the
+list of valid names (PITFALLS P10 style).
+"""
+
+from __future__ import annotations
+
+import inspect
+import numbers
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from agentrl.registry import Registry, closest
+from agentrl.types import TurnTable
+
+EstimatorFn = Callable[..., np.ndarray]
+
+
+@dataclass(frozen=True)
+class EstimatorSpec:
+    """A registered estimator.
+
+    Attributes:
+        name: registry name, e.g. ``"gigpo"``.
+        fn: the pure estimator function.
+        requires: optional ``TurnTable`` columns it reads (``"hidden"``, ``"value"``, ...).
+        params: ``{keyword: default}`` of its hyperparameters, in signature order.
+        choices: ``{keyword: allowed values}`` for enumerated (string) hyperparameters.
+    """
+
+    name: str
+    fn: EstimatorFn
+    requires: tuple[str, ...]
+    params: Mapping[str, Any]
+    choices: Mapping[str, tuple] = field(default_factory=dict)
+
+
+_REGISTRY: Registry[EstimatorSpec] = Registry("estimator")
+
+
+def _signature_params(name: str, fn: EstimatorFn) -> dict[str, Any]:
+    sig = inspect.signature(fn)
+    ps = list(sig.parameters.values())
+    if not ps or ps[0].kind not in (ps[0].POSITIONAL_ONLY, ps[0].POSITIONAL_OR_KEYWORD):
+        raise TypeError(f"estimator {name!r}: first parameter must be the positional TurnTable")
+    params: dict[str, Any] = {}
+    for p in ps[1:]:
+        if p.kind is not p.KEYWORD_ONLY or p.default is p.empty:
+            raise TypeError(
+                f"estimator {name!r}: hyperparameter {p.name!r} must be keyword-only with a default "
+                f"(write `def {fn.__name__}(table, *, {p.name}=...)`)"
+            )
+        params[p.name] = p.default
+    return params
+
+
+def register_estimator(
+    name: str, requires: tuple[str, ...] = (), choices: Mapping[str, tuple] | None = None
+) -> Callable[[EstimatorFn], EstimatorFn]:
+    """Decorator registering ``fn`` under ``name``; returns ``fn`` unchanged.
+
+    Args:
+        name: unique registry name.
+        requires: optional TurnTable columns the estimator reads; checked by
+            ``compute_advantages`` with ``TurnTable.require``.
+        choices: allowed values of enumerated keyword arguments (checked at validation).
+    Raises:
+        TypeError: the signature is not ``(table, *, kw=default, ...)``.
+        ValueError: ``name`` is already registered, or ``choices`` names an unknown keyword.
+    """
+
+    def deco(fn: EstimatorFn) -> EstimatorFn:
+        params = _signature_params(name, fn)
+        ch = dict(choices or {})
+        bad = [k for k in ch if k not in params]
+        if bad:
+            raise ValueError(f"estimator {name!r}: choices given for unknown parameter(s) {bad}")
+        _REGISTRY.register(name, EstimatorSpec(name, fn, tuple(requires), params, ch))
+        return fn
+
+    return deco
+
+
+def get_estimator(name: str) -> EstimatorSpec:
+    """The ``EstimatorSpec`` registered as ``name``.
+
+    Raises:
+        KeyError: unknown name; the message suggests the closest and lists all names.
+    """
+    return _REGISTRY.get(name)
+
+
+def list_estimators() -> list[str]:
+    """Sorted names of all registered estimators."""
+    return _REGISTRY.names()
+
+
+def estimator_params(name: str) -> dict[str, Any]:
+    """``{hyperparameter: default}`` of estimator ``name`` (signature order).
+
+    Raises:
+        KeyError: unknown estimator name.
+    """
+    return dict(get_estimator(name).params)
+
+
+def _check_type(name: str, key: str, value: Any, default: Any) -> None:
+    if isinstance(default, bool):
+        ok = isinstance(value, (bool, np.bool_))
+    elif isinstance(default, numbers.Real):
+        ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    elif isinstance(default, str):
+        ok = isinstance(value, str)
+    else:
+        ok = True
+    if not ok:
+        raise TypeError(
+            f"estimator {name!r}: parameter {key!r} must be a {type(default).__name__} "
+            f"(default {default!r}), got {value!r} of type {type(value).__name__}"
+        )
+
+
+def validate_estimator_kwargs(name: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """Check a config's estimator name and hyperparameters without running anything.
+
+    Args:
+        name: estimator name.
+        kwargs: hyperparameters from the config.
+    Returns:
+        The full ``{param: value}`` mapping (defaults filled in), to record in the run config.
+    Raises:
+        KeyError: unknown estimator (lists the valid names).
+        TypeError: unknown parameter (lists the valid ones with defaults) or a value of
+            the wrong type.
+        ValueError: a value outside the parameter's allowed choices.
+    """
+    spec = get_estimator(name)
+    unknown = [k for k in kwargs if k not in spec.params]
+    if unknown:
+        hints = [f"{k!r} (did you mean {closest(k, spec.params)[0]!r}?)" if closest(k, spec.params) else repr(k)
+                 for k in unknown]
+        valid = ", ".join(f"{k}={v!r}" for k, v in spec.params.items()) or "(none)"
+        raise TypeError(f"estimator {name!r} has no parameter(s) {', '.join(hints)}; valid parameters: {valid}")
+    for k, v in kwargs.items():
+        _check_type(name, k, v, spec.params[k])
+        if k in spec.choices and v not in spec.choices[k]:
+            raise ValueError(f"estimator {name!r}: {k}={v!r} is not one of {list(spec.choices[k])}")
+    return {**spec.params, **kwargs}
+
+
+def compute_advantages(table: TurnTable, name: str, **kwargs: Any) -> np.ndarray:
+    """Run estimator ``name`` on ``table``.
+
+    Args:
+        table: the turns (N rows).
+        name: registered estimator name.
+        **kwargs: its hyperparameters (validated first).
+    Returns:
+        float64[N] advantage per turn row (0 for rows of failed episodes and
+        non-trainable rows).
+    Raises:
+        KeyError / TypeError / ValueError: as ``validate_estimator_kwargs``; ValueError when
+        the table lacks a required column; RuntimeError when the estimator returns a
+        wrong shape or a non-finite value.
+    """
+    validate_estimator_kwargs(name, kwargs)
+    spec = get_estimator(name)
+    table.require(spec.requires)
+    out = np.asarray(spec.fn(table, **kwargs))
+    if out.shape != (len(table),) or out.dtype != np.float64:
+        raise RuntimeError(f"estimator {name!r} returned {out.dtype}{out.shape}; expected float64({len(table)},)")
+    if not np.all(np.isfinite(out)):
+        raise RuntimeError(f"estimator {name!r} returned non-finite advantages; check rewards/values for NaN")
+    return out

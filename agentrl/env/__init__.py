@@ -1,0 +1,24 @@
+"""agentrl.env — the text-env layer (L1): the TextEnv contract on ``gymnasium.Env``,
+``UnicodeText`` spaces, id registry helpers, ``check_env`` and the crash-isolated
+``EnvPool``. Imports only agentrl L0 modules, gymnasium and NumPy; never ``envs/``.
+"""
+
+from agentrl.env.contract import (
+    INFO_ADMISSIBLE,
+    INFO_ANCHOR,
+    INFO_TASK,
+    INFO_VALID,
+    INFO_WALKTHROUGH,
+    INFO_WON,
+    DataMissingError,
+    MissingExtraError,
+    require_module,
+)
+from agentrl.env.registry import list_ids, make, validate_id
+from agentrl.env.spaces import UnicodeText, text_spaces
+
+__all__ = [
+    "INFO_ADMISSIBLE", "INFO_ANCHOR", "INFO_TASK", "INFO_VALID", "INFO_WALKTHROUGH", "INFO_WON",
+    "DataMissingError", "MissingExtraError", "require_module", "list_ids", "make", "validate_id",
+    "UnicodeText", "text_spaces",
+]

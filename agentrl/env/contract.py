@@ -1,0 +1,67 @@
+"""The TextEnv contract: what every agentrl text env promises on top of ``gymnasium.Env``.
+
+A text env is a ``gymnasium.Env`` with ``observation_space`` and ``action_space`` equal
+to ``UnicodeText()`` and:
+
+- ``reset(*, seed=None, options=None) -> (obs: str, info: dict)``. The same seed gives the
+  same task and the same observations. ``options["task_id"]`` may select a task.
+- ``step(action: str) -> (obs: str, reward: float, terminated: bool, truncated: bool,
+  info: dict)``. ``terminated``: the task ended (won or lost); ``truncated``: the turn
+  limit cut the episode (never both True). An unparsable or impossible action is *not*
+  an exception: the env answers with feedback and ``info["action_valid"] = False``.
+- ``info`` keys (constants below): ``anchor_obs`` (raw state text for "same state"
+  tests, ALGORITHMS.md §0.4; no history, no template), ``admissible_actions`` (list of
+  str, when the env has them), ``won`` (bool), ``action_valid`` (bool, step only),
+  ``task_id`` (str, reset), ``walkthrough`` (list of str, reset, when an expert plan is
+  cheap to get; never computed per step).
+- ``close()`` is idempotent.
+
+Envs register with ``gymnasium.register(id="agentrl/Name-vN", entry_point="pkg.mod:Cls")``
+in ``envs/__init__.py``; bump ``-vN`` when reward, observation format or prompt template
+changes.
+"""
+
+from __future__ import annotations
+
+INFO_ANCHOR = "anchor_obs"
+INFO_ADMISSIBLE = "admissible_actions"
+INFO_WON = "won"
+INFO_VALID = "action_valid"
+INFO_TASK = "task_id"
+INFO_WALKTHROUGH = "walkthrough"
+
+RESET_INFO_KEYS = (INFO_ANCHOR, INFO_WON, INFO_TASK)
+STEP_INFO_KEYS = (INFO_ANCHOR, INFO_WON, INFO_VALID)
+
+
+class MissingExtraError(ImportError):
+    """An optional dependency of an env (or engine) is not installed.
+
+    The message names the missing module and the install command, e.g.
+    ``pip install 'agentrl[textworld]'``.
+    """
+
+    def __init__(self, module: str, extra: str) -> None:
+        super().__init__(
+            f"module {module!r} is not installed; it is needed here. Install it with: "
+            f"pip install 'agentrl[{extra}]' (or run scripts/setup.sh, which installs every extra)"
+        )
+        self.module = module
+        self.extra = extra
+
+
+def require_module(module: str, extra: str):
+    """Import and return ``module``, raising ``MissingExtraError`` naming ``extra`` if absent."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and module.split(".")[0] == exc.name.split(".")[0]:
+            raise MissingExtraError(module, extra) from exc
+        raise
+
+
+class DataMissingError(FileNotFoundError):
+    """A data-backed env found no data (PITFALLS P9). The message names the directory it
+    looked in and how to provide the data."""

@@ -1,0 +1,65 @@
+"""Env ids: ``make`` and ``list_ids`` over gymnasium's registry with actionable errors.
+
+Our envs register in ``envs/__init__.py`` (imported through gymnasium's ``gymnasium.envs``
+entry-point group, like any third-party plugin). ``make`` adds what gymnasium lacks: an
+unknown id lists the closest registered ids (PITFALLS P10).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+
+import gymnasium
+
+from agentrl.registry import unknown_name_error
+
+_PLUGINS_LOADED = False
+
+
+def load_plugins() -> None:
+    """Import every module named in the ``gymnasium.envs`` entry-point group once (ours is
+    ``envs``), so their ``gymnasium.register`` calls run. Errors of a third-party plugin are
+    re-raised with its name."""
+    global _PLUGINS_LOADED
+    if _PLUGINS_LOADED:
+        return
+    _PLUGINS_LOADED = True
+    for ep in importlib.metadata.entry_points(group="gymnasium.envs"):
+        try:
+            fn = ep.load()
+            if callable(fn):
+                fn()
+        except Exception as exc:  # pragma: no cover - third-party failure path
+            raise RuntimeError(f"env plugin {ep.name!r} ({ep.value}) failed to load: {exc}") from exc
+    try:
+        importlib.import_module("envs")
+    except ModuleNotFoundError:  # running without our envs package installed
+        pass
+
+
+def list_ids(prefix: str = "agentrl/") -> list[str]:
+    """Registered env ids starting with ``prefix`` (all ids with ``prefix=""``), sorted."""
+    load_plugins()
+    return sorted(i for i in gymnasium.registry if i.startswith(prefix))
+
+
+def validate_id(env_id: str) -> str:
+    """Return ``env_id`` if registered, else raise ``KeyError`` naming the closest ids."""
+    load_plugins()
+    if env_id not in gymnasium.registry:
+        raise unknown_name_error("env id", env_id, [i for i in gymnasium.registry if "/" in i] or gymnasium.registry)
+    return env_id
+
+
+def make(env_id: str, **kwargs) -> gymnasium.Env:
+    """``gymnasium.make`` for a validated id; ``kwargs`` go to the env constructor.
+
+    The env is returned without gymnasium's default checker wrappers' type assumptions
+    (``disable_env_checker=True``; ``agentrl.env.check.check_env`` is our checker).
+    Raises:
+        KeyError: unknown id (with suggestions).
+        MissingExtraError: the env's optional dependency is not installed.
+    """
+    validate_id(env_id)
+    return gymnasium.make(env_id, disable_env_checker=True, **kwargs)

@@ -1,0 +1,155 @@
+"""The engine contract: ``LLMClient`` (token-in/token-out), ``SamplingParams``, ``Completion``.
+
+Engines never see messages: chat rendering lives in ``agentrl.llm.chat`` (MODELS.md §4).
+Every backend returns the exact sampled ids and the behaviour logprob of each sampled
+token, computed from the **raw** logits (log-softmax before temperature / top-p,
+``logprob_mode="raw"``; vLLM's default ``raw_logprobs``), never from processed scores
+(MODELS.md §2.5).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+#: ``Completion.finish_reason`` values.
+FINISH_STOP = "stop"  # a stop token (EOS or ``stop_token_ids``) was sampled; it is included
+FINISH_LENGTH = "length"  # ``max_tokens`` or the model's context was reached
+FINISH_ABORT = "abort"  # the request was aborted (``pause("abort")``)
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample one completion.
+
+    Attributes:
+        temperature: softmax temperature (> 0; use ``greedy=True`` for argmax).
+        top_p: nucleus mass in (0, 1].
+        max_tokens: most new tokens per completion (≥ 1); engines clamp it so that prompt +
+            completion never exceeds the model's context.
+        stop_token_ids: extra ids that end a completion (the tokenizer's EOS always does).
+        seed: seed of the sampler (int) or None for the engine's own stream. The same
+            seed and the same batch give the same tokens.
+        greedy: take the argmax token (ignores temperature and top_p).
+    Raises:
+        ValueError: a field is out of range.
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 256
+    stop_token_ids: tuple[int, ...] = ()
+    seed: int | None = None
+    greedy: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.temperature > 0:
+            raise ValueError(f"SamplingParams.temperature must be > 0, got {self.temperature}; use greedy=True for argmax")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
+        if self.max_tokens < 1:
+            raise ValueError(f"SamplingParams.max_tokens must be >= 1, got {self.max_tokens}")
+        object.__setattr__(self, "stop_token_ids", tuple(int(i) for i in self.stop_token_ids))
+
+
+@dataclass
+class Completion:
+    """One sampled completion.
+
+    Attributes:
+        token_ids: int32[C], the exact sampled ids (the stop token included when sampled).
+        logprobs: float32[C], raw-logit log-probability of each sampled token under the
+            policy that sampled it (NaN-free; empty when the backend cannot give them).
+        finish_reason: ``"stop" | "length" | "abort"``.
+        policy_version: the engine's policy version when sampling ended (int).
+        hidden: float32[H] final-layer hidden state at the last prompt token, or None.
+        text: the decoded text when the backend returns it (HTTP), else None.
+        token_faithful: False when the ids were re-tokenized from text (text-only HTTP
+            servers): such completions are for evaluation only, never for training.
+        logprob_mode: ``"raw"`` (log-softmax of the raw logits, T = 1) or ``"none"``.
+    """
+
+    token_ids: np.ndarray
+    logprobs: np.ndarray
+    finish_reason: str
+    policy_version: int = 0
+    hidden: np.ndarray | None = None
+    text: str | None = None
+    token_faithful: bool = True
+    logprob_mode: str = "raw"
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.token_ids = np.asarray(self.token_ids, dtype=np.int32).reshape(-1)
+        self.logprobs = np.asarray(self.logprobs, dtype=np.float32).reshape(-1)
+        if self.logprobs.size not in (0, self.token_ids.size):
+            raise ValueError(f"Completion has {self.logprobs.size} logprobs for {self.token_ids.size} tokens")
+
+
+@runtime_checkable
+class LLMClient(Protocol):
+    """Token-in/token-out policy engine (DESIGN.md extension point "engine").
+
+    Attributes:
+        policy_version: number of weight updates applied (int); stamped on completions.
+        max_context: the model's context length in tokens; prompt + completion ≤ this.
+        eos_token_id: the id that ends an assistant message.
+        token_faithful: False for text-only backends (evaluation only).
+    """
+
+    policy_version: int
+    max_context: int
+    eos_token_id: int
+    token_faithful: bool
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], sampling: SamplingParams, *, return_hidden: bool = False
+    ) -> list[Completion]:
+        """Sample one completion per prompt (a batch of B int id sequences).
+
+        Raises:
+            ValueError: a prompt is empty or leaves no room in the context.
+            RuntimeError: the engine is paused with mode ``"abort"``.
+        """
+        ...
+
+    def update_weights(self, source: object, version: int) -> None:
+        """Load new weights (path or ``(name, tensor)`` pairs) and set ``policy_version``."""
+        ...
+
+    def pause(self, mode: str = "wait") -> None:
+        """Stop admitting requests: ``wait`` (block new ones), ``abort`` (fail them), ``keep``."""
+        ...
+
+    def resume(self) -> None:
+        """Admit requests again."""
+        ...
+
+
+def clamp_max_tokens(prompt_len: int, max_tokens: int, max_context: int) -> int:
+    """New-token budget so that ``prompt_len + budget <= max_context``.
+
+    Raises:
+        ValueError: the prompt alone fills the context (names both lengths).
+    """
+    budget = min(int(max_tokens), int(max_context) - int(prompt_len))
+    if budget < 1:
+        raise ValueError(
+            f"prompt of {prompt_len} tokens leaves no room in a context of {max_context} tokens; "
+            f"shorten the prompt (e.g. context=window with a smaller k) or use a longer-context model"
+        )
+    return budget
+
+
+def check_prompts(prompts: Sequence[Sequence[int]]) -> list[np.ndarray]:
+    """Prompts as int64 arrays. Raises ``ValueError`` on an empty prompt or batch."""
+    if len(prompts) == 0:
+        raise ValueError("generate() got an empty batch of prompts")
+    out = [np.asarray(p, dtype=np.int64).reshape(-1) for p in prompts]
+    for i, p in enumerate(out):
+        if p.size == 0:
+            raise ValueError(f"prompt {i} is empty; pass at least one token id")
+    return out
+

@@ -1,0 +1,209 @@
+"""``HFEngine``: a transformers causal LM in-process (the CPU default backend).
+
+Batched sampling with left padding; temperature / top-p / max-tokens / stop ids; seeded
+(``torch.random.fork_rng`` so the global stream is untouched). Logprobs of the sampled
+tokens come from the **raw** logits (``generate(output_logits=True)``), never from the
+processed scores (MODELS.md §2.5). Loads weights in fp32 by default (the packaged
+SmolLM2 folder is stored in bf16; bf16 → fp32 is exact).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from agentrl.llm.base import (
+    FINISH_LENGTH,
+    FINISH_STOP,
+    Completion,
+    SamplingParams,
+    check_prompts,
+    clamp_max_tokens,
+)
+
+
+class HFEngine:
+    """In-process transformers engine implementing ``LLMClient``.
+
+    Args:
+        model: a ``PreTrainedModel`` (causal LM), already on its device.
+        eos_token_id: id that ends an assistant turn (e.g. ``<|im_end|>``).
+        pad_token_id: id used for left padding (never attended to); default EOS.
+        max_context: context length in tokens; default ``config.max_position_embeddings``.
+        num_threads: torch intra-op threads (1 on the shared 2-core machine, MODELS.md §2.6).
+    Raises:
+        ValueError: no EOS id.
+    """
+
+    token_faithful = True
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        eos_token_id: int,
+        pad_token_id: int | None = None,
+        max_context: int | None = None,
+        num_threads: int | None = 1,
+    ) -> None:
+        if eos_token_id is None:
+            raise ValueError("HFEngine needs eos_token_id (the token that ends an assistant message)")
+        if num_threads:
+            torch.set_num_threads(num_threads)
+        self.model = model.eval()
+        self.eos_token_id = int(eos_token_id)
+        self.pad_token_id = int(self.eos_token_id if pad_token_id is None else pad_token_id)
+        self.max_context = int(max_context or model.config.max_position_embeddings)
+        self.policy_version = 0
+        self._admit = threading.Event()
+        self._admit.set()
+        self._abort = False
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, *, dtype: str = "float32", **kw) -> "HFEngine":
+        """Load an HF folder (model + tokenizer ids) as fp32 by default.
+
+        Raises:
+            FileNotFoundError: ``path`` is not a model folder.
+        """
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if not (Path(path) / "config.json").is_file():
+            raise FileNotFoundError(f"{path} is not a Hugging Face model folder (no config.json)")
+        tok = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        return cls(model, eos_token_id=tok.eos_token_id, pad_token_id=pad, **kw)
+
+    # ------------------------------------------------------------------ sampling
+    @torch.inference_mode()
+    def generate(
+        self, prompts: Sequence[Sequence[int]], sampling: SamplingParams, *, return_hidden: bool = False
+    ) -> list[Completion]:
+        """Sample one completion per prompt (see ``LLMClient.generate``).
+
+        Shape: B prompts of lengths P_i → B completions of C_i ≤ max_tokens tokens.
+        Raises:
+            ValueError: empty prompt, or a prompt that fills the context.
+            RuntimeError: paused with mode ``"abort"``.
+        """
+        self._admit.wait()
+        if self._abort:
+            raise RuntimeError("engine is paused (mode=abort); call resume() first")
+        rows = check_prompts(prompts)
+        budgets = [clamp_max_tokens(p.size, sampling.max_tokens, self.max_context) for p in rows]
+        ids, mask = _left_pad(rows, self.pad_token_id)  # (B, P)
+        stops = [self.eos_token_id, *sampling.stop_token_ids]
+        kwargs = dict(
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=max(budgets),
+            eos_token_id=stops,
+            pad_token_id=self.pad_token_id,
+            output_logits=True,
+            output_hidden_states=return_hidden,
+            return_dict_in_generate=True,
+            do_sample=not sampling.greedy,
+            top_k=0,
+        )
+        if not sampling.greedy:
+            kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p)
+        with torch.random.fork_rng(devices=[]):
+            if sampling.seed is not None:
+                torch.manual_seed(sampling.seed)
+            out = self.model.generate(**kwargs)
+        new = out.sequences[:, ids.shape[1] :]  # (B, T)
+        logp = torch.stack(out.logits, dim=1).float().log_softmax(-1)  # (B, T, V)
+        sampled = logp.gather(-1, new.unsqueeze(-1)).squeeze(-1)  # (B, T)
+        hidden = out.hidden_states[0][-1][:, -1, :].float() if return_hidden else None  # (B, H)
+        return [
+            self._one(new[b], sampled[b], budgets[b], set(stops), None if hidden is None else hidden[b])
+            for b in range(len(rows))
+        ]
+
+    def _one(self, new: torch.Tensor, lp: torch.Tensor, budget: int, stops: set[int], hidden) -> Completion:
+        toks = new[:budget].tolist()
+        end = next((k + 1 for k, t in enumerate(toks) if t in stops), None)
+        reason = FINISH_STOP if end is not None else FINISH_LENGTH
+        end = end if end is not None else len(toks)
+        return Completion(
+            token_ids=np.asarray(toks[:end], dtype=np.int32),
+            logprobs=lp[:end].numpy().astype(np.float32),
+            finish_reason=reason,
+            policy_version=self.policy_version,
+            hidden=None if hidden is None else hidden.numpy().astype(np.float32),
+        )
+
+    # ------------------------------------------------------------------ scoring
+    @torch.inference_mode()
+    def score(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> np.ndarray:
+        """Teacher-forced logprobs of ``completion_ids`` after ``prompt_ids``.
+
+        Returns:
+            float32[C], log-softmax of the raw logits at each completion position.
+        """
+        seq = torch.tensor([list(prompt_ids) + list(completion_ids)], dtype=torch.long)
+        logits = self.model(input_ids=seq).logits[0].float()  # (L, V)
+        p = len(prompt_ids)
+        lp = logits[p - 1 : -1].log_softmax(-1)  # (C, V)
+        return lp.gather(-1, seq[0, p:].unsqueeze(-1)).squeeze(-1).numpy().astype(np.float32)
+
+    # ------------------------------------------------------------------ control
+    def update_weights(self, source: str | Path | Mapping | Iterable, version: int) -> None:
+        """Load weights (safetensors folder/file, state dict or ``(name, tensor)`` pairs), strict.
+
+        Raises:
+            FileNotFoundError: a path without safetensors files.
+            RuntimeError: missing or unexpected parameter names.
+        """
+        if isinstance(source, (str, Path)):
+            from safetensors.torch import load_file
+
+            p = Path(source)
+            files = sorted(p.glob("*.safetensors")) if p.is_dir() else [p]
+            if not files or not all(f.is_file() for f in files):
+                raise FileNotFoundError(f"no .safetensors weights at {p}")
+            state: dict = {}
+            for f in files:
+                state.update(load_file(str(f)))
+        else:
+            state = dict(source.items() if isinstance(source, Mapping) else source)
+        own = self.model.state_dict()
+        if self.model.config.tie_word_embeddings and "lm_head.weight" not in state:
+            own.pop("lm_head.weight", None)
+        missing, unexpected = set(own) - set(state), set(state) - set(self.model.state_dict())
+        if missing or unexpected:
+            raise RuntimeError(f"update_weights: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}")
+        with torch.no_grad():
+            for name, t in state.items():
+                own_t = self.model.state_dict()[name]
+                own_t.copy_(t.to(own_t.dtype))
+        self.policy_version = int(version)
+
+    def pause(self, mode: str = "wait") -> None:
+        """``wait``/``keep``: new ``generate`` calls block until ``resume``; ``abort``: they raise."""
+        if mode not in ("wait", "abort", "keep"):
+            raise ValueError(f"pause mode must be 'wait', 'abort' or 'keep', got {mode!r}")
+        self._abort = mode == "abort"
+        if not self._abort:
+            self._admit.clear()
+
+    def resume(self) -> None:
+        """Admit requests again."""
+        self._abort = False
+        self._admit.set()
+
+
+def _left_pad(rows: list[np.ndarray], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad int rows: returns ids int64[B, P] and attention mask int64[B, P]."""
+    width = max(r.size for r in rows)
+    ids = np.full((len(rows), width), pad, dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    for i, r in enumerate(rows):
+        ids[i, width - r.size :] = r
+        mask[i, width - r.size :] = 1
+    return torch.from_numpy(ids), torch.from_numpy(mask)

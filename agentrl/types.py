@@ -1,0 +1,346 @@
+"""Data contracts shared by every layer: Message, Turn, Episode, TurnTable.
+
+Vocabulary (DESIGN.md): a *group* is all rollouts of one task instance (verl's uid), an
+*episode* is one rollout (trajectory), a *turn* is one agent decision (step).
+
+This module is layer L0: it imports only NumPy and the standard library.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Iterable, Sequence
+
+import numpy as np
+
+#: Version of the on-disk store schema and of these contracts. Bump on any change to the
+#: stored columns; the store refuses to open a file written with another version.
+SCHEMA_VERSION = 1
+
+#: Key that all invalid actions share in ``TurnTable.action_key`` (ALGORITHMS.md §8.3).
+INVALID_ACTION_KEY = "<invalid>"
+
+
+class EpisodeStatus(str, Enum):
+    """Outcome of running an episode. Only ``ok`` episodes enter group statistics.
+
+    ``env_error``: the env raised, hung or its worker died; ``timeout``: the episode
+    deadline passed; ``aborted``: stopped by the caller (e.g. a proxy client hung up).
+    Failed episodes are stored and shown, never scored 0 (PITFALLS P5).
+    """
+
+    OK = "ok"
+    ENV_ERROR = "env_error"
+    TIMEOUT = "timeout"
+    ABORTED = "aborted"
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One chat message (OpenAI wire shape, minus tool-call details).
+
+    Attributes:
+        role: ``"system" | "user" | "assistant" | "tool"``.
+        content: the message text (Unicode).
+    """
+
+    role: str
+    content: str
+
+
+def _empty_i32() -> np.ndarray:
+    return np.zeros(0, dtype=np.int32)
+
+
+def _empty_f32() -> np.ndarray:
+    return np.zeros(0, dtype=np.float32)
+
+
+@dataclass(slots=True)
+class Turn:
+    """One agent decision: the prompt shown, the tokens sampled, the env's answer.
+
+    Attributes:
+        run_id: the run that produced the turn (str).
+        turn_id: unique within the run (int, ≥ 0); the store assigns it when absent (-1).
+        episode_id: the episode (trajectory) this turn belongs to (int).
+        group_id: the task group of the episode (int); identical env seed inside a group.
+        parent_turn_id: the previous turn of the episode, or the branch point for tree
+            rollouts; ``None`` at t = 0 of a root episode.
+        t: 0-based index of the turn in its episode (int).
+        policy_version: number of optimizer updates applied to the policy that sampled
+            this turn (int).
+        observation: the text the agent was shown for this turn (its new observation).
+        anchor_obs: the raw env state text used for "same state" tests
+            (ALGORITHMS.md §0.4); never contains history or the prompt template.
+        next_anchor_obs: the anchor text of the state reached after the action.
+        prompt_ids: int32[P], the exact token ids fed to the engine.
+        completion_ids: int32[C], the exact token ids sampled (EOS included when sampled).
+        completion_logprobs: float32[C], behaviour-policy logprob of each sampled token.
+        action: the parsed action text sent to the env.
+        action_valid: whether the parser and the env accepted the action.
+        reward: env reward of this step (float); ``None`` when never scored.
+        terminated: the env reached a terminal state after this step.
+        truncated: the episode was cut (turn limit) after this step.
+        hidden: float32[H] final-layer hidden state at the last prompt token, or None.
+        info: small JSON-serialisable extras (e.g. ``{"segment": 0, "won": True}``).
+    """
+
+    run_id: str
+    episode_id: int
+    group_id: int
+    t: int
+    observation: str
+    anchor_obs: str
+    action: str
+    action_valid: bool
+    reward: float | None
+    terminated: bool = False
+    truncated: bool = False
+    next_anchor_obs: str = ""
+    prompt_ids: np.ndarray = field(default_factory=_empty_i32)
+    completion_ids: np.ndarray = field(default_factory=_empty_i32)
+    completion_logprobs: np.ndarray = field(default_factory=_empty_f32)
+    policy_version: int = 0
+    parent_turn_id: int | None = None
+    turn_id: int = -1
+    hidden: np.ndarray | None = None
+    info: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.prompt_ids = np.asarray(self.prompt_ids, dtype=np.int32).reshape(-1)
+        self.completion_ids = np.asarray(self.completion_ids, dtype=np.int32).reshape(-1)
+        self.completion_logprobs = np.asarray(self.completion_logprobs, dtype=np.float32).reshape(-1)
+        if self.completion_logprobs.size not in (0, self.completion_ids.size):
+            raise ValueError(
+                f"Turn t={self.t}: completion_logprobs has {self.completion_logprobs.size} values "
+                f"for {self.completion_ids.size} completion ids; pass one logprob per sampled token"
+            )
+        if self.hidden is not None:
+            self.hidden = np.asarray(self.hidden, dtype=np.float32).reshape(-1)
+
+
+@dataclass(slots=True)
+class Episode:
+    """One rollout (trajectory) of one task.
+
+    Attributes:
+        episode_id: unique within the run (int).
+        group_id: the task group (int); all episodes of a group share ``task_id`` and seed.
+        env_id: registered env id, e.g. ``"agentrl/TextWorld-v0"``.
+        task_id: stable task identifier inside the env (str).
+        seed: the env seed used at reset (int).
+        status: ``EpisodeStatus``; only ``ok`` episodes enter group statistics.
+        turns: the turns in order of ``t``.
+        error: a human-readable reason when ``status`` is not ok.
+        run_id: the run that produced it.
+    """
+
+    episode_id: int
+    group_id: int
+    env_id: str
+    task_id: str
+    seed: int
+    status: EpisodeStatus = EpisodeStatus.OK
+    turns: list[Turn] = field(default_factory=list)
+    error: str = ""
+    run_id: str = ""
+
+    @property
+    def return_(self) -> float | None:
+        """Sum of the turn rewards (float), or ``None`` if any turn was never scored."""
+        if any(t.reward is None for t in self.turns):
+            return None
+        return float(sum(t.reward for t in self.turns))
+
+    @property
+    def success(self) -> bool:
+        """True when the last turn reported ``info["won"]``."""
+        return bool(self.turns and self.turns[-1].info.get("won", False))
+
+
+def normalize_action_key(action: str, valid: bool) -> str:
+    """Action key of ALGORITHMS.md §8.3: lower-case, whitespace runs collapsed, stripped;
+    every invalid action maps to ``INVALID_ACTION_KEY``."""
+    if not valid:
+        return INVALID_ACTION_KEY
+    return re.sub(r"\s+", " ", action.lower()).strip()
+
+
+def intern_strings(values: Sequence[str], vocab: dict[str, int] | None = None) -> np.ndarray:
+    """Map strings to int64 codes with exact string equality (no normalisation).
+
+    Args:
+        values: the strings, length N.
+        vocab: an existing ``{string: code}`` map to extend in place (shared across
+            columns, e.g. anchor and next-anchor keys).
+    Returns:
+        int64[N] codes, dense from 0 in order of first appearance.
+    """
+    vocab = {} if vocab is None else vocab
+    return np.fromiter((vocab.setdefault(v, len(vocab)) for v in values), dtype=np.int64, count=len(values))
+
+
+_INT_COLS = ("group", "episode", "t", "anchor_key", "next_anchor_key", "action_key", "parent", "turn_id")
+_BOOL_COLS = ("terminated", "truncated", "action_valid", "episode_ok", "trainable")
+
+
+@dataclass(frozen=True)
+class TurnTable:
+    """Columnar view of N turns: the input of every credit estimator.
+
+    All columns have shape (N,) unless stated; row order is irrelevant (``t`` is explicit).
+
+    Attributes:
+        group: int64, task group id.
+        episode: int64, episode (trajectory) id, unique over the table.
+        t: int64, 0-based turn index within the episode.
+        reward: float64, env reward of the turn (0.0 where unscored; see ``episode_ok``).
+        terminated: bool, env reached a terminal state after the turn.
+        truncated: bool, episode cut after the turn (turn limit).
+        action_valid: bool, parser and env accepted the action.
+        anchor_key: int64, interned anchor observation (exact string equality, §0.4).
+        next_anchor_key: int64, interned anchor of the next state; same vocabulary as
+            ``anchor_key`` so a next state equals a later current state.
+        action_key: int64, interned normalised action (``normalize_action_key``).
+        parent: int64, row index of the parent turn (previous turn or branch point), -1
+            for none.
+        episode_ok: bool, the episode's status is ok and every reward was scored. Rows
+            with False take part in no group statistic and get advantage 0 (P5).
+        trainable: bool, the row will receive gradient (e.g. non-empty loss mask).
+            Rows with False take part in no baseline (P6).
+        turn_id: int64, the store's turn id (-1 when not stored).
+        hidden: float64[N, H] or None, BiPACE hidden states.
+        value: float64[N] or None, critic value V(s_t) for turn-PPO.
+        bootstrap_value: float64[N] or None, V(s_T) for truncated episodes (read on the
+            last row of each episode; 0 where unavailable).
+        tree: int64[N] or None, tree id for tree rollouts (Tree-GRPO).
+        branch: int64[N] or None, branch-group id of a branching turn (RTPO), -1 otherwise.
+        anchor_vocab: the interned strings, ``anchor_vocab[code] == text``.
+    Raises:
+        ValueError: a column has the wrong shape or a required column is missing.
+    """
+
+    group: np.ndarray
+    episode: np.ndarray
+    t: np.ndarray
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    action_valid: np.ndarray
+    anchor_key: np.ndarray
+    next_anchor_key: np.ndarray
+    action_key: np.ndarray
+    parent: np.ndarray
+    episode_ok: np.ndarray
+    trainable: np.ndarray
+    turn_id: np.ndarray
+    hidden: np.ndarray | None = None
+    value: np.ndarray | None = None
+    bootstrap_value: np.ndarray | None = None
+    tree: np.ndarray | None = None
+    branch: np.ndarray | None = None
+    anchor_vocab: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        n = np.asarray(self.group).shape[0]
+        for name in _INT_COLS:
+            object.__setattr__(self, name, _column(self, name, n, np.int64))
+        for name in _BOOL_COLS:
+            object.__setattr__(self, name, _column(self, name, n, np.bool_))
+        object.__setattr__(self, "reward", _column(self, "reward", n, np.float64))
+        for name in ("value", "bootstrap_value"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, _column(self, name, n, np.float64))
+        for name in ("tree", "branch"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, _column(self, name, n, np.int64))
+        if self.hidden is not None:
+            h = np.asarray(self.hidden, dtype=np.float64)
+            if h.ndim != 2 or h.shape[0] != n:
+                raise ValueError(f"TurnTable.hidden must have shape (N, H) with N={n}, got {h.shape}")
+            object.__setattr__(self, "hidden", h)
+
+    def __len__(self) -> int:
+        return int(self.group.shape[0])
+
+    def require(self, columns: Iterable[str]) -> None:
+        """Raise ``ValueError`` naming the missing optional columns among ``columns``."""
+        missing = [c for c in columns if getattr(self, c, None) is None]
+        if missing:
+            raise ValueError(
+                f"TurnTable lacks column(s) {missing}; they are filled only when the rollout "
+                f"records them (hidden: policy.return_hidden=true; value: a critic; tree/branch: tree rollouts)"
+            )
+
+    def take(self, idx: np.ndarray) -> "TurnTable":
+        """Rows ``idx`` (int array or bool mask) as a new table; ``parent`` is re-indexed
+        (parents outside the selection become -1)."""
+        idx = np.flatnonzero(idx) if np.asarray(idx).dtype == np.bool_ else np.asarray(idx, dtype=np.int64)
+        remap = np.full(len(self) + 1, -1, dtype=np.int64)
+        remap[idx] = np.arange(idx.size)
+        cols = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, np.ndarray):
+                cols[f.name] = v[idx]
+            else:
+                cols[f.name] = v
+        cols["parent"] = remap[self.parent[idx]]
+        return TurnTable(**cols)
+
+    @classmethod
+    def from_episodes(cls, episodes: Sequence[Episode], *, trainable: Sequence[bool] | None = None) -> "TurnTable":
+        """Build the table from in-memory episodes (rows in episode order, then ``t``).
+
+        Args:
+            episodes: episodes with their turns; ``parent_turn_id`` refers to ``turn_id``s
+                of turns in these episodes.
+            trainable: optional per-row flags (length N); default: rows with at least one
+                completion token, or all rows when no turn has tokens.
+        """
+        turns = [tr for ep in episodes for tr in ep.turns]
+        ok = [ep.status == EpisodeStatus.OK and ep.return_ is not None for ep in episodes for _ in ep.turns]
+        vocab: dict[str, int] = {}
+        anchor = intern_strings([tr.anchor_obs for tr in turns], vocab)
+        nxt = intern_strings([tr.next_anchor_obs for tr in turns], vocab)
+        actions = intern_strings([normalize_action_key(tr.action, tr.action_valid) for tr in turns])
+        row_of = {tr.turn_id: i for i, tr in enumerate(turns) if tr.turn_id >= 0}
+        parent = [row_of.get(tr.parent_turn_id, -1) if tr.parent_turn_id is not None else -1 for tr in turns]
+        if trainable is None:
+            any_tokens = any(tr.completion_ids.size for tr in turns)
+            trainable = [tr.completion_ids.size > 0 or not any_tokens for tr in turns]
+        hidden = None
+        if turns and all(tr.hidden is not None for tr in turns):
+            hidden = np.stack([tr.hidden for tr in turns]).astype(np.float64)
+        return cls(
+            group=[tr.group_id for tr in turns],
+            episode=[tr.episode_id for tr in turns],
+            t=[tr.t for tr in turns],
+            reward=[0.0 if tr.reward is None else tr.reward for tr in turns],
+            terminated=[tr.terminated for tr in turns],
+            truncated=[tr.truncated for tr in turns],
+            action_valid=[tr.action_valid for tr in turns],
+            anchor_key=anchor,
+            next_anchor_key=nxt,
+            action_key=actions,
+            parent=parent,
+            episode_ok=ok,
+            trainable=list(trainable),
+            turn_id=[tr.turn_id for tr in turns],
+            hidden=hidden,
+            anchor_vocab=tuple(vocab),
+        )
+
+
+def _column(table: TurnTable, name: str, n: int, dtype: type) -> np.ndarray:
+    value = getattr(table, name)
+    if value is None:
+        raise ValueError(f"TurnTable column {name!r} is required")
+    arr = np.asarray(value, dtype=dtype).reshape(-1) if np.ndim(value) <= 1 else np.asarray(value, dtype=dtype)
+    if arr.shape != (n,):
+        raise ValueError(f"TurnTable column {name!r} has shape {arr.shape}; expected ({n},) like 'group'")
+    return arr

@@ -1,0 +1,174 @@
+"""ALFWorld game files: locate the data dir, list the games of a split, load one game.
+
+Layout (ENVIRONMENTS.md §2.2): ``<data_dir>/json_2.1.1/{valid_train,valid_seen,valid_unseen}/
+<task_type>-<Obj>-<MRecep>-<Recep>-<scene>/<trial_id>/{game.tw-pddl,traj_data.json}``.
+Generated games (``envs.alfworld.generate``) use the same ``<task dir>/<trial>/`` layout
+under their own root and join the ``train`` split.
+
+Task ids are machine-independent: the game folder relative to ``json_2.1.1``
+(``"valid_unseen/look_at_obj_in_light-AlarmClock-None-DeskLamp-308/trial_T20190908_222917_366542"``),
+or ``"generated/<task dir>/<trial>"`` for generated games.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from agentrl.env.contract import DataMissingError
+
+ENV_VAR = "AGENTRL_ALFWORLD_DATA"
+GEN_ENV_VAR = "AGENTRL_ALFWORLD_GENERATED"
+GAME_FILE = "game.tw-pddl"
+SPLITS = {"train": "valid_train", "eval_seen": "valid_seen", "eval_unseen": "valid_unseen"}
+GRAMMARS = ("native", "0.4.2")
+TASK_TYPES = (
+    "pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
+    "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep", "pick_two_obj_and_place",
+)
+_TASK_RE = re.compile(r'"rhs": "Your task is to: (.*?)"')
+_HOW_TO_GET = (
+    "Provide the ALFWorld game files (json_2.1.1 layout): the kept copy lives at ../shared/data/alfworld "
+    "next to the repository; point the env at another copy with the env kwarg data_dir=... or "
+    f"the environment variable {ENV_VAR}=...; where the network reaches GitHub, `alfworld-download` "
+    "fetches the official files (ENVIRONMENTS.md §2.2)."
+)
+
+
+@dataclass(frozen=True)
+class GameRef:
+    """One playable game.
+
+    Attributes:
+        task_id: machine-independent id (see module docstring).
+        path: absolute path of its ``game.tw-pddl``.
+        task_type: one of ``TASK_TYPES``.
+    """
+
+    task_id: str
+    path: Path
+    task_type: str
+
+
+def default_data_dir() -> Path:
+    """``../shared/data/alfworld`` relative to the repository root (the kept data)."""
+    return Path(__file__).resolve().parents[2].parent / "shared" / "data" / "alfworld"
+
+
+def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
+    """The data dir: the ``data_dir`` argument, else ``$AGENTRL_ALFWORLD_DATA``, else the
+    kept data. Accepts the folder holding ``json_2.1.1`` or ``json_2.1.1`` itself.
+
+    Raises:
+        DataMissingError: the chosen folder is missing or holds no ``game.tw-pddl`` (P9).
+    """
+    if data_dir is not None:
+        chosen, how = Path(data_dir), "data_dir argument"
+    elif os.environ.get(ENV_VAR):
+        chosen, how = Path(os.environ[ENV_VAR]), f"${ENV_VAR}"
+    else:
+        chosen, how = default_data_dir(), "default location"
+    root = chosen / "json_2.1.1" if (chosen / "json_2.1.1").is_dir() else chosen
+    if not root.is_dir() or next(root.rglob(GAME_FILE), None) is None:
+        state = "does not exist" if not chosen.exists() else "holds no ALFWorld games (no game.tw-pddl found)"
+        raise DataMissingError(f"ALFWorld data dir {chosen} ({how}) {state}. {_HOW_TO_GET}")
+    return root
+
+
+def _scan(root: Path, prefix: str) -> list[GameRef]:
+    """Games under ``root`` (sorted by task id), with alfworld's own filter: solvable,
+    no ``movable``/``Sliced`` in the path, ``traj_data.json`` present."""
+    refs = []
+    for game in sorted(root.rglob(GAME_FILE)):
+        rel = game.parent.relative_to(root).as_posix()
+        if "movable" in rel or "Sliced" in rel or not (game.parent / "traj_data.json").is_file():
+            continue
+        task_type = rel.split("/")[0].split("-")[0]
+        if task_type not in TASK_TYPES or not _solvable(game):
+            continue
+        refs.append(GameRef(task_id=f"{prefix}/{rel}", path=game, task_type=task_type))
+    return refs
+
+
+def _solvable(game: Path) -> bool:
+    with open(game, encoding="utf-8") as fh:
+        return bool(json.load(fh).get("solvable", False))
+
+
+def list_games(split: str, data_dir: str | os.PathLike | None = None,
+               generated_dir: str | os.PathLike | None = None) -> list[GameRef]:
+    """Games of one split, sorted by task id. ``train`` = ``valid_train`` plus the games
+    under ``generated_dir`` (default ``$AGENTRL_ALFWORLD_GENERATED``, else none).
+
+    Raises:
+        ValueError: unknown split (lists the known ones).
+        DataMissingError: missing/empty data dir, or the split folder has no games.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"unknown ALFWorld split {split!r}; choose one of {sorted(SPLITS)}")
+    root = resolve_data_dir(data_dir)
+    return _list_cached(str(root), split, str(generated_dir or os.environ.get(GEN_ENV_VAR, "")))
+
+
+@lru_cache(maxsize=32)
+def _list_cached(root: str, split: str, generated: str) -> list[GameRef]:
+    folder = SPLITS[split]
+    refs = _scan(Path(root) / folder, folder) if (Path(root) / folder).is_dir() else []
+    if split == "train" and generated:
+        gen = Path(generated)
+        if not gen.is_dir():
+            raise DataMissingError(f"generated ALFWorld games dir {gen} does not exist; create it with "
+                                   "`python -m envs.alfworld.generate --n 10 --seed 0 --out DIR`")
+        refs += _scan(gen, "generated")
+    if not refs:
+        raise DataMissingError(f"ALFWorld split {split!r}: no games in {Path(root) / folder}. {_HOW_TO_GET}")
+    return refs
+
+
+def content_digest(path: Path) -> str:
+    """Hex SHA-256 of a ``game.tw-pddl`` file's bytes (the panel digest)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def goal_text(grammar: str) -> str:
+    """The task sentence from a game grammar's ``task`` rule, without the trailing period,
+    e.g. ``"examine the alarmclock with the desklamp"``. Raises ``ValueError`` if absent."""
+    m = _TASK_RE.search(grammar)
+    if not m:
+        raise ValueError("game grammar has no 'Your task is to: ...' rule")
+    return m.group(1).rstrip(".")
+
+
+@lru_cache(maxsize=1)
+def wheel_logic() -> tuple[str, str]:
+    """``(pddl_domain, grammar_template)`` shipped in the alfworld 0.4.2 wheel; the grammar
+    holds the literal ``UNKNOWN GOAL``. Raises ``MissingExtraError`` without alfworld."""
+    from agentrl.env.contract import require_module
+
+    info = require_module("alfworld.info", "alfworld")
+    with open(info.ALFRED_PDDL_PATH, encoding="utf-8") as d, open(info.ALFRED_TWL2_PATH, encoding="utf-8") as g:
+        return d.read(), g.read()
+
+
+def load_game(path: Path, grammar: str = "native") -> dict[str, object]:
+    """Read a ``game.tw-pddl`` as the dict ``PddlEnv.load`` takes.
+
+    ``grammar="native"`` plays the file as stored (the kept games: 0.2-era ``put X in/on Y``);
+    ``"0.4.2"`` re-skins it with the wheel's domain and grammar (``move X to Y``, ``help``),
+    keeping the file's ``pddl_problem`` and its goal sentence verbatim (so both wordings ask
+    the same task). Raises ``ValueError`` for an unknown grammar.
+    """
+    if grammar not in GRAMMARS:
+        raise ValueError(f"unknown ALFWorld grammar {grammar!r}; choose one of {GRAMMARS}")
+    with open(path, encoding="utf-8") as fh:
+        data = json.load(fh)
+    if grammar == "0.4.2":
+        domain, template = wheel_logic()
+        data = {**data, "pddl_domain": domain,
+                "grammar": template.replace("UNKNOWN GOAL", goal_text(data["grammar"]))}
+    return data

@@ -1,0 +1,157 @@
+"""``agentrl/ALFWorld-v0``: the ALFWorld text env (alfworld 0.4.2 on TextWorld's PDDL engine).
+
+Wraps ``textworld.envs.pddl.PddlEnv`` + ``AlfredDemangler`` (no torch, no ai2thor) in the
+TextEnv contract (``agentrl/env/contract.py``), converting TextWorld's 3-tuple step to
+Gymnasium's 5-tuple. Paper: ALFWorld, Shridhar et al. 2021, arXiv:2010.03768.
+
+Observation: the engine's text exactly as returned (reset: welcome banner, room
+description and ``"Your task is to: ..."``; step: the action feedback). ``anchor_obs`` is
+that same string (ALGORITHMS.md §0.4; ``"Nothing happens."`` after invalid actions).
+Reward 1.0 on the step that wins, else 0.0; ``terminated`` = won; ``truncated`` when
+``max_turns`` (default 50) actions were taken without winning.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import gymnasium
+
+from agentrl.env.contract import (
+    INFO_ADMISSIBLE, INFO_ANCHOR, INFO_TASK, INFO_VALID, INFO_WALKTHROUGH, INFO_WON, require_module,
+)
+from agentrl.env.spaces import UnicodeText
+from envs.alfworld import data as alf_data
+from envs.alfworld import expert
+
+INFO_INSTRUCTION = "instruction"
+
+
+class ALFWorldEnv(gymnasium.Env):
+    """ALFWorld text env over the kept (and generated) games.
+
+    Args:
+        split: ``"train"`` (``valid_train`` 200 games + generated), ``"eval_seen"`` (140) or
+            ``"eval_unseen"`` (134).
+        data_dir: folder holding ``json_2.1.1`` (default ``$AGENTRL_ALFWORLD_DATA``, else
+            ``../shared/data/alfworld``).
+        generated_dir: extra train games written by ``envs.alfworld.generate`` (default
+            ``$AGENTRL_ALFWORLD_GENERATED``; ignored for eval splits).
+        grammar: ``"native"`` (as stored; kept games say ``put X in/on Y``) or ``"0.4.2"``
+            (re-skinned at load: ``move X to Y``, ``help``).
+        max_turns: actions per episode before ``truncated`` (default 50).
+        expert: when True, ``reset`` computes (once, cached on disk) the planner
+            walkthrough; when False it is still returned if already cached.
+
+    Raises:
+        MissingExtraError: alfworld/textworld not installed (``pip install 'agentrl[alfworld]'``).
+        DataMissingError: missing or empty data dir (PITFALLS P9).
+        ValueError: unknown split or grammar, ``max_turns < 1``.
+
+    ``reset(seed=..., options={"task_id": ...})`` plays that task (it must belong to the
+    split); without a task id the task is drawn from the split with ``np_random`` (same
+    seed → same task). Info keys: ``anchor_obs``, ``admissible_actions``, ``won``,
+    ``task_id``, ``instruction`` (the task sentence), ``action_valid`` (step),
+    ``walkthrough`` (reset, see ``expert``).
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, split: str = "train", data_dir: str | os.PathLike | None = None,
+                 generated_dir: str | os.PathLike | None = None, grammar: str = "native",
+                 max_turns: int = 50, expert: bool = False) -> None:
+        textworld = require_module("textworld", "alfworld")
+        pddl = require_module("textworld.envs.pddl", "alfworld")
+        tw_env = require_module("alfworld.agents.environment.alfred_tw_env", "alfworld")
+        if grammar not in alf_data.GRAMMARS:
+            raise ValueError(f"unknown ALFWorld grammar {grammar!r}; choose one of {alf_data.GRAMMARS}")
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        self.split, self.grammar, self.max_turns, self.expert = split, grammar, int(max_turns), bool(expert)
+        self.games = alf_data.list_games(split, data_dir, generated_dir if split == "train" else None)
+        self._by_id = {g.task_id: g for g in self.games}
+        infos = textworld.EnvInfos(won=True, admissible_commands=True)
+        self._engine = tw_env.AlfredDemangler(pddl.PddlEnv(infos))
+        self.observation_space = UnicodeText()
+        self.action_space = UnicodeText()
+        self._loaded: str | None = None
+        self._game_data: dict[str, object] = {}
+        self._admissible: list[str] = []
+        self._turns = 0
+        self._done = True
+        self._task_id = ""
+        self._instruction = ""
+
+    @property
+    def task_ids(self) -> list[str]:
+        """Task ids of this split, sorted."""
+        return [g.task_id for g in self.games]
+
+    def _load(self, task_id: str) -> None:
+        if task_id not in self._by_id:
+            from agentrl.registry import unknown_name_error
+
+            raise unknown_name_error(f"ALFWorld task id (split {self.split!r})", task_id, self._by_id)
+        if self._loaded != task_id:
+            self._game_data = alf_data.load_game(self._by_id[task_id].path, self.grammar)
+            self._engine.load(self._game_data)
+            self._loaded = task_id
+            self._instruction = alf_data.goal_text(str(self._game_data["grammar"]))
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        """Start an episode; returns ``(obs, info)``. Raises ``KeyError`` for a task id not
+        in this split (with close matches)."""
+        super().reset(seed=seed)
+        task_id = (options or {}).get("task_id")
+        if task_id is None:
+            task_id = self.games[int(self.np_random.integers(len(self.games)))].task_id
+        self._load(str(task_id))
+        state = self._engine.reset()
+        self._task_id, self._turns, self._done = str(task_id), 0, False
+        self._admissible = list(state["admissible_commands"])
+        info = self._info(state)
+        info[INFO_TASK] = self._task_id
+        plan = expert.walkthrough(self._game_data) if self.expert else expert.cached_walkthrough(self._game_data)
+        if plan is not None:
+            info[INFO_WALKTHROUGH] = plan
+        return str(state.feedback), info
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Apply one text command. A command that is not admissible is not an error: the
+        engine answers ``"Nothing happens."`` and ``info["action_valid"]`` is False.
+
+        Raises:
+            RuntimeError: ``step`` before ``reset`` or after the episode ended.
+            TypeError: ``action`` is not a str.
+        """
+        if self._done:
+            raise RuntimeError("ALFWorldEnv.step called before reset() or after the episode ended; call reset()")
+        if not isinstance(action, str):
+            raise TypeError(f"action must be a str, got {type(action).__name__}")
+        valid = action.strip() in self._admissible
+        state, _, _ = self._engine.step(action)
+        self._turns += 1
+        self._admissible = list(state["admissible_commands"])
+        won = bool(state["won"])
+        terminated = won
+        truncated = not terminated and self._turns >= self.max_turns
+        self._done = terminated or truncated
+        info = self._info(state)
+        info[INFO_VALID] = valid
+        return str(state.feedback), float(won), terminated, truncated, info
+
+    def _info(self, state) -> dict[str, Any]:
+        return {
+            INFO_ANCHOR: str(state.feedback),
+            INFO_ADMISSIBLE: list(self._admissible),
+            INFO_WON: bool(state["won"]),
+            INFO_TASK: self._task_id,
+            INFO_INSTRUCTION: self._instruction,
+        }
+
+    def close(self) -> None:
+        """Release the engine (idempotent)."""
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None

@@ -1,0 +1,2 @@
+"""sandboxes — isolated code execution (``Sandbox`` protocol, ``ExecResult``); imports
+nothing of agentrl."""
