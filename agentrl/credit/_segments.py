@@ -16,6 +16,8 @@ Conventions used by all estimators:
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from agentrl.types import TurnTable
@@ -31,14 +33,21 @@ def check_choice(param: str, value: str, allowed: tuple[str, ...]) -> None:
         raise ValueError(f"{param}={value!r} is not one of {list(allowed)}")
 
 
-def canonical(table: TurnTable, unique_steps: bool = True) -> tuple[TurnTable, np.ndarray]:
+def canonical(table: TurnTable, unique_steps: bool = True, keep_hidden: bool = False) -> tuple[TurnTable, np.ndarray]:
     """Rows sorted by (episode, t); returns ``(sorted_table, order)``.
 
-    ``sorted_table = table.take(order)``; scatter a result back with ``out[order] = res``.
+    ``sorted_table = table.take(order)`` (without the (N, H) ``hidden`` copy unless
+    ``keep_hidden``); scatter a result back with ``out[order] = res``.
     Raises:
         ValueError: ``unique_steps`` and two rows share (episode, t).
     """
-    order = np.lexsort((np.arange(len(table)), table.t, table.episode))
+    ep, t = table.episode, table.t
+    if len(table) and ep.min() >= 0 and t.min() >= 0 and int(ep.max()) * (int(t.max()) + 1) < 2**62:
+        order = np.argsort(ep * (int(t.max()) + 1) + t, kind="stable")
+    else:
+        order = np.lexsort((np.arange(len(table)), t, ep))
+    if table.hidden is not None and not keep_hidden:
+        table = dataclasses.replace(table, hidden=None)
     st = table.take(order)
     if unique_steps and len(st) > 1:
         dup = (st.episode[1:] == st.episode[:-1]) & (st.t[1:] == st.t[:-1])
@@ -66,19 +75,27 @@ def eligible(table: TurnTable) -> np.ndarray:
 def dense(*cols: np.ndarray) -> tuple[np.ndarray, int]:
     """Intern the row-wise tuple of integer columns to dense codes.
 
+    Non-negative columns are packed into one int64 key by mixed radix (other columns are
+    first densified with ``np.unique``), then one ``np.unique`` gives the codes.
+
     Returns:
-        (int64[N] codes in 0..n-1, n). Equal tuples get equal codes.
+        (int64[N] codes in 0..n-1 ordered like the sorted tuples, n). Equal tuples get
+        equal codes.
     """
-    codes = np.zeros(cols[0].shape[0], dtype=np.int64)
-    n = 1
+    key = np.zeros(np.asarray(cols[0]).shape[0], dtype=np.int64)
+    radix_total = 1
     for c in cols:
-        u, inv = np.unique(np.asarray(c, dtype=np.int64), return_inverse=True)
-        codes = codes * np.int64(u.size) + inv.reshape(-1)
-        n = n * u.size
-        if n > 2**40 or c is cols[-1]:
-            u2, codes = np.unique(codes, return_inverse=True)
-            codes, n = codes.reshape(-1).astype(np.int64), int(u2.size)
-    return codes, n
+        c = np.asarray(c, dtype=np.int64)
+        if c.size and (c.min() < 0 or c.max() >= 2**31):
+            c = np.unique(c, return_inverse=True)[1].reshape(-1)
+        radix = int(c.max()) + 1 if c.size else 1
+        if radix_total * radix >= 2**62:
+            key = np.unique(key, return_inverse=True)[1].reshape(-1).astype(np.int64)
+            radix_total = int(key.max()) + 1 if key.size else 1
+        key = key * radix + c
+        radix_total *= radix
+    uniq, codes = np.unique(key, return_inverse=True)
+    return codes.reshape(-1).astype(np.int64), int(uniq.size)
 
 
 def next_row(st: TurnTable) -> np.ndarray:
@@ -136,6 +153,30 @@ def outcome_score(st: TurnTable, c_inv: float) -> np.ndarray:
     return episode_sum(st, st.reward) - c_inv * (~st.action_valid)
 
 
+def segment_stats(
+    values: np.ndarray, seg: np.ndarray, contrib: np.ndarray, *, ddof: int = 1
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per-segment count, mean, std (``ddof``) and exact-tie flag over rows with ``contrib``.
+
+    Args:
+        values: float64[N]. seg: int64[N] codes ≥ 0. contrib: bool[N].
+    Returns:
+        (int64[S] count, float64[S] mean, float64[S] std, bool[S] tie) with
+        S = ``seg.max() + 1``. ``tie`` marks segments with ≥ 2 members that are all
+        identical; there the mean is that exact value and the std is 0 (§0.5 N4).
+    """
+    n = int(seg.max()) + 1 if seg.size else 0
+    s, v = seg[contrib], values[contrib]
+    cnt = np.bincount(s, minlength=n)
+    mean = np.bincount(s, weights=v, minlength=n) / np.maximum(cnt, 1)
+    ss = np.bincount(s, weights=(v - mean[s]) ** 2, minlength=n)
+    std = np.sqrt(ss / np.maximum(cnt - ddof, 1))
+    ref = np.zeros(n)
+    ref[s] = v
+    tie = (cnt >= 2) & (np.bincount(s, weights=(v != ref[s]).astype(np.float64), minlength=n) == 0)
+    return cnt, np.where(tie, ref, mean), np.where(tie, 0.0, std), tie
+
+
 def group_norm(
     values: np.ndarray,
     seg: np.ndarray,
@@ -161,17 +202,7 @@ def group_norm(
     Returns:
         float64[N], 0 outside ``apply``.
     """
-    n = int(seg.max()) + 1 if seg.size else 0
-    s, v = seg[contrib], values[contrib]
-    cnt = np.bincount(s, minlength=n)
-    mean = np.bincount(s, weights=v, minlength=n) / np.maximum(cnt, 1)
-    ss = np.bincount(s, weights=(v - mean[s]) ** 2, minlength=n)
-    std = np.sqrt(ss / np.maximum(cnt - ddof, 1))
-    ref = np.zeros(n)
-    ref[s] = v
-    tie = (cnt >= 2) & (np.bincount(s, weights=(v != ref[s]).astype(np.float64), minlength=n) == 0)
-    mean = np.where(tie, ref, mean)
-    std = np.where(tie, 0.0, std)
+    cnt, mean, std, tie = segment_stats(values, seg, contrib, ddof=ddof)
     single = cnt == 1
     mean = np.where(single, 0.0, mean)
     std = np.where(single, 1.0, std)

@@ -14,6 +14,8 @@ from agentrl.env.contract import (
     MissingExtraError,
     require_module,
 )
+from agentrl.env.check import CheckReport, EnvCheckError, check_env, check_kwargs
+from agentrl.env.pool import EnvPool, EnvPoolError, EnvResult
 from agentrl.env.registry import list_ids, make, validate_id
 from agentrl.env.spaces import UnicodeText, text_spaces
 
@@ -21,4 +23,5 @@ __all__ = [
     "INFO_ADMISSIBLE", "INFO_ANCHOR", "INFO_TASK", "INFO_VALID", "INFO_WALKTHROUGH", "INFO_WON",
     "DataMissingError", "MissingExtraError", "require_module", "list_ids", "make", "validate_id",
     "UnicodeText", "text_spaces",
+    "check_env", "check_kwargs", "CheckReport", "EnvCheckError", "EnvPool", "EnvPoolError", "EnvResult",
 ]

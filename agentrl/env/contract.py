@@ -29,6 +29,9 @@ INFO_WON = "won"
 INFO_VALID = "action_valid"
 INFO_TASK = "task_id"
 INFO_WALKTHROUGH = "walkthrough"
+#: step info: str set when the env's infrastructure failed (e.g. a sandbox died during
+#: scoring, PITFALLS P8); the episode's status becomes env_error, its reward is not a score.
+INFO_ENV_ERROR = "env_error"
 
 RESET_INFO_KEYS = (INFO_ANCHOR, INFO_WON, INFO_TASK)
 STEP_INFO_KEYS = (INFO_ANCHOR, INFO_WON, INFO_VALID)

@@ -209,8 +209,8 @@ class EnvPool:
         self._finalizer = weakref.finalize(self, _stop, self._workers)
         for w in self._workers:
             self._start(w)
-        self._await_ready()
         self.restarts = 0  # number of worker restarts so far (a health metric)
+        self._await_ready()
 
     # ---------------------------------------------------------------- lifecycle
     def _start(self, w: _Worker) -> None:
@@ -318,16 +318,16 @@ class EnvPool:
         whose next answer is later than ``timeout`` seconds or whose process died."""
         results: dict[int, EnvResult] = {}
         nw = len(self._workers)
-        pending: dict[int, set[int]] = {}
+        pending: dict[int, list[int]] = {}  # worker -> unanswered slots, in run order
         for w in self._workers:
             mine = [it for it in items if it[0] % nw == w.index]
             if not mine:
                 continue
             try:
                 w.conn.send((cmd, mine))
-                pending[w.index] = {it[0] for it in mine}
+                pending[w.index] = [it[0] for it in mine]
             except (BrokenPipeError, OSError):
-                self._fail(w, {it[0] for it in mine}, "its worker process had died", results, 0.0)
+                self._fail(w, [it[0] for it in mine], "its worker process had died", results, 0.0)
         last = {i: time.monotonic() for i in pending}
         by_conn = {self._workers[i].conn: self._workers[i] for i in pending}
         while pending:
@@ -341,6 +341,7 @@ class EnvPool:
                 try:
                     kind, slot, payload = conn.recv()
                 except (EOFError, OSError):
+                    w.proc.join(0.5)
                     self._fail(w, pending.pop(w.index), f"worker process died (exit code "
                                f"{w.proc.exitcode})", results, time.monotonic() - last[w.index])
                     continue
@@ -350,7 +351,7 @@ class EnvPool:
                                f"{payload}", results, 0.0)
                 elif kind == "result":
                     results[slot] = payload
-                    pending[w.index].discard(slot)
+                    pending[w.index].remove(slot)
                     if not pending[w.index]:
                         del pending[w.index]
             now = time.monotonic()
@@ -359,7 +360,17 @@ class EnvPool:
                            results, now - last[i])
         return results
 
-    def _fail(self, w: _Worker, slots: set[int], reason: str, results: dict, waited: float) -> None:
-        for s in slots:
+    def _fail(self, w: _Worker, slots: list[int], reason: str, results: dict, waited: float) -> None:
+        """Error results for ``slots`` (``slots[0]`` was running when ``reason`` happened,
+        the rest were queued behind it in the same worker); siblings in ``w`` that already answered this call lose
+        their episode too (the restart drops their env), so their answers become errors."""
+        for s in slots[:1]:
             results[s] = _error_result(f"slot {s}: {reason}", waited)
+        for s in slots[1:]:
+            results[s] = _error_result(f"slot {s}: not run; its worker was restarted because slot "
+                                       f"{slots[0]} failed ({reason})")
+        for s in w.slots:
+            if s in results and results[s].error is None:
+                results[s] = _error_result(f"slot {s}: its worker was restarted ({reason}) after "
+                                           "this slot answered; its episode is lost")
         self._restart(w, reason)

@@ -207,3 +207,21 @@ def _left_pad(rows: list[np.ndarray], pad: int) -> tuple[torch.Tensor, torch.Ten
         ids[i, width - r.size :] = r
         mask[i, width - r.size :] = 1
     return torch.from_numpy(ids), torch.from_numpy(mask)
+
+
+def load_hf_policy(name_or_path: str, *, max_context: int | None = None):
+    """Engine and chat renderer for a policy name (``smollm2-135m-instruct``) or HF folder.
+
+    Returns:
+        ``(HFEngine, ChatRenderer)``; the model in fp32, 1 torch thread.
+    Raises:
+        FileNotFoundError: the packaged model is not prepared (names the command).
+        KeyError: neither a packaged name nor a folder ("did you mean").
+    """
+    from transformers import AutoTokenizer
+
+    from agentrl.llm.chat import ChatRenderer
+    from agentrl.llm.models import resolve_model
+
+    path = resolve_model(name_or_path)
+    return HFEngine.from_pretrained(path, max_context=max_context), ChatRenderer(AutoTokenizer.from_pretrained(path))

@@ -7,7 +7,9 @@ Used by the unit tests (``tests/conftest.py``) and ``benchmarks/rollout.py``.
 
 from __future__ import annotations
 
+import shutil
 import sysconfig
+import tempfile
 from pathlib import Path
 
 #: ChatML chat template written for the tiny tokenizer (no default system prompt, append-only).
@@ -91,7 +93,11 @@ def tiny_model_dir(cache: str | Path) -> Path:
     """Build (once) the tiny tokenizer + model in ``cache/tiny-qwen3-bpe2k`` and return the folder."""
     out = Path(cache) / "tiny-qwen3-bpe2k"
     if not (out / "config.json").is_file():
-        out.mkdir(parents=True, exist_ok=True)
-        tok = build_tiny_tokenizer(out)
-        build_tiny_model(out, tok)
+        tmp = Path(tempfile.mkdtemp(prefix="tiny-", dir=str(Path(cache).mkdir(parents=True, exist_ok=True) or cache)))
+        tok = build_tiny_tokenizer(tmp)
+        build_tiny_model(tmp, tok)
+        try:
+            tmp.rename(out)  # atomic: concurrent builders race safely, the loser's copy is dropped
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
     return out

@@ -13,12 +13,14 @@ from typing import Sequence
 
 import numpy as np
 
+from agentrl.store.schema import TURN_BITS
 from agentrl.types import Turn
 
 _I32 = np.dtype("<i4")
 _F32 = np.dtype("<f4")
+_MAX_TURN_ID = 1 << TURN_BITS
 
-#: Column order of ``turns`` rows produced by ``turn_row`` (after run_key, turn_id).
+#: Column order of ``turns`` rows produced by ``turn_row`` (after uid, run_key, turn_id).
 TURN_COLUMNS = (
     "episode_id", "group_id", "t", "parent_turn_id", "policy_version", "observation", "anchor_obs",
     "next_anchor_obs", "action", "action_valid", "reward", "terminated", "truncated", "prompt_ids",
@@ -28,11 +30,15 @@ TURN_COLUMNS = (
 
 def blob_i32(a: np.ndarray) -> bytes:
     """int32[N] → N·4 bytes (little-endian)."""
+    if a.dtype == _I32 and a.flags.c_contiguous:
+        return a.tobytes()
     return np.ascontiguousarray(a, dtype=_I32).tobytes()
 
 
 def blob_f32(a: np.ndarray) -> bytes:
     """float32[N] → N·4 bytes (little-endian)."""
+    if a.dtype == _F32 and a.flags.c_contiguous:
+        return a.tobytes()
     return np.ascontiguousarray(a, dtype=_F32).tobytes()
 
 
@@ -46,39 +52,52 @@ def from_f32(b: bytes) -> np.ndarray:
     return np.frombuffer(b, dtype=_F32).astype(np.float32)
 
 
-def encode_info(info: dict, where: str) -> str:
+_JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+
+
+def encode_info(info: dict) -> str:
     """JSON text of a turn's ``info``; NaN/inf are refused so the text stays valid JSON.
 
     Raises:
-        ValueError: ``info`` holds a value JSON cannot represent (names ``where``).
+        ValueError: ``info`` holds a value JSON cannot represent.
     """
+    if not info:
+        return "{}"
     try:
-        return json.dumps(info, allow_nan=False, separators=(",", ":"))
+        return _JSON.encode(info)
     except (TypeError, ValueError) as exc:
         raise ValueError(
-            f"{where}: info is not JSON-serialisable ({exc}); keep Turn.info to small JSON values "
+            f"info is not JSON-serialisable ({exc}); keep Turn.info to small JSON values "
             f"(str, int, float, bool, None, lists, dicts with str keys)"
         ) from exc
 
 
-def turn_row(turn: Turn, run_key: int, turn_id: int, parent_turn_id: int | None, where: str) -> tuple:
-    """The ``turns`` row of one turn, ``(run_key, turn_id, *TURN_COLUMNS)``.
+def turn_row(turn: Turn, run_key: int, turn_id: int, episode_id: int, parent_turn_id: int | None) -> tuple:
+    turn_id = int(turn_id)
+    """The ``turns`` row of one turn: ``(uid, run_key, turn_id, *TURN_COLUMNS)`` with
+    ``uid = run_key << TURN_BITS | turn_id``; ``episode_id`` replaces ``turn.episode_id``.
 
     Raises:
-        ValueError: the reward is NaN/inf, or ``info`` is not JSON (message names ``where``).
+        ValueError: the reward is NaN/inf, ``info`` is not JSON, or the turn id is out of
+            range (the message starts with ``turn t=...``).
     """
     reward = turn.reward
-    if reward is not None:
-        reward = float(reward)
-        if not math.isfinite(reward):
-            raise ValueError(f"{where}: reward is {reward}; use None for an unscored turn")
+    try:
+        if reward is not None:
+            reward = float(reward)
+            if not math.isfinite(reward):
+                raise ValueError(f"reward is {reward}; use None for an unscored turn")
+        if not 0 <= turn_id < _MAX_TURN_ID:
+            raise ValueError(f"turn_id {turn_id} is outside [0, 2**{TURN_BITS}); use -1 to let the store assign it")
+        info = encode_info(turn.info)
+    except ValueError as exc:
+        raise ValueError(f"turn t={turn.t}: {exc}") from exc
     hidden = None if turn.hidden is None else blob_f32(turn.hidden)
     return (
-        run_key, turn_id, int(turn.episode_id), int(turn.group_id), int(turn.t), parent_turn_id,
-        int(turn.policy_version), turn.observation, turn.anchor_obs, turn.next_anchor_obs, turn.action,
-        int(bool(turn.action_valid)), reward, int(bool(turn.terminated)), int(bool(turn.truncated)),
-        blob_i32(turn.prompt_ids), blob_i32(turn.completion_ids), blob_f32(turn.completion_logprobs),
-        hidden, encode_info(turn.info, where),
+        (run_key << TURN_BITS) | turn_id, run_key, turn_id, episode_id, int(turn.group_id), int(turn.t),
+        None if parent_turn_id is None else int(parent_turn_id), int(turn.policy_version), turn.observation, turn.anchor_obs, turn.next_anchor_obs, turn.action,
+        bool(turn.action_valid), reward, bool(turn.terminated), bool(turn.truncated),
+        blob_i32(turn.prompt_ids), blob_i32(turn.completion_ids), blob_f32(turn.completion_logprobs), hidden, info,
     )
 
 

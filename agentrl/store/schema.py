@@ -5,7 +5,8 @@ Tables (all keyed by ``run_key``, the integer alias of a run id):
 - ``meta(key, value)``: ``schema_version`` = ``agentrl.types.SCHEMA_VERSION``.
 - ``runs(run_key, run_id, created_at)``.
 - ``episodes``: one row per episode, with its summary (turn count, return, success).
-- ``turns``: one row per turn; token arrays are little-endian BLOBs (int32 ids, float32
+- ``turns``: one row per turn, keyed by ``uid = run_key << 40 | turn_id`` (the rowid, so
+  ``(run, turn_id)`` is unique without a second index); token arrays are little-endian BLOBs (int32 ids, float32
   logprobs and hidden states), ``info`` is JSON text, ``reward`` is NULL when unscored.
 - ``advantages(run_key, turn_id, iteration, estimator, value)``: written by the trainer.
 - ``metrics(run_key, iteration, name, value)``: per-iteration scalars.
@@ -21,6 +22,12 @@ from pathlib import Path
 
 from agentrl.types import SCHEMA_VERSION
 
+#: Bits of ``turns.uid`` that hold the turn id (``uid = run_key << TURN_BITS | turn_id``).
+TURN_BITS = 40
+
+#: SQLite page size of new stores (bytes); rows of ~1.5 KB (300-token prompts) fit several per page.
+PAGE_SIZE = 16384
+
 #: Seconds a writer waits for another process's write lock before failing.
 BUSY_TIMEOUT_S = 60.0
 
@@ -34,13 +41,13 @@ CREATE TABLE IF NOT EXISTS episodes (
     error TEXT NOT NULL, n_turns INTEGER NOT NULL, return_ REAL, success INTEGER NOT NULL,
     created_at REAL NOT NULL, PRIMARY KEY (run_key, episode_id));
 CREATE TABLE IF NOT EXISTS turns (
-    run_key INTEGER NOT NULL, turn_id INTEGER NOT NULL, episode_id INTEGER NOT NULL,
+    uid INTEGER PRIMARY KEY, run_key INTEGER NOT NULL, turn_id INTEGER NOT NULL, episode_id INTEGER NOT NULL,
     group_id INTEGER NOT NULL, t INTEGER NOT NULL, parent_turn_id INTEGER,
     policy_version INTEGER NOT NULL, observation TEXT NOT NULL, anchor_obs TEXT NOT NULL,
     next_anchor_obs TEXT NOT NULL, action TEXT NOT NULL, action_valid INTEGER NOT NULL,
     reward REAL, terminated INTEGER NOT NULL, truncated INTEGER NOT NULL,
     prompt_ids BLOB NOT NULL, completion_ids BLOB NOT NULL, completion_logprobs BLOB NOT NULL,
-    hidden BLOB, info TEXT NOT NULL, PRIMARY KEY (run_key, turn_id));
+    hidden BLOB, info TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS turns_by_episode ON turns (run_key, episode_id, t);
 CREATE TABLE IF NOT EXISTS advantages (
     run_key INTEGER NOT NULL, turn_id INTEGER NOT NULL, iteration INTEGER NOT NULL,
@@ -107,6 +114,7 @@ def connect(path: str | Path, *, readonly: bool = False) -> sqlite3.Connection:
             conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         if not readonly:
+            conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")  # no effect on an existing file
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
             _create(conn, path)

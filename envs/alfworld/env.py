@@ -107,14 +107,20 @@ class ALFWorldEnv(gymnasium.Env):
         if task_id is None:
             task_id = self.games[int(self.np_random.integers(len(self.games)))].task_id
         self._load(str(task_id))
+        plan = expert.cached_walkthrough(self._game_data)
+        need_plan = self.expert and plan is None
+        # the planner runs on this engine, at most once per game (then the disk cache answers)
+        self._engine.request_infos.extras = ["walkthrough"] if need_plan else []
         state = self._engine.reset()
+        if need_plan:
+            plan = [str(c) for c in state["extra.walkthrough"]]
+            expert.store_walkthrough(self._game_data, plan)
         self._task_id, self._turns, self._done = str(task_id), 0, False
         self._admissible = list(state["admissible_commands"])
         info = self._info(state)
         info[INFO_TASK] = self._task_id
-        plan = expert.walkthrough(self._game_data) if self.expert else expert.cached_walkthrough(self._game_data)
         if plan is not None:
-            info[INFO_WALKTHROUGH] = plan
+            info[INFO_WALKTHROUGH] = list(plan)
         return str(state.feedback), info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:

@@ -61,16 +61,22 @@ def plan(game_data: Mapping[str, object]) -> list[str]:
     return [str(c) for c in commands]
 
 
+def store_walkthrough(game_data: Mapping[str, object], commands: list[str]) -> Path:
+    """Write ``commands`` as the cached plan of ``game_data`` (atomic); return the path."""
+    path = cache_dir() / f"{game_key(game_data)}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(list(commands)), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
 def walkthrough(game_data: Mapping[str, object]) -> list[str]:
-    """Cached planner walkthrough: read from the cache, else ``plan`` once and store it
-    (atomic write). Raises what ``plan`` raises."""
+    """Cached planner walkthrough: read from the cache, else ``plan`` once and store it.
+    Raises what ``plan`` raises."""
     hit = cached_walkthrough(game_data)
     if hit is not None:
         return hit
     commands = plan(game_data)
-    path = cache_dir() / f"{game_key(game_data)}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(commands), encoding="utf-8")
-    os.replace(tmp, path)
+    store_walkthrough(game_data, commands)
     return commands

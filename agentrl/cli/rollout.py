@@ -1,0 +1,115 @@
+"""``agentrl rollout ID --policy P --episodes N --group G --store PATH``: fill a turn store.
+
+Model-free policies (``random``, ``walkthrough``) run here without any model; any other
+policy name is handed to the LLM runner (``agentrl.rollout.get_runner``). Finished episodes
+are written to the store in batches (one transaction each), so an interrupted rollout keeps
+every batch written before the interruption.
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import shlex
+import time
+
+#: Episodes per store transaction.
+FLUSH_EVERY = 16
+
+
+def register(subparsers) -> None:
+    """Add the ``rollout`` sub-command to ``subparsers``."""
+    p = subparsers.add_parser("rollout", help="play episodes of an env with a policy and store them",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("env_id", metavar="ID", help="registered env id, e.g. agentrl/Toy-v0 (see `agentrl envs list`)")
+    p.add_argument("--policy", default="random", help="random | walkthrough | an LLM policy name (default: random)")
+    p.add_argument("--episodes", type=int, default=8, help="total episodes, a multiple of --group (default: 8)")
+    p.add_argument("--group", type=int, default=1, help="episodes per group; a group shares one env seed (default: 1)")
+    p.add_argument("--store", required=True, help="SQLite turn store file (created if missing)")
+    p.add_argument("--seed", type=int, default=0, help="base seed: group g plays env seed SEED+g (default: 0)")
+    p.add_argument("--split", default=None, help="dataset split passed to the env as split=... (data-backed envs)")
+    p.add_argument("--max-turns", type=int, default=50, help="turns before an episode is cut (default: 50)")
+    p.add_argument("--run", default=None, help="run id (default: POLICY-DATE-TIME-XXXX); must be new in the store")
+    p.add_argument("--slots", type=int, default=None, help="parallel env slots (default: min(episodes, 8))")
+    p.add_argument("--workers", type=int, default=None, help="env worker processes (default: one per slot, ≤ CPUs)")
+    llm = p.add_argument_group("LLM policies (--policy smollm2-135m-instruct or a path to an HF folder)")
+    llm.add_argument("--max-tokens", type=int, default=64, help="new tokens per turn (default: 64)")
+    llm.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: 1.0)")
+    llm.add_argument("--context", choices=("chat", "window"), default="chat", help="prompt strategy (default: chat)")
+    llm.add_argument("--action-format", default="tag:action", help="tag:NAME | regex:PATTERN | whole (default: tag:action)")
+    p.set_defaults(func=run)
+
+
+def _run_id(args: argparse.Namespace, existing: list[str]) -> str:
+    if args.run is not None:
+        if args.run in existing:
+            raise ValueError(f"run {args.run!r} already exists in {args.store}; pick a new --run (runs are append-only)")
+        return args.run
+    return f"{args.policy.replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handler of ``agentrl rollout``; returns the exit code (0).
+
+    Raises:
+        KeyError: unknown env id. ValueError: bad counts, an existing ``--run``, an LLM
+            policy without the LLM runner. StorePathError: unwritable ``--store``.
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from agentrl.env.registry import validate_id
+    from agentrl.rollout import SCRIPTED_POLICIES, RolloutRequest, get_runner
+    from agentrl.store import TurnStore
+    from agentrl.types import Episode, EpisodeStatus
+
+    console = Console()
+    validate_id(args.env_id)
+    request = RolloutRequest(env_id=args.env_id, policy=args.policy, episodes=args.episodes, group=args.group,
+                             seed=args.seed, max_turns=args.max_turns,
+                             env_kwargs={} if args.split is None else {"split": args.split},
+                             num_slots=args.slots, num_workers=args.workers)
+    runner = get_runner(args.policy)
+    if args.policy not in SCRIPTED_POLICIES:
+        import functools
+
+        from agentrl.rollout.llm_runner import LLMPolicyOptions
+
+        runner = functools.partial(runner, options=LLMPolicyOptions(
+            max_tokens=args.max_tokens, temperature=args.temperature, context=args.context,
+            action_format=args.action_format))
+    counts = {s: 0 for s in EpisodeStatus}
+    n_won = 0
+    with TurnStore(args.store) as store:
+        run_id = _run_id(args, store.runs())
+        pending: list[Episode] = []
+
+        def flush() -> None:
+            if pending:
+                store.add_episodes(pending, run_id=run_id)
+                pending.clear()
+
+        with Progress(TextColumn("[bold]rollout[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=console, transient=False) as progress:
+            task = progress.add_task(f"{args.env_id} · {args.policy}", total=request.episodes)
+
+            def on_episode(ep: Episode) -> None:
+                nonlocal n_won
+                counts[ep.status] += 1
+                n_won += ep.success
+                pending.append(ep)
+                if len(pending) >= FLUSH_EVERY:
+                    flush()
+                progress.advance(task)
+
+            try:
+                runner(request, on_episode)
+            finally:
+                flush()
+    done = sum(counts.values())
+    summary = ", ".join(f"{n} {s.value}" for s, n in counts.items() if n)
+    console.print(f"stored {done} episodes of run [bold]{run_id}[/] in {args.store} ({summary}; {n_won} won)",
+                  highlight=False)
+    console.print(f"replay: agentrl replay {shlex.quote(str(args.store))} --run {shlex.quote(run_id)}", highlight=False,
+                  markup=False)
+    return 0

@@ -1,0 +1,154 @@
+"""BiPACE (BiGPO clustering + PACE_Q), PROPOSED instance (ALGORITHMS.md §8).
+
+Paper: arXiv 2606.25556 (abstract only; authors' code TianxiangZhao/BiPACE not checked).
+§8.3 is the concrete spec implemented here.
+
+Notation (§8.3), inside each task group:
+
+* BiGPO clusters: connected components (single linkage) of the graph with an edge i–j
+  when ``1 − h_i·h_j/(|h_i||h_j|) <= tau`` or, with ``merge_identical_anchor``, when the
+  anchors are equal. A zero hidden vector has no cosine edge.
+* ``G_i`` = GiGPO step return (γ, own invalid penalty, §1.3).
+* PACE_Q in a cluster C with |C| ≥ 2: ``V(C)`` = mean G, ``Q(C, a)`` = mean G of the
+  members with action key a, ``A_step_i = (Q(C, a_i) − V(C))/(std_C(G) + eps)``
+  (``mean_std_norm``, unbiased std) or ``Q − V`` (``mean_norm``); singleton cluster,
+  all-equal G or a single action key → 0.
+* ``A = EPI(score, mode, "steps") + ω · A_step``.
+
+Columns read: group, episode, t, anchor_key, action_key (int64[N]; action keys already
+normalised by ``agentrl.types.normalize_action_key``); reward (float64[N]); hidden
+(float64[N, H]); action_valid, episode_ok, trainable (bool[N]).
+
+Cost: one H×H-free block product per group (n_g × n_g cosine matrix), components by
+vectorised min-label propagation with pointer jumping. Clusters and statistics use
+eligible rows only (P5, P6).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from agentrl.credit import _segments as S
+from agentrl.credit.registry import register_estimator
+from agentrl.types import TurnTable
+
+
+def connected_components(n: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """int64[n] component label per node (the smallest node index in its component)."""
+    label = np.arange(n)
+    while True:
+        m = np.minimum(label[u], label[v])
+        new = label.copy()
+        np.minimum.at(new, u, m)
+        np.minimum.at(new, v, m)
+        while True:
+            jumped = new[new]
+            if np.array_equal(jumped, new):
+                break
+            new = jumped
+        if np.array_equal(new, label):
+            return label
+        label = new
+
+
+def _chunks(sizes: np.ndarray, target: int) -> np.ndarray:
+    """Split points packing consecutive groups of ``sizes`` rows into chunks of about
+    ``target`` rows (a larger group is a chunk of its own)."""
+    cuts, acc, pos = [], 0, 0
+    for size in sizes.tolist():
+        if acc and acc + size > target:
+            cuts.append(pos)
+            acc = 0
+        acc += size
+        pos += size
+    return np.asarray(cuts, dtype=np.int64)
+
+
+def cosine_edges(
+    hidden: np.ndarray, group: np.ndarray, rows: np.ndarray, tau: float, chunk_rows: int = 96
+) -> tuple[np.ndarray, np.ndarray]:
+    """Edges (i, j) (both directions, self-loops included) between ``rows`` of the same group with cosine distance ≤ tau.
+
+    Consecutive groups are packed into chunks of ~``chunk_rows`` rows so that each BLAS
+    call is large enough to amortise its overhead; pairs across groups are masked out.
+    """
+    norm = np.sqrt(np.einsum("ij,ij->i", hidden, hidden))
+    unit = np.divide(hidden, norm[:, None], out=np.zeros_like(hidden), where=norm[:, None] > 0)
+    rows = rows[np.argsort(group[rows], kind="stable")]
+    rows = rows[norm[rows] > 0]
+    if rows.size < 2:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    sizes = np.bincount(S.dense(group[rows])[0])
+    us, vs = [], []
+    for block in np.split(rows, _chunks(sizes, chunk_rows)):
+        h, g = unit[block], group[block]
+        close = (h @ h.T >= 1.0 - tau) & (g[:, None] == g[None, :])
+        i, j = np.nonzero(close)  # both directions and the diagonal: harmless for components
+        us.append(block[i])
+        vs.append(block[j])
+    return np.concatenate(us), np.concatenate(vs)
+
+
+def bigpo_clusters(st: TurnTable, elig: np.ndarray, tau: float, merge_identical_anchor: bool) -> np.ndarray:
+    """int64[N] cluster label per row (eligible rows only are linked; others stay alone)."""
+    rows = np.flatnonzero(elig)
+    u, v = cosine_edges(st.hidden, st.group, rows, tau)
+    if merge_identical_anchor and rows.size:
+        key, nk = S.dense(st.group[rows], st.anchor_key[rows])
+        rep = np.full(nk, -1, dtype=np.int64)
+        rep[key[::-1]] = rows[::-1]
+        u, v = np.concatenate([u, rows]), np.concatenate([v, rep[key]])
+    return connected_components(len(st), u, v)
+
+
+def pace_q(ret: np.ndarray, cluster: np.ndarray, action: np.ndarray, elig: np.ndarray, *, mode: str, eps: float) -> np.ndarray:
+    """PACE_Q step advantage (§8.3), float64[N]; 0 outside ``elig``."""
+    c, _ = S.dense(cluster)
+    cnt, mean, std, tie = S.segment_stats(ret, c, elig)
+    ca, n_ca = S.dense(cluster, action)
+    q = np.bincount(ca[elig], weights=ret[elig], minlength=n_ca) / np.maximum(np.bincount(ca[elig], minlength=n_ca), 1)
+    pair_c = np.zeros(n_ca, dtype=np.int64)
+    pair_c[ca[elig]] = c[elig]
+    used = np.zeros(n_ca, dtype=bool)
+    used[ca[elig]] = True
+    n_act = np.bincount(pair_c[used], minlength=cnt.size)
+    ok = (cnt >= 2) & ~tie & (n_act >= 2)
+    x = q[ca] - mean[c]
+    if mode == "mean_std_norm":
+        x = x / (std[c] + eps)
+    return np.where(elig & ok[c], x, 0.0)
+
+
+@register_estimator("bipace", requires=("hidden",), choices={"mode": S.MODES})
+def bipace(
+    table: TurnTable,
+    *,
+    gamma: float = 0.95,
+    tau: float = 0.05,
+    merge_identical_anchor: bool = True,
+    step_advantage_w: float = 1.0,
+    mode: str = "mean_std_norm",
+    c_inv: float = 0.1,
+    eps: float = S.EPS,
+) -> np.ndarray:
+    """BiPACE_Q advantage per turn (§8.3, PROPOSED).
+
+    Args:
+        table: turns with ``hidden`` (N, H).
+        gamma: step-return discount. tau: cosine-distance threshold τ.
+        merge_identical_anchor: also link rows with equal anchors.
+        step_advantage_w: ω. mode: ``"mean_std_norm"`` / ``"mean_norm"``.
+        c_inv: invalid penalty (score and return). eps: §0.5.
+    Returns:
+        float64[N]; 0 for failed-episode and non-trainable rows.
+    Raises:
+        ValueError: missing ``hidden``, bad ``mode``, duplicate (episode, t).
+    """
+    S.check_choice("mode", mode, S.MODES)
+    table.require(["hidden"])
+    st, order = S.canonical(table, keep_hidden=True)
+    elig = S.eligible(st)
+    cluster = bigpo_clusters(st, elig, tau, merge_identical_anchor)
+    a_step = pace_q(S.discounted_returns(st, gamma, c_inv), cluster, st.action_key, elig, mode=mode, eps=eps)
+    a_ep = S.episode_term(st, S.outcome_score(st, c_inv), elig, mode=mode, stats_over="steps", eps=eps)
+    return S.uncanon(order, a_ep + step_advantage_w * a_step)

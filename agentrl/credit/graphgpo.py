@@ -1,0 +1,130 @@
+"""GraphGPO — graph distance-to-goal advantage (ALGORITHMS.md §6).
+
+Paper: arXiv 2605.26684. Reference: verl-agent ``recipe/GraphGPO/core_graph.py``
+(PR #256, 234a913).
+
+Notation (§6.3), inside each task group: the last turn of every episode with
+``EpReward > 0`` has its next state relabelled to the goal node ``"success"``; the
+graph has one edge ``anchor → next`` per turn; ``d(x)`` = fewest hops from x to the goal
+(``d = D_max + 1`` where the goal is unreachable, D_max = the group's largest finite
+distance). Step return ``G_i = goal_value · γ^d(next_i)`` (or
+``goal_value · γ^(d(next_i) − d(anchor_i) + 1)`` with ``normalize_distance``), minus
+``c_inv · invalid_i``; ``A_step`` = GN over (group, anchor) as GiGPO's step term;
+``A = w_step · A_step + w_ep · EPI(score, mode, "steps")``.
+
+Columns read: group, episode, t, anchor_key, next_anchor_key (int64[N], one vocabulary);
+reward (float64[N]); action_valid, episode_ok, trainable (bool[N]); ``anchor_vocab``
+(to find an observation literally equal to ``"success"``, which is the goal node, §6.5,
+and for ``enable_similarity``).
+
+Distances come from one multi-source BFS over all groups at once on the reversed graph
+(CSR arrays, one vectorised step per BFS level). Deviations: exact-tie rule (N4); the
+graph and all statistics use eligible rows only (P5, P6).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from agentrl.credit import _segments as S
+from agentrl.credit._similarity import similarity_clusters, visit_rank
+from agentrl.credit.registry import register_estimator
+from agentrl.types import TurnTable
+
+GOAL = "success"
+
+
+def bfs_to_goal(src: np.ndarray, dst: np.ndarray, goals: np.ndarray, n_nodes: int) -> np.ndarray:
+    """Hop distance from every node to the nearest goal along edge direction.
+
+    Args:
+        src, dst: int64[E] edges src → dst. goals: int64[G] goal nodes. n_nodes: node count.
+    Returns:
+        float64[n_nodes], ``inf`` where no goal is reachable.
+    """
+    dist = np.full(n_nodes, np.inf)
+    order = np.argsort(dst, kind="stable")
+    src_by_dst = src[order]
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=n_nodes))])
+    frontier = np.unique(goals)
+    dist[frontier] = 0.0
+    level = 0
+    while frontier.size:
+        starts, counts = indptr[frontier], indptr[frontier + 1] - indptr[frontier]
+        idx = np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+        cand = np.unique(src_by_dst[idx])
+        frontier = cand[np.isinf(dist[cand])]
+        level += 1
+        dist[frontier] = level
+    return dist
+
+
+def _keys(table: TurnTable, order: np.ndarray, enable_similarity: bool, thresh: float) -> tuple[np.ndarray, np.ndarray]:
+    a, nx = table.anchor_key, table.next_anchor_key
+    if enable_similarity:
+        rank = visit_rank(table.episode, table.t)
+        both = similarity_clusters(np.concatenate([table.group, table.group]), np.concatenate([a, nx]),
+                                   np.concatenate([2 * rank, 2 * rank + 1]), table.anchor_vocab, thresh)
+        a, nx = both[: a.size], both[a.size:]
+    return a[order], nx[order]
+
+
+@register_estimator("graphgpo", choices={"mode": S.MODES})
+def graphgpo(
+    table: TurnTable,
+    *,
+    gamma: float = 0.1,
+    step_advantage_w: float = 1.0,
+    episode_advantage_w: float = 1.0,
+    mode: str = "mean_std_norm",
+    normalize_distance: bool = False,
+    enable_similarity: bool = False,
+    similarity_thresh: float = 0.95,
+    goal_value: float = 10.0,
+    c_inv: float = 0.1,
+    eps: float = S.EPS,
+) -> np.ndarray:
+    """GraphGPO advantage per turn (§6.3).
+
+    Args:
+        table: turns (N rows).
+        gamma: graph decay γ (0.10 ALFWorld, 0.20 WebShop scripts).
+        step_advantage_w / episode_advantage_w: weights of the two terms.
+        mode: ``"mean_std_norm"`` or ``"mean_norm"``.
+        normalize_distance: use ``d(next) − d(anchor) + 1`` as the exponent.
+        enable_similarity / similarity_thresh: fuzzy node canonicalisation (§6.4).
+        goal_value: the constant 10 of §6.3 step 4. c_inv: invalid penalty. eps: §0.5.
+    Returns:
+        float64[N]; 0 for failed-episode and non-trainable rows.
+    Raises:
+        ValueError: bad ``mode``, duplicate (episode, t), bad threshold.
+    """
+    S.check_choice("mode", mode, S.MODES)
+    st, order = S.canonical(table)
+    elig = S.eligible(st)
+    anchor, nxt = _keys(table, order, enable_similarity, similarity_thresh)
+    vocab = table.anchor_vocab
+    top = max(int(anchor.max(initial=-1)), int(nxt.max(initial=-1)), len(vocab) - 1)
+    goal = vocab.index(GOAL) if GOAL in vocab else top + 1
+    ep_ret = S.episode_sum(st, st.reward)
+    nxt = np.where((S.next_row(st) < 0) & (ep_ret > 0), goal, nxt)
+    g2 = np.concatenate([st.group, st.group])
+    node, n_nodes = S.dense(g2, np.concatenate([anchor, nxt]))
+    na, nn = node[: len(st)], node[len(st):]
+    in_graph = np.concatenate([elig, elig])
+    is_goal = in_graph & (np.concatenate([anchor, nxt]) == goal)
+    dist = bfs_to_goal(na[elig], nn[elig], node[is_goal], n_nodes)
+    node_group = np.zeros(n_nodes, dtype=np.int64)
+    node_group[node] = S.dense(g2)[0]
+    finite = np.isfinite(dist)
+    d_max = np.zeros(node_group.max(initial=0) + 1)
+    np.maximum.at(d_max, node_group[finite], dist[finite])
+    dist = np.where(finite, dist, d_max[node_group] + 1.0)
+    expo = dist[nn] - dist[na] + 1.0 if normalize_distance else dist[nn]
+    ret = goal_value * gamma**expo - c_inv * (~st.action_valid)
+    seg, _ = S.dense(st.group, anchor)
+    adv = step_advantage_w * S.step_group_norm(ret, seg, elig, mode=mode, eps=eps)
+    if episode_advantage_w != 0:
+        a_ep = S.episode_term(st, S.outcome_score(st, c_inv), elig, mode=mode, stats_over="steps", eps=eps)
+        adv = adv + episode_advantage_w * a_ep
+    return S.uncanon(order, np.where(elig, adv, 0.0))

@@ -1,0 +1,153 @@
+"""``OpenAIHTTPEngine``: any OpenAI-compatible server over HTTP (httpx).
+
+Token-faithful mode (vLLM ≥ 0.10.2, MODELS.md §3.4): ``POST /v1/completions`` with
+``prompt: list[list[int]]`` (one batched request), ``return_token_ids: true`` and
+``logprobs: 0``; each choice carries ``token_ids`` and ``logprobs.token_logprobs`` of the
+sampled tokens (vLLM default ``raw_logprobs``). When the server returns no ``token_ids``
+(a plain OpenAI-compatible server), the engine falls back to text: it needs a tokenizer
+to decode prompts and re-encode completions, and flags every completion
+``token_faithful=False`` (evaluation only, never training).
+
+Weight updates follow vLLM's dev-mode routes (``VLLM_SERVER_DEV_MODE=1``, §3.2):
+``/pause`` → ``/collective_rpc reload_weights`` → ``/update_weight_version`` →
+``/reset_prefix_cache`` → ``/resume``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import httpx
+import numpy as np
+
+from agentrl.llm.base import FINISH_ABORT, FINISH_LENGTH, FINISH_STOP, Completion, SamplingParams, check_prompts, clamp_max_tokens
+
+_REASONS = {"stop": FINISH_STOP, "length": FINISH_LENGTH, "abort": FINISH_ABORT}
+
+
+class OpenAIHTTPEngine:
+    """``LLMClient`` over an OpenAI-compatible ``/v1/completions`` endpoint.
+
+    Args:
+        base_url: server root, e.g. ``"http://127.0.0.1:8000"`` (``/v1`` is appended).
+        model: the served model name.
+        eos_token_id: id that ends an assistant message (sent as a stop id).
+        max_context: the served model's context length in tokens.
+        tokenizer: optional; needed only for text-only servers (decode prompts, encode completions).
+        api_key: bearer token, if the server wants one.
+        timeout_s: per-request timeout in seconds.
+        transport: an ``httpx`` transport (tests pass ``httpx.MockTransport``).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        eos_token_id: int,
+        max_context: int,
+        tokenizer=None,
+        api_key: str | None = None,
+        timeout_s: float = 600.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.client = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s, transport=transport)
+        self.model = model
+        self.eos_token_id = int(eos_token_id)
+        self.max_context = int(max_context)
+        self.tokenizer = tokenizer
+        self.policy_version = 0
+        self.token_faithful = True  # becomes False after a text-only answer
+
+    def _post(self, path: str, json: dict | None = None, params: dict | None = None) -> dict:
+        r = self.client.post(path, json=json, params=params)
+        if r.status_code >= 400:
+            raise RuntimeError(f"POST {path} failed with HTTP {r.status_code}: {r.text[:500]}")
+        return r.json() if r.content else {}
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], sampling: SamplingParams, *, return_hidden: bool = False
+    ) -> list[Completion]:
+        """One batched ``/v1/completions`` request (see ``LLMClient.generate``).
+
+        Raises:
+            ValueError: ``return_hidden`` (not available over HTTP); a prompt that fills the context.
+            RuntimeError: HTTP error, a malformed answer, or a text-only server without a tokenizer.
+        """
+        if return_hidden:
+            raise ValueError("OpenAIHTTPEngine cannot return hidden states; use HFEngine for policy.return_hidden")
+        rows = check_prompts(prompts)
+        budget = min(clamp_max_tokens(p.size, sampling.max_tokens, self.max_context) for p in rows)
+        body = {
+            "model": self.model,
+            "prompt": [p.tolist() for p in rows],
+            "max_tokens": budget,
+            "temperature": 0.0 if sampling.greedy else sampling.temperature,
+            "top_p": sampling.top_p,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "stop_token_ids": [self.eos_token_id, *sampling.stop_token_ids],
+            "skip_special_tokens": False,
+        }
+        if sampling.seed is not None:
+            body["seed"] = sampling.seed
+        data = self._post("/v1/completions", json=body)
+        choices = sorted(data.get("choices", []), key=lambda c: c.get("index", 0))
+        if len(choices) != len(rows):
+            raise RuntimeError(f"/v1/completions returned {len(choices)} choices for {len(rows)} prompts")
+        return [self._parse(c, sampling) for c in choices]
+
+    def _parse(self, choice: dict, sampling: SamplingParams) -> Completion:
+        reason = _REASONS.get(choice.get("finish_reason") or "length", FINISH_LENGTH)
+        ids = choice.get("token_ids")
+        lp = (choice.get("logprobs") or {}).get("token_logprobs")
+        if ids is not None:
+            ids = [int(i) for i in ids]
+            if reason == FINISH_STOP and (not ids or ids[-1] not in {self.eos_token_id, *sampling.stop_token_ids}):
+                ids.append(self.eos_token_id)  # some servers drop the stop id; it was sampled
+                lp = None if lp is None else [*lp, float("nan")]
+            lps = np.asarray(lp, np.float32) if lp is not None and len(lp) == len(ids) else np.zeros(0, np.float32)
+            return Completion(ids, lps, reason, self.policy_version, text=choice.get("text"),
+                              logprob_mode="raw" if lps.size else "none")
+        if self.tokenizer is None:
+            raise RuntimeError("the server returned text only (no token_ids); pass tokenizer= to re-encode (eval only)")
+        self.token_faithful = False
+        text = choice.get("text", "")
+        ids = list(self.tokenizer.encode(text, add_special_tokens=False))
+        if reason == FINISH_STOP and (not ids or ids[-1] != self.eos_token_id):
+            ids.append(self.eos_token_id)
+        return Completion(ids, np.zeros(0, np.float32), reason, self.policy_version, text=text,
+                          token_faithful=False, logprob_mode="none")
+
+    def update_weights(self, source: object, version: int) -> None:
+        """Reload a checkpoint folder on a vLLM dev-mode server and set the version.
+
+        Raises:
+            TypeError: ``source`` is not a path (tensors cannot be sent over HTTP here).
+        """
+        if not isinstance(source, (str, Path)):
+            raise TypeError("OpenAIHTTPEngine.update_weights needs a checkpoint folder path the server can read")
+        self.pause("wait")
+        try:
+            self._post("/collective_rpc", json={"method": "reload_weights", "kwargs": {"weights_path": str(source)}})
+            self._post("/update_weight_version", json={"new_version": str(version)})
+            self._post("/reset_prefix_cache")
+        finally:
+            self.resume()
+        self.policy_version = int(version)
+
+    def pause(self, mode: str = "wait") -> None:
+        """``POST /pause?mode=...`` (``wait`` | ``abort`` | ``keep``)."""
+        if mode not in ("wait", "abort", "keep"):
+            raise ValueError(f"pause mode must be 'wait', 'abort' or 'keep', got {mode!r}")
+        self._post("/pause", params={"mode": mode})
+
+    def resume(self) -> None:
+        """``POST /resume``."""
+        self._post("/resume")
+
+    def close(self) -> None:
+        """Close the HTTP client (idempotent)."""
+        self.client.close()

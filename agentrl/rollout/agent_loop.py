@@ -1,0 +1,227 @@
+"""The agent loop: one episode, turn by turn, with a context strategy (no torch).
+
+``EpisodeDriver`` holds one episode's state; the collector batches many drivers into one
+engine call per round. Context strategies build each turn's prompt ids:
+
+- ``WindowContext(k)``: every turn is a fresh render — system prompt, then one user
+  message with the task (the first observation), the last ``k`` (observation, action)
+  pairs and the current observation. Each turn is its own training segment.
+- ``ChatContext``: an append-only conversation. The next prompt is the previous prompt +
+  the sampled completion ids (verbatim) + the template bridge + the new observation's
+  tokens (``ChatRenderer.extend``; PITFALLS P1/P2). When the template would rewrite
+  history, a new segment starts (``turn.info["segment"]`` increments, the fork is
+  counted in ``turn.info["forks"]``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from agentrl.env.contract import INFO_ADMISSIBLE, INFO_ANCHOR, INFO_VALID, INFO_WON
+from agentrl.env.pool import EnvResult
+from agentrl.llm.base import Completion
+from agentrl.llm.chat import ChatRenderer
+from agentrl.rollout.parsing import ActionFormat, parse_format
+from agentrl.types import Episode, EpisodeStatus, Message, Turn
+
+DEFAULT_SYSTEM = "You are an agent playing a text game. Each turn you read the game's output and choose one command."
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """How the agent loop builds prompts and reads actions.
+
+    Attributes:
+        context: ``"chat"`` (append-only) or ``"window"``.
+        window_k: (observation, action) pairs kept by ``window`` (≥ 0).
+        max_turns: turns before the episode is cut (last turn ``truncated``).
+        action_format: see ``agentrl.rollout.parsing`` (``"tag:action"``).
+        system_prompt: the system message (the action-format instruction is appended).
+        show_admissible: append the env's admissible actions to each observation.
+    Raises:
+        ValueError: bad context name or counts.
+    """
+
+    context: str = "chat"
+    window_k: int = 3
+    max_turns: int = 20
+    action_format: str = "tag:action"
+    system_prompt: str = DEFAULT_SYSTEM
+    show_admissible: bool = True
+
+    def __post_init__(self) -> None:
+        if self.context not in ("chat", "window"):
+            raise ValueError(f"LoopConfig.context must be 'chat' or 'window', got {self.context!r}")
+        if self.window_k < 0 or self.max_turns < 1:
+            raise ValueError(f"need window_k >= 0 and max_turns >= 1, got {self.window_k}, {self.max_turns}")
+        parse_format(self.action_format)
+
+
+class ContextStrategy(Protocol):
+    """Builds prompt ids turn by turn. ``segment`` / ``forks`` describe the last prompt."""
+
+    segment: int
+    forks: int
+
+    def first(self, observation: str) -> np.ndarray: ...
+
+    def next(self, completion_ids: np.ndarray, action: str, observation: str) -> np.ndarray: ...
+
+
+class WindowContext:
+    """Fresh prompt per turn: task + last ``k`` (observation, action) pairs + current observation."""
+
+    def __init__(self, renderer: ChatRenderer, system: str, k: int) -> None:
+        self.renderer, self.system, self.k = renderer, system, k
+        self.segment, self.forks = 0, 0
+        self.task, self.pairs, self.current = "", [], ""
+
+    def _prompt(self) -> np.ndarray:
+        lines = [f"Task:\n{self.task}"]
+        recent = self.pairs[-self.k :] if self.k else []
+        if recent:
+            lines.append("Recent history:\n" + "\n".join(f"> {a}\n{o}" for o, a in recent))
+        lines.append(f"Current observation:\n{self.current}")
+        return self.renderer.render_ids([Message("system", self.system), Message("user", "\n\n".join(lines))])
+
+    def first(self, observation: str) -> np.ndarray:
+        self.task = self.current = observation
+        return self._prompt()
+
+    def next(self, completion_ids: np.ndarray, action: str, observation: str) -> np.ndarray:
+        self.pairs.append((self.current, action or "(invalid)"))
+        self.current = observation
+        self.segment += 1
+        return self._prompt()
+
+
+class ChatContext:
+    """Append-only conversation with exact token extension (``ChatRenderer.extend``)."""
+
+    def __init__(self, renderer: ChatRenderer, system: str) -> None:
+        self.renderer, self.system = renderer, system
+        self.segment, self.forks = 0, 0
+        self.messages: tuple[Message, ...] = ()
+        self.prompt_ids = np.zeros(0, np.int32)
+
+    def first(self, observation: str) -> np.ndarray:
+        self.messages = (Message("system", self.system), Message("user", observation))
+        self.prompt_ids = self.renderer.render_ids(self.messages)
+        return self.prompt_ids
+
+    def next(self, completion_ids: np.ndarray, action: str, observation: str) -> np.ndarray:
+        ext = self.renderer.extend(self.prompt_ids, self.messages, completion_ids, [Message("user", observation)])
+        if ext.forked:
+            self.segment += 1
+            self.forks += 1
+        self.messages, self.prompt_ids = ext.messages, ext.prompt_ids
+        return self.prompt_ids
+
+
+def make_context(cfg: LoopConfig, renderer: ChatRenderer, system: str) -> ContextStrategy:
+    """The strategy named by ``cfg.context``."""
+    return ChatContext(renderer, system) if cfg.context == "chat" else WindowContext(renderer, system, cfg.window_k)
+
+
+def shown_observation(result: EnvResult, show_admissible: bool) -> str:
+    """The text shown to the agent: the observation, plus admissible actions when asked."""
+    acts = result.info.get(INFO_ADMISSIBLE) if show_admissible else None
+    return f"{result.obs}\nAdmissible actions: {', '.join(acts)}" if acts else result.obs
+
+
+class EpisodeDriver:
+    """Plays one episode: ``start`` (reset result) → [``prompt`` → ``act`` → ``observe``]*.
+
+    Args:
+        episode: the Episode to fill (its turns are appended here).
+        renderer: the chat renderer of the policy's tokenizer.
+        cfg: loop configuration.
+        max_context: the engine's context length in tokens.
+    """
+
+    def __init__(self, episode: Episode, renderer: ChatRenderer, cfg: LoopConfig, max_context: int) -> None:
+        self.episode, self.cfg, self.max_context = episode, cfg, max_context
+        self.fmt: ActionFormat = parse_format(cfg.action_format)
+        self.context = make_context(cfg, renderer, f"{cfg.system_prompt} {self.fmt.instructions}".strip())
+        self.renderer = renderer
+        self.done = False
+        self._prompt = np.zeros(0, np.int32)
+        self._obs, self._anchor = "", ""
+        self._pending: Turn | None = None
+
+    def start(self, result: EnvResult) -> None:
+        """Begin from a reset result (an error result fails the episode)."""
+        if result.error:
+            return self.fail(EpisodeStatus.ENV_ERROR, f"reset failed: {result.error}")
+        self._obs = shown_observation(result, self.cfg.show_admissible)
+        self._anchor = str(result.info.get(INFO_ANCHOR, result.obs))
+        self._prompt = self.context.first(self._obs)
+        self._check_room()
+
+    def prompt(self) -> np.ndarray:
+        """int32[P] ids of this turn's prompt."""
+        return self._prompt
+
+    def act(self, completion: Completion) -> str:
+        """Record the completion; return the action text to send (``""`` when unparsable)."""
+        text = completion.text if completion.text is not None else self.renderer.completion_text(completion.token_ids)
+        parsed = self.fmt.parse(text)
+        ep = self.episode
+        self._pending = Turn(
+            run_id=ep.run_id, episode_id=ep.episode_id, group_id=ep.group_id, t=len(ep.turns),
+            observation=self._obs, anchor_obs=self._anchor, action=parsed.text, action_valid=parsed.ok,
+            reward=None, prompt_ids=self._prompt, completion_ids=completion.token_ids,
+            completion_logprobs=completion.logprobs, policy_version=completion.policy_version,
+            hidden=completion.hidden,
+            info={"segment": self.context.segment, "forks": self.context.forks,
+                  "finish_reason": completion.finish_reason, "parse_ok": parsed.ok,
+                  "token_faithful": completion.token_faithful},
+        )
+        if self.cfg.context == "window":
+            del self._pending.info["segment"]
+        self._completion = completion.token_ids
+        return parsed.text
+
+    def observe(self, result: EnvResult) -> bool:
+        """Apply the env's answer to the pending turn; returns True when the episode is done."""
+        turn, self._pending = self._pending, None
+        if turn is None:
+            raise RuntimeError("observe() called without a pending act()")
+        if result.error:
+            self.episode.turns.append(turn)
+            self.fail(EpisodeStatus.ENV_ERROR, f"step failed: {result.error}")
+            return True
+        turn.reward = float(result.reward)
+        turn.action_valid = bool(turn.action_valid and result.info.get(INFO_VALID, True))
+        turn.terminated = bool(result.terminated)
+        turn.truncated = bool(result.truncated) or (not result.terminated and turn.t + 1 >= self.cfg.max_turns)
+        turn.next_anchor_obs = str(result.info.get(INFO_ANCHOR, result.obs))
+        turn.info["won"] = bool(result.info.get(INFO_WON, False))
+        self.episode.turns.append(turn)
+        if turn.terminated or turn.truncated:
+            self.done = True
+            return True
+        self._obs = shown_observation(result, self.cfg.show_admissible)
+        self._anchor = turn.next_anchor_obs
+        self._prompt = self.context.next(self._completion, turn.action, self._obs)
+        return self._check_room()
+
+    def _check_room(self) -> bool:
+        """Cut the episode when the next prompt leaves no room for a completion."""
+        if self._prompt.size < self.max_context:
+            return False
+        if self.episode.turns:
+            self.episode.turns[-1].truncated = True
+            self.episode.turns[-1].info["cut"] = "context"
+            self.done = True
+        else:
+            self.fail(EpisodeStatus.ABORTED, f"first prompt ({self._prompt.size} tokens) fills the context "
+                                             f"({self.max_context}); use a longer-context model")
+        return True
+
+    def fail(self, status: EpisodeStatus, error: str) -> None:
+        """Mark the episode failed (stored and shown, never scored 0; PITFALLS P5)."""
+        self.episode.status, self.episode.error, self.done = status, error, True

@@ -1,0 +1,176 @@
+"""Group collection: G rollouts per task with identical env seeds, batched generation.
+
+``collect`` plays ``n_groups × group_size`` episodes on an ``EnvPool``: group ``g`` uses
+env seed ``seed + g`` for all its episodes; episode ids are ``g * group_size + j``. Each
+round, the prompts of the *active* episodes only (finished ones generate nothing) go to
+the engine in one batched call (chunks of ``max_batch``), the parsed actions go to the
+pool in one ``step``. When an episode ends its slot takes the next queued episode. It
+returns the episodes (the caller writes the store). No torch here.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from agentrl.env.pool import EnvPool
+from agentrl.llm.base import LLMClient, SamplingParams
+from agentrl.llm.chat import ChatRenderer
+from agentrl.rollout.agent_loop import EpisodeDriver, LoopConfig
+from agentrl.types import Episode
+
+
+@dataclass(frozen=True)
+class CollectConfig:
+    """What to collect.
+
+    Attributes:
+        env_id: registered env id.
+        n_groups: number of tasks (groups), ≥ 1.
+        group_size: rollouts per task (G), ≥ 1.
+        seed: base env seed (group g → ``seed + g``) and sampler seed.
+        loop: the agent-loop configuration.
+        sampling: sampling parameters (``max_tokens`` per turn; clamped to the context).
+        env_kwargs: env constructor kwargs.
+        num_slots: parallel env slots (default: all episodes at once).
+        num_workers: env worker processes (default: EnvPool's).
+        step_timeout_s / reset_timeout_s: env timeouts in seconds.
+        max_batch: most prompts per engine call (default: all active).
+        return_hidden: store the final-layer hidden state per turn (BiPACE).
+        run_id: stamped on episodes and turns.
+        progress: show a rich progress bar.
+    Raises:
+        ValueError: non-positive counts.
+    """
+
+    env_id: str
+    n_groups: int
+    group_size: int = 1
+    seed: int = 0
+    loop: LoopConfig = field(default_factory=LoopConfig)
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    env_kwargs: dict = field(default_factory=dict)
+    num_slots: int | None = None
+    num_workers: int | None = None
+    step_timeout_s: float = 30.0
+    reset_timeout_s: float = 120.0
+    max_batch: int | None = None
+    return_hidden: bool = False
+    run_id: str = ""
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.n_groups < 1 or self.group_size < 1:
+            raise ValueError(f"n_groups and group_size must be >= 1, got {self.n_groups}, {self.group_size}")
+        if self.num_slots is not None and self.num_slots < 1 or self.max_batch is not None and self.max_batch < 1:
+            raise ValueError("num_slots and max_batch must be >= 1 when given")
+
+    @property
+    def n_episodes(self) -> int:
+        return self.n_groups * self.group_size
+
+
+def plan_episodes(cfg: CollectConfig, env_id: str) -> list[Episode]:
+    """Empty episodes in id order: group g, member j → id ``g*G + j``, seed ``seed + g``."""
+    return [
+        Episode(episode_id=g * cfg.group_size + j, group_id=g, env_id=env_id, task_id="", seed=cfg.seed + g,
+                run_id=cfg.run_id)
+        for g in range(cfg.n_groups)
+        for j in range(cfg.group_size)
+    ]
+
+
+def collect(
+    engine: LLMClient,
+    renderer: ChatRenderer,
+    cfg: CollectConfig,
+    *,
+    pool: EnvPool | None = None,
+    on_episode: Callable[[Episode], None] | None = None,
+) -> list[Episode]:
+    """Play all episodes of ``cfg`` and return them in episode-id order.
+
+    Args:
+        engine: the policy (any ``LLMClient``).
+        renderer: chat renderer of the policy's tokenizer.
+        cfg: what to collect.
+        pool: an open pool with ≥ ``num_slots`` slots (default: one is opened and closed here).
+        on_episode: called with each episode as it finishes (finish order).
+    Returns:
+        ``list[Episode]`` sorted by ``episode_id``; failed episodes carry their status.
+    """
+    n_slots = min(cfg.num_slots or cfg.n_episodes, cfg.n_episodes)
+    own = pool is None
+    if own:
+        pool = EnvPool(cfg.env_id, n_slots, env_kwargs=cfg.env_kwargs, num_workers=cfg.num_workers,
+                       step_timeout_s=cfg.step_timeout_s, reset_timeout_s=cfg.reset_timeout_s)
+    try:
+        with _progress(cfg) as bar:
+            task = bar.add_task("rollout", total=cfg.n_episodes, turns=0)
+            return _run(engine, renderer, cfg, pool, min(n_slots, pool.n), on_episode, lambda n, k: bar.update(task, advance=n, turns=k))
+    finally:
+        if own:
+            pool.close()
+
+
+def _progress(cfg: CollectConfig) -> Progress:
+    cols = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("episodes · {task.fields[turns]} turns"), TimeElapsedColumn()]
+    return Progress(*cols, disable=not cfg.progress, transient=False)
+
+
+def _run(engine, renderer, cfg, pool, n_slots, on_episode, tick) -> list[Episode]:
+    episodes = plan_episodes(cfg, pool.env_id)
+    queue, free = deque(episodes), list(range(n_slots))[::-1]
+    active: dict[int, EpisodeDriver] = {}
+    n_turns, rnd = 0, 0
+
+    def finish(slot: int) -> None:
+        drv = active.pop(slot)
+        free.append(slot)
+        if on_episode is not None:
+            on_episode(drv.episode)
+        tick(1, n_turns)
+
+    def admit() -> None:
+        starting = {}
+        while free and queue:
+            starting[free.pop()] = EpisodeDriver(queue.popleft(), renderer, cfg.loop, engine.max_context)
+        if not starting:
+            return
+        results = pool.reset(list(starting), [d.episode.seed for d in starting.values()])
+        for slot, drv in starting.items():
+            active[slot] = drv
+            res = results[slot]
+            drv.episode.task_id = str(res.info.get("task_id", drv.episode.seed))
+            drv.start(res)
+            if drv.done:
+                finish(slot)
+
+    admit()
+    while active:
+        slots = sorted(active)
+        completions = _generate(engine, [active[s].prompt() for s in slots], cfg, rnd)
+        rnd += 1
+        actions = {s: active[s].act(c) for s, c in zip(slots, completions)}
+        results = pool.step(actions)
+        n_turns += len(slots)
+        for s in slots:
+            if active[s].observe(results[s]):
+                finish(s)
+        tick(0, n_turns)
+        admit()
+    return episodes
+
+
+def _generate(engine: LLMClient, prompts: list, cfg: CollectConfig, rnd: int):
+    """Batched generation in chunks; the sampler seed is derived from (seed, round, chunk)."""
+    step = cfg.max_batch or len(prompts)
+    out = []
+    for i in range(0, len(prompts), step):
+        seed = None if cfg.sampling.seed is None else cfg.sampling.seed * 1_000_003 + rnd * 1_009 + i
+        out += engine.generate(prompts[i : i + step], replace(cfg.sampling, seed=seed), return_hidden=cfg.return_hidden)
+    return out

@@ -1,0 +1,172 @@
+"""Model-free policies and their rollout loop over an ``EnvPool``.
+
+``RandomPolicy`` samples uniformly from ``info["admissible_actions"]`` with its own seeded
+generator; ``WalkthroughPolicy`` follows ``info["walkthrough"]`` from reset. ``run_scripted``
+plays a ``RolloutRequest`` with them: turns carry no tokens (``prompt_ids``/``completion_ids``
+empty), so these episodes are for testing envs, the store and the estimators, and for
+baselines (random success rate, walkthrough upper bound).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from agentrl.env.contract import INFO_ADMISSIBLE, INFO_ANCHOR, INFO_TASK, INFO_VALID, INFO_WALKTHROUGH, INFO_WON
+from agentrl.rollout import RolloutRequest
+from agentrl.types import Episode, EpisodeStatus, Turn
+
+
+class RandomPolicy:
+    """Uniform choice among the admissible actions.
+
+    Args:
+        seed: seed (int or sequence of ints) of the policy's ``np.random.Generator``.
+    """
+
+    def __init__(self, seed: int | tuple[int, ...]) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, obs: str, info: dict) -> str | None:
+        """An admissible action, or ``None`` when the env lists none (the episode stops).
+
+        Raises:
+            ValueError: the env provides no ``admissible_actions`` key at all.
+        """
+        if INFO_ADMISSIBLE not in info:
+            raise ValueError(f"the random policy needs info[{INFO_ADMISSIBLE!r}], which this env does not provide; "
+                             f"use --policy walkthrough or an LLM policy")
+        actions = list(info[INFO_ADMISSIBLE])
+        return str(actions[self.rng.integers(len(actions))]) if actions else None
+
+
+class WalkthroughPolicy:
+    """Replays the expert plan the env gave at reset, one action per turn.
+
+    Args:
+        reset_info: the reset ``info``; must hold ``walkthrough`` (list of str).
+    Raises:
+        ValueError: the env gives no walkthrough.
+    """
+
+    def __init__(self, reset_info: dict) -> None:
+        plan = reset_info.get(INFO_WALKTHROUGH)
+        if plan is None:
+            raise ValueError(f"the walkthrough policy needs info[{INFO_WALKTHROUGH!r}] at reset, which this env "
+                             f"does not provide; use --policy random")
+        self.plan = deque(str(a) for a in plan)
+
+    def act(self, obs: str, info: dict) -> str | None:
+        """The next planned action, or ``None`` when the plan is used up."""
+        return self.plan.popleft() if self.plan else None
+
+
+def make_policy(name: str, reset_info: dict, seed: int, episode_id: int) -> RandomPolicy | WalkthroughPolicy:
+    """The policy object for one episode (random: seeded by ``(seed, episode_id)``)."""
+    if name == "random":
+        return RandomPolicy((seed, episode_id))
+    if name == "walkthrough":
+        return WalkthroughPolicy(reset_info)
+    raise ValueError(f"unknown scripted policy {name!r}; use 'random' or 'walkthrough'")
+
+
+@dataclass
+class _Live:
+    """An episode being played in one slot."""
+
+    episode: Episode
+    policy: RandomPolicy | WalkthroughPolicy
+    obs: str
+    info: dict
+
+
+def _jobs(req: RolloutRequest) -> deque[tuple[int, int, int]]:
+    """``(episode_id, group_id, env_seed)`` for every episode, groups in order."""
+    return deque((e, e // req.group, req.seed + e // req.group) for e in range(req.episodes))
+
+
+def _close(live: _Live, status: EpisodeStatus = EpisodeStatus.OK, error: str = "") -> Episode:
+    ep = live.episode
+    ep.status, ep.error = status, error
+    return ep
+
+
+def _turn(live: _Live, action: str, res, max_turns: int) -> Turn:
+    ep = live.episode
+    t = len(ep.turns)
+    cut = not res.terminated and t + 1 >= max_turns
+    return Turn(
+        run_id="", episode_id=ep.episode_id, group_id=ep.group_id, t=t, observation=live.obs,
+        anchor_obs=str(live.info.get(INFO_ANCHOR, live.obs)), action=action,
+        action_valid=bool(res.info.get(INFO_VALID, True)), reward=float(res.reward),
+        terminated=bool(res.terminated), truncated=bool(res.truncated or cut),
+        next_anchor_obs=str(res.info.get(INFO_ANCHOR, res.obs)), info={INFO_WON: bool(res.info.get(INFO_WON, False))},
+    )
+
+
+def run_scripted(req: RolloutRequest, on_episode: Callable[[Episode], None]) -> None:
+    """Play ``req`` with a scripted policy in an ``EnvPool``; ``on_episode`` gets each
+    finished episode (status ``env_error`` with the reason when the env failed).
+
+    An episode ends when the env terminates/truncates, after ``req.max_turns`` turns
+    (last turn marked ``truncated``) or when the policy has no action left (last turn
+    marked ``truncated``).
+    Raises:
+        KeyError: unknown env id. ValueError: the env lacks what the policy needs.
+        EnvPoolError: the env cannot be constructed.
+    """
+    from agentrl.env.pool import EnvPool
+
+    jobs = _jobs(req)
+    n_slots = min(req.num_slots or 8, req.episodes)
+    with EnvPool(req.env_id, n_slots, env_kwargs=req.env_kwargs, num_workers=req.num_workers,
+                 step_timeout_s=req.step_timeout_s) as pool:
+        live: dict[int, _Live] = {}
+        _start(pool, req, jobs, list(range(n_slots)), live, on_episode)
+        while live:
+            actions: dict[int, str] = {}
+            for slot, lv in list(live.items()):
+                action = lv.policy.act(lv.obs, lv.info)
+                if action is None:
+                    if lv.episode.turns:
+                        lv.episode.turns[-1].truncated = not lv.episode.turns[-1].terminated
+                    on_episode(_close(live.pop(slot)))
+                else:
+                    actions[slot] = action
+            free = [s for s in range(n_slots) if s not in live and s not in actions]
+            results = pool.step(actions) if actions else {}
+            for slot, res in results.items():
+                lv = live[slot]
+                if res.error is not None:
+                    on_episode(_close(live.pop(slot), EpisodeStatus.ENV_ERROR, res.error))
+                    free.append(slot)
+                    continue
+                turn = _turn(lv, actions[slot], res, req.max_turns)
+                lv.episode.turns.append(turn)
+                lv.obs, lv.info = res.obs, res.info
+                if turn.terminated or turn.truncated:
+                    on_episode(_close(live.pop(slot)))
+                    free.append(slot)
+            _start(pool, req, jobs, sorted(free), live, on_episode)
+
+
+def _start(pool, req: RolloutRequest, jobs: deque, slots: list[int], live: dict[int, _Live],
+           on_episode: Callable[[Episode], None]) -> None:
+    """Reset free ``slots`` with the next jobs; a failed reset is an env_error episode."""
+    while slots and jobs:
+        batch = [(slot, jobs.popleft()) for slot in slots[: len(jobs)]]
+        slots = slots[len(batch):]
+        results = pool.reset([s for s, _ in batch], [job[2] for _, job in batch])
+        for slot, (eid, gid, env_seed) in batch:
+            res = results[slot]
+            ep = Episode(episode_id=eid, group_id=gid, env_id=req.env_id, task_id=str(env_seed), seed=env_seed)
+            if res.error is not None:
+                ep.status, ep.error = EpisodeStatus.ENV_ERROR, res.error
+                on_episode(ep)
+                slots.append(slot)
+                continue
+            ep.task_id = str(res.info.get(INFO_TASK, env_seed))
+            live[slot] = _Live(ep, make_policy(req.policy, res.info, req.seed, eid), res.obs, res.info)

@@ -1,0 +1,24 @@
+"""agentrl.store — the SQLite turn store (layer L3).
+
+Owns: the on-disk schema (``schema``), exact Turn encoding (``codec``), batch validation
+and id assignment (``batch``), ``TurnStore`` (``sqlite``) and Parquet export (``export``).
+May import: ``agentrl.types``, ``agentrl.registry`` and the standard library / NumPy /
+pyarrow. It meets the rest of agentrl only through ``Episode``/``Turn`` in and
+``TurnTable`` out; it never imports torch.
+"""
+
+from agentrl.store.export import export_parquet
+from agentrl.store.records import AdvantageRecord, EpisodeRecord, MetricRecord
+from agentrl.store.schema import SchemaVersionError, StoreError, StorePathError
+from agentrl.store.sqlite import TurnStore
+
+__all__ = [
+    "AdvantageRecord",
+    "EpisodeRecord",
+    "MetricRecord",
+    "SchemaVersionError",
+    "StoreError",
+    "StorePathError",
+    "TurnStore",
+    "export_parquet",
+]

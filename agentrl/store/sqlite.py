@@ -1,0 +1,293 @@
+"""``TurnStore``: the append-only SQLite turn store (DESIGN.md invariant 4).
+
+One ``BEGIN IMMEDIATE`` transaction per ``add_episodes`` batch: a killed writer loses at
+most the uncommitted batch, and several processes (trainer, proxy) may write one file
+(WAL mode + busy timeout; ids are assigned under the write lock, so they stay unique).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from agentrl.store import batch as _batch
+from agentrl.store.codec import TURN_COLUMNS, row_turn, turn_row
+from agentrl.store.records import AdvantageRecord, EpisodeRecord, MetricRecord
+from agentrl.store.schema import TURN_BITS, StoreError, connect
+from agentrl.types import Episode, EpisodeStatus, Turn, TurnTable
+
+_TURN_SELECT = ", ".join(TURN_COLUMNS)
+_EPISODE_COLS = "episode_id, group_id, env_id, task_id, seed, status, error, n_turns, return_, success, created_at"
+# Columns table() needs; the rest of a Turn is left at its default (empty tokens, "").
+_TABLE_COLS = ("turn_id, episode_id, group_id, t, parent_turn_id, anchor_obs, next_anchor_obs, action, "
+               "action_valid, reward, terminated, truncated, completion_ids, hidden")
+
+
+def _ids_json(ids: Iterable[int]) -> str:
+    return json.dumps([int(i) for i in ids])
+
+
+class TurnStore:
+    """Turns, episodes, advantages and metrics of one or more runs in one SQLite file.
+
+    Args:
+        path: the store file; created (with its directory) when missing.
+        readonly: open an existing file for reading only (e.g. ``agentrl replay``).
+    Raises:
+        StorePathError: the path cannot be written (a ``PermissionError``).
+        FileNotFoundError: ``readonly`` and no file at ``path``.
+        SchemaVersionError: the file has another ``SCHEMA_VERSION``.
+        StoreError: the file is not a turn store.
+    """
+
+    def __init__(self, path: str | Path, *, readonly: bool = False) -> None:
+        self.path = Path(path)
+        self.readonly = readonly
+        self._conn = connect(self.path, readonly=readonly)
+        self._lock = threading.RLock()  # one transaction at a time on this connection (threads)
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> "TurnStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreError(f"turn store {self.path} is closed; open a new TurnStore")
+        return self._conn
+
+    def _write(self):
+        if self.readonly:
+            raise StoreError(f"turn store {self.path} was opened read-only; open it with readonly=False to write")
+        return _Transaction(self._db(), self._lock)
+
+    # -- runs ----------------------------------------------------------------------------
+    def runs(self) -> list[str]:
+        """Run ids in the store, oldest first."""
+        return [r[0] for r in self._db().execute("SELECT run_id FROM runs ORDER BY run_key")]
+
+    def _run_key(self, run_id: str | None) -> tuple[int, str]:
+        """``(run_key, run_id)``; ``None`` picks the only run. Raises ``KeyError`` otherwise."""
+        runs = self.runs()
+        if run_id is None:
+            if len(runs) == 1:
+                run_id = runs[0]
+            else:
+                raise KeyError(
+                    f"turn store {self.path} holds {len(runs)} runs ({', '.join(runs) or 'none'}); name one with run_id= / --run"
+                )
+        row = self._db().execute("SELECT run_key FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        if row is None:
+            from agentrl.registry import unknown_name_error
+
+            raise unknown_name_error("run", run_id, runs)
+        return row[0], run_id
+
+    # -- writing -------------------------------------------------------------------------
+    def add_episodes(self, episodes: Sequence[Episode], *, run_id: str | None = None) -> None:
+        """Append a batch of episodes and their turns in one transaction.
+
+        Ids equal to -1 are assigned here (``episode_id``: next free id in the run;
+        ``turn_id``: next free id in the run) and written back to the objects after the
+        commit, together with ``run_id`` and the parent of each non-first turn whose
+        ``parent_turn_id`` was ``None`` (its previous turn).
+
+        Args:
+            episodes: the batch; every episode is validated before anything is written.
+            run_id: run of every episode (overrides ``Episode.run_id``).
+        Raises:
+            ValueError: invalid input (names the episode and the fix); nothing is written.
+            StoreError: an episode or turn id is already stored for the run (append-only).
+        """
+        plans = _batch.group_by_run(episodes, run_id)
+        now = time.time()
+        with self._write() as db:
+            for plan in plans.values():
+                db.execute("INSERT OR IGNORE INTO runs (run_id, created_at) VALUES (?, ?)", (plan.run_id, now))
+                key = db.execute("SELECT run_key FROM runs WHERE run_id = ?", (plan.run_id,)).fetchone()[0]
+                nxt_e, nxt_t = db.execute(
+                    "SELECT (SELECT coalesce(max(episode_id) + 1, 0) FROM episodes WHERE run_key = ?),"
+                    " (SELECT coalesce(max(uid) - ? + 1, 0) FROM turns WHERE uid >= ? AND uid < ?)",
+                    (key, key << TURN_BITS, key << TURN_BITS, (key + 1) << TURN_BITS)).fetchone()
+                _batch.assign_ids(plan, episodes, nxt_e, nxt_t)
+                self._insert_plan(db, key, plan, episodes, now)
+        for plan in plans.values():
+            _batch.write_back(plan, episodes)
+
+    def _insert_plan(self, db, key: int, plan, episodes: Sequence[Episode], now: float) -> None:
+        ep_rows, turn_rows = [], []
+        for i in plan.episodes:
+            ep, eid = episodes[i], plan.episode_ids[i]
+            try:
+                turn_rows.extend(turn_row(tr, key, tid, eid, parent)
+                                 for tr, tid, parent in zip(ep.turns, plan.turn_ids[i], plan.parents[i]))
+            except ValueError as exc:
+                raise ValueError(f"episode {eid} (run {plan.run_id!r}), {exc}. Nothing of this batch was written") from exc
+            ret = ep.return_
+            ep_rows.append((key, eid, int(ep.group_id), ep.env_id, ep.task_id, int(ep.seed), EpisodeStatus(ep.status).value,
+                            ep.error, len(ep.turns), ret, int(ep.success), now))
+        try:
+            db.executemany(f"INSERT INTO episodes (run_key, {_EPISODE_COLS}) VALUES ({', '.join('?' * 12)})", ep_rows)
+            db.executemany(f"INSERT INTO turns (uid, run_key, turn_id, {_TURN_SELECT}) VALUES ({', '.join('?' * 21)})",
+                           turn_rows)
+        except sqlite3.IntegrityError as exc:
+            raise StoreError(
+                f"run {plan.run_id!r} in {self.path}: an episode or turn id of this batch is already stored ({exc}); "
+                f"the store is append-only: use new ids or -1 to let the store assign them. Nothing was written"
+            ) from exc
+
+    def set_advantages(self, run_id: str, turn_ids: Sequence[int], values: Sequence[float], iteration: int,
+                       estimator: str, *, overwrite: bool = False) -> None:
+        """Store one advantage per turn, keyed by ``(run, turn_id, iteration, estimator)``.
+
+        Args:
+            turn_ids: int[N], stored turns of ``run_id`` (e.g. ``TurnTable.turn_id``).
+            values: float[N], finite advantages.
+            overwrite: replace values already stored under the same key.
+        Raises:
+            ValueError: length mismatch, non-finite value, unknown turn id, or (without
+                ``overwrite``) a key already stored. Nothing is written then.
+        """
+        ids = np.asarray(turn_ids, dtype=np.int64).reshape(-1)
+        vals = np.asarray(values, dtype=np.float64).reshape(-1)
+        if ids.shape != vals.shape:
+            raise ValueError(f"set_advantages: {ids.size} turn ids but {vals.size} values; pass one value per turn")
+        if ids.size and (ids.min() < 0 or ids.max() >= 1 << TURN_BITS):
+            raise ValueError(f"set_advantages: turn ids must be stored ids in [0, 2**{TURN_BITS}), got {ids.min()}..{ids.max()}")
+        if not np.isfinite(vals).all():
+            raise ValueError(f"set_advantages: {int((~np.isfinite(vals)).sum())} non-finite advantage(s); fix the estimator input")
+        key, run_id = self._run_key(run_id)
+        with self._write() as db:
+            known = db.execute("SELECT count(*) FROM turns WHERE uid IN (SELECT ? + value FROM json_each(?))",
+                               (key << TURN_BITS, _ids_json(np.unique(ids)))).fetchone()[0]
+            if known != np.unique(ids).size:
+                raise ValueError(f"set_advantages: {np.unique(ids).size - known} turn id(s) are not stored for run {run_id!r}")
+            verb = "INSERT OR REPLACE" if overwrite else "INSERT"
+            try:
+                db.executemany(f"{verb} INTO advantages VALUES (?, ?, ?, ?, ?)",
+                               ((key, int(t), int(iteration), estimator, float(v)) for t, v in zip(ids, vals)))
+            except sqlite3.IntegrityError as exc:
+                raise ValueError(f"advantages of run {run_id!r} iteration {iteration} estimator {estimator!r} are "
+                                 f"already stored; pass overwrite=True to replace them") from exc
+
+    def add_metrics(self, run_id: str, iteration: int, values: Mapping[str, float]) -> None:
+        """Store per-iteration scalars (replacing the same ``(iteration, name)``)."""
+        with self._write() as db:
+            db.execute("INSERT OR IGNORE INTO runs (run_id, created_at) VALUES (?, ?)", (run_id, time.time()))
+            key = db.execute("SELECT run_key FROM runs WHERE run_id = ?", (run_id,)).fetchone()[0]
+            db.executemany("INSERT OR REPLACE INTO metrics VALUES (?, ?, ?, ?)",
+                           ((key, int(iteration), str(k), float(v)) for k, v in values.items()))
+
+    # -- reading -------------------------------------------------------------------------
+    def episodes(self, run_id: str | None = None, episode_ids: Sequence[int] | None = None) -> list[EpisodeRecord]:
+        """Episode summaries of one run, by episode id. ``run_id=None``: the only run."""
+        key, run_id = self._run_key(run_id)
+        sql, params = f"SELECT {_EPISODE_COLS} FROM episodes WHERE run_key = ?", [key]
+        if episode_ids is not None:
+            sql += " AND episode_id IN (SELECT value FROM json_each(?))"
+            params.append(_ids_json(episode_ids))
+        rows = self._db().execute(sql + " ORDER BY episode_id", params)
+        return [EpisodeRecord(run_id, r[0], r[1], r[2], r[3], r[4], EpisodeStatus(r[5]), r[6], r[7], r[8],
+                              bool(r[9]), r[10]) for r in rows]
+
+    def turns(self, episode_id: int, run_id: str | None = None) -> list[Turn]:
+        """Every field of the turns of one episode, in ``t`` order."""
+        key, run_id = self._run_key(run_id)
+        rows = self._db().execute(f"SELECT turn_id, {_TURN_SELECT} FROM turns WHERE run_key = ? AND episode_id = ? "
+                                  "ORDER BY t", (key, int(episode_id)))
+        return [row_turn(run_id, r[0], r[1:]) for r in rows]
+
+    def load_episodes(self, run_id: str | None = None, episode_ids: Sequence[int] | None = None) -> list[Episode]:
+        """Full episodes (every turn field) of one run."""
+        recs = self.episodes(run_id, episode_ids)
+        return [Episode(episode_id=r.episode_id, group_id=r.group_id, env_id=r.env_id, task_id=r.task_id, seed=r.seed,
+                        status=r.status, turns=self.turns(r.episode_id, r.run_id), error=r.error, run_id=r.run_id)
+                for r in recs]
+
+    def table(self, run_id: str | None = None, episode_ids: Sequence[int] | None = None) -> TurnTable:
+        """The estimators' ``TurnTable`` over the episodes of one run (rows by episode, then t).
+
+        Built with ``TurnTable.from_episodes`` (one anchor vocabulary; ``parent`` from
+        ``parent_turn_id``; ``episode_ok`` from status and scored rewards; ``trainable``:
+        rows with completion tokens). Prompt ids and observations are not loaded.
+        """
+        recs = self.episodes(run_id, episode_ids)
+        if not recs:
+            return TurnTable.from_episodes([])
+        key, run_id = self._run_key(recs[0].run_id)
+        sql, params = f"SELECT {_TABLE_COLS} FROM turns WHERE run_key = ?", [key]
+        if episode_ids is not None:
+            sql += " AND episode_id IN (SELECT value FROM json_each(?))"
+            params.append(_ids_json(episode_ids))
+        rows = self._db().execute(sql + " ORDER BY episode_id, t", params)
+        by_episode = {eid: list(g) for eid, g in itertools.groupby(rows, key=lambda r: r[1])}
+        episodes = [Episode(episode_id=r.episode_id, group_id=r.group_id, env_id=r.env_id, task_id=r.task_id,
+                            seed=r.seed, status=r.status, run_id=run_id,
+                            turns=[_table_turn(run_id, row) for row in by_episode.get(r.episode_id, [])])
+                    for r in recs]
+        return TurnTable.from_episodes(episodes)
+
+    def advantages(self, run_id: str | None = None, *, iteration: int | None = None,
+                   estimator: str | None = None) -> list[AdvantageRecord]:
+        """Stored advantages of one run, ordered by (iteration, estimator, turn_id)."""
+        key, run_id = self._run_key(run_id)
+        sql, params = "SELECT turn_id, iteration, estimator, value FROM advantages WHERE run_key = ?", [key]
+        if iteration is not None:
+            sql, params = sql + " AND iteration = ?", params + [int(iteration)]
+        if estimator is not None:
+            sql, params = sql + " AND estimator = ?", params + [estimator]
+        rows = self._db().execute(sql + " ORDER BY iteration, estimator, turn_id", params)
+        return [AdvantageRecord(run_id, *r) for r in rows]
+
+    def metrics(self, run_id: str | None = None) -> list[MetricRecord]:
+        """Stored metrics of one run, ordered by (iteration, name)."""
+        key, run_id = self._run_key(run_id)
+        rows = self._db().execute("SELECT iteration, name, value FROM metrics WHERE run_key = ? ORDER BY iteration, name",
+                                  (key,))
+        return [MetricRecord(run_id, *r) for r in rows]
+
+
+def _table_turn(run_id: str, r: Sequence) -> Turn:
+    (tid, eid, gid, t, parent, anchor, nxt, action, valid, reward, term, trunc, completion, hidden) = r
+    return Turn(run_id=run_id, turn_id=tid, episode_id=eid, group_id=gid, t=t, parent_turn_id=parent,
+                observation="", anchor_obs=anchor, next_anchor_obs=nxt, action=action, action_valid=bool(valid),
+                reward=reward, terminated=bool(term), truncated=bool(trunc),
+                completion_ids=np.frombuffer(completion, dtype="<i4"),  # read-only view: no copy
+                hidden=None if hidden is None else np.frombuffer(hidden, dtype="<f4"))
+
+
+class _Transaction:
+    """``BEGIN IMMEDIATE`` … ``COMMIT`` (``ROLLBACK`` on any exception)."""
+
+    def __init__(self, conn: sqlite3.Connection, lock: threading.RLock) -> None:
+        self.conn, self.lock = conn, lock
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.lock.acquire()
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except BaseException:
+            self.lock.release()
+            raise
+        return self.conn
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            self.conn.execute("COMMIT" if exc_type is None else "ROLLBACK")
+        finally:
+            self.lock.release()

@@ -1,0 +1,216 @@
+"""Turns → padded training tensors (``TrainBatch``), optionally packing an episode's turns.
+
+One row holds one turn's ``prompt_ids + completion_ids`` (right padded), or, with
+``pack=True``, a chain of consecutive turns where each next prompt starts with the previous
+prompt + completion (DESIGN.md invariant 1): the row is the last turn's sequence and every
+turn's completion tokens are masked in at their own positions. A causal model scores each
+token from its prefix only, so packed and unpacked rows give the same logprobs with fewer
+tokens. The loss mask is 1 exactly on sampled completion tokens (PITFALLS P3).
+
+Positions: column ``t`` of every (B, T) tensor is token ``input_ids[:, t]``; its logprob is
+read from the logits at ``t − 1`` (``agentrl.update.logprobs``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+__all__ = ["TrainBatch", "build_batch", "pack_chains", "minibatches", "model_device"]
+
+
+@dataclass(frozen=True, eq=False)
+class TrainBatch:
+    """Padded tensors for the policy loss; B rows, T columns, N turns.
+
+    Attributes:
+        input_ids: (B, T) int64 token ids, right padded with ``pad_id``.
+        attention_mask: (B, T) int64, 1 on real tokens, 0 on padding.
+        loss_mask: (B, T) float32, 1 exactly on sampled completion tokens, else 0.
+        advantages: (B, T) float32, each turn's advantage on its completion tokens, else 0.
+        old_logprobs: (B, T) float32, behaviour-policy logprobs on completion tokens, else 0.
+        turn_ids: (B, T) int64, index (0..N-1) of the turn owning each completion token, −1
+            elsewhere; sequence-level aggregations and GSPO group tokens by it.
+        turn_row: (N,) int64, the row that holds turn n.
+        turn_value_pos: (N,) int64, position of turn n's last prompt token in its row (where
+            the turn-level critic reads V(s_n), ALGORITHMS.md §10).
+        ref_logprobs: optional (B, T) float32, frozen-reference logprobs (for the KL term).
+        returns: optional (N,) float32 critic targets (turn-PPO).
+        old_values: optional (N,) float32 critic values at rollout time (value clipping).
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    loss_mask: torch.Tensor
+    advantages: torch.Tensor
+    old_logprobs: torch.Tensor
+    turn_ids: torch.Tensor
+    turn_row: torch.Tensor
+    turn_value_pos: torch.Tensor
+    ref_logprobs: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
+    old_values: torch.Tensor | None = None
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @property
+    def num_turns(self) -> int:
+        return int(self.turn_row.shape[0])
+
+    @property
+    def num_tokens(self) -> int:
+        """Number of trained (loss-mask) tokens."""
+        return int(self.loss_mask.sum().item())
+
+    def select(self, rows: Sequence[int] | torch.Tensor) -> "TrainBatch":
+        """Sub-batch of ``rows`` (in the given order) with its turns renumbered 0..N'-1
+        (in order of their original index) and padding trimmed to the longest selected row."""
+        rows = torch.as_tensor(rows, dtype=torch.int64)
+        length = max(int(self.attention_mask[rows].sum(1).max().item()), 1) if len(rows) else 1
+        new_row = torch.full((self.num_rows,), -1, dtype=torch.int64)
+        new_row[rows] = torch.arange(len(rows))
+        keep = new_row[self.turn_row] >= 0  # (N,) turns living in the selected rows
+        lut = torch.full((self.num_turns + 1,), -1, dtype=torch.int64)  # index −1 → −1
+        lut[:-1][keep] = torch.arange(int(keep.sum()))
+
+        def cut(x: torch.Tensor | None) -> torch.Tensor | None:
+            return None if x is None else x[rows, :length]
+
+        return TrainBatch(
+            input_ids=cut(self.input_ids), attention_mask=cut(self.attention_mask),
+            loss_mask=cut(self.loss_mask), advantages=cut(self.advantages),
+            old_logprobs=cut(self.old_logprobs), turn_ids=lut[cut(self.turn_ids)],
+            turn_row=new_row[self.turn_row[keep]], turn_value_pos=self.turn_value_pos[keep],
+            ref_logprobs=cut(self.ref_logprobs),
+            returns=None if self.returns is None else self.returns[keep],
+            old_values=None if self.old_values is None else self.old_values[keep],
+        )
+
+    def to(self, device: torch.device | str) -> "TrainBatch":
+        """Copy with every tensor on ``device`` (a no-op copy when already there)."""
+        moved = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return TrainBatch(**{k: None if v is None else v.to(device) for k, v in moved.items()})
+
+    def with_(self, **changes: torch.Tensor | None) -> "TrainBatch":
+        """Copy with fields replaced (e.g. ``ref_logprobs=...``, ``returns=...``)."""
+        return dataclasses.replace(self, **changes)
+
+
+def _as_ids(x: object, what: str, i: int) -> np.ndarray:
+    a = np.asarray(x)
+    if a.ndim != 1 or (a.size and not np.issubdtype(a.dtype, np.integer)):
+        raise ValueError(f"{what}[{i}] must be a 1-D integer array, got shape {a.shape} dtype {a.dtype}")
+    return a.astype(np.int64, copy=False)
+
+
+def _check_inputs(prompt_ids, completion_ids, old_logprobs, advantages) -> tuple[list, list, list, list]:
+    n = len(prompt_ids)
+    if not (len(completion_ids) == len(old_logprobs) == n):
+        raise ValueError(f"prompt_ids, completion_ids and old_logprobs must have one entry per turn; "
+                         f"got {n}, {len(completion_ids)}, {len(old_logprobs)}")
+    if n == 0:
+        raise ValueError("build_batch needs at least one turn")
+    prompts = [_as_ids(p, "prompt_ids", i) for i, p in enumerate(prompt_ids)]
+    comps = [_as_ids(c, "completion_ids", i) for i, c in enumerate(completion_ids)]
+    lps = [np.asarray(lp, dtype=np.float32).reshape(-1) for lp in old_logprobs]
+    for i, (p, c, lp) in enumerate(zip(prompts, comps, lps)):
+        if p.size == 0:
+            raise ValueError(f"turn {i} has an empty prompt; a completion token needs at least one token before it")
+        if lp.size != c.size:
+            raise ValueError(f"turn {i}: {lp.size} old logprobs for {c.size} completion tokens (need one per token)")
+    adv = np.asarray(advantages, dtype=object if _ragged(advantages) else np.float64)
+    if adv.dtype != object and adv.ndim == 1:
+        if adv.shape != (n,):
+            raise ValueError(f"advantages must be float64[N] with N={n} turns, got shape {adv.shape}")
+        per_tok = [np.full(c.size, a, dtype=np.float64) for a, c in zip(adv, comps)]
+    else:
+        per_tok = [np.asarray(a, dtype=np.float64).reshape(-1) for a in advantages]
+        if len(per_tok) != n or any(a.size != c.size for a, c in zip(per_tok, comps)):
+            raise ValueError("per-token advantages must give one array per turn with one value per completion token")
+    if not all(np.isfinite(a).all() for a in per_tok):
+        raise ValueError("advantages contain NaN or inf; check the estimator output (failed episodes must be excluded, not NaN)")
+    return prompts, comps, lps, per_tok
+
+
+def _ragged(x: object) -> bool:
+    return isinstance(x, (list, tuple)) and len(x) > 0 and np.ndim(x[0]) > 0
+
+
+def pack_chains(prompt_ids: Sequence[np.ndarray], completion_ids: Sequence[np.ndarray]) -> list[list[int]]:
+    """Group consecutive turns into chains where turn i+1's prompt starts with turn i's
+    prompt + completion (exact token prefix). Returns lists of turn indices, in order."""
+    chains: list[list[int]] = [[0]]
+    for i in range(1, len(prompt_ids)):
+        prev = np.concatenate([np.asarray(prompt_ids[i - 1]), np.asarray(completion_ids[i - 1])])
+        p = np.asarray(prompt_ids[i])
+        if p.size >= prev.size and np.array_equal(p[: prev.size], prev):
+            chains[-1].append(i)
+        else:
+            chains.append([i])
+    return chains
+
+
+def build_batch(prompt_ids: Sequence[np.ndarray], completion_ids: Sequence[np.ndarray],
+                old_logprobs: Sequence[np.ndarray], advantages: np.ndarray | Sequence[np.ndarray],
+                pad_id: int, pack: bool = False) -> TrainBatch:
+    """Build the padded batch for N turns.
+
+    Args:
+        prompt_ids: N int arrays (P_i,), exactly the ids the engine was given (non-empty).
+        completion_ids: N int arrays (C_i,), exactly the sampled ids (EOS included).
+        old_logprobs: N float arrays (C_i,), behaviour logprobs of the sampled ids.
+        advantages: float64[N] one value per turn (broadcast over its completion tokens), or
+            N float arrays (C_i,) of per-token advantages (token-level GAE, ALGORITHMS.md §11).
+        pad_id: id written at padding positions (masked out everywhere).
+        pack: put prefix-consistent consecutive turns (same episode, in ``t`` order) in one row.
+    Returns:
+        ``TrainBatch`` with B = N rows (or one per chain when packing), T = longest row.
+    Raises:
+        ValueError: mismatched lengths, an empty prompt, non-integer ids, NaN/inf advantages.
+    """
+    prompts, comps, lps, advs = _check_inputs(prompt_ids, completion_ids, old_logprobs, advantages)
+    chains = pack_chains(prompts, comps) if pack else [[i] for i in range(len(prompts))]
+    lengths = [prompts[c[-1]].size + comps[c[-1]].size for c in chains]
+    b, t, n = len(chains), max(lengths), len(prompts)
+    ids = np.full((b, t), pad_id, dtype=np.int64)
+    attn = np.zeros((b, t), dtype=np.int64)
+    mask, adv, old = (np.zeros((b, t), dtype=np.float32) for _ in range(3))
+    tid = np.full((b, t), -1, dtype=np.int64)
+    turn_row, value_pos = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    for r, chain in enumerate(chains):
+        last = chain[-1]
+        ids[r, : lengths[r]] = np.concatenate([prompts[last], comps[last]])
+        attn[r, : lengths[r]] = 1
+        for i in chain:
+            s, e = prompts[i].size, prompts[i].size + comps[i].size
+            mask[r, s:e], adv[r, s:e], old[r, s:e], tid[r, s:e] = 1.0, advs[i], lps[i], i
+            turn_row[i], value_pos[i] = r, s - 1
+    return TrainBatch(
+        input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(attn),
+        loss_mask=torch.from_numpy(mask), advantages=torch.from_numpy(adv),
+        old_logprobs=torch.from_numpy(old), turn_ids=torch.from_numpy(tid),
+        turn_row=torch.from_numpy(turn_row), turn_value_pos=torch.from_numpy(value_pos),
+    )
+
+
+def minibatches(num_rows: int, size: int, *, seed: int | None = None) -> list[torch.Tensor]:
+    """Split rows 0..num_rows-1 into consecutive chunks of ``size`` (0 = one chunk), after a
+    seeded shuffle when ``seed`` is given. Returns int64 index tensors."""
+    if num_rows < 1:
+        raise ValueError("minibatches needs at least one row")
+    order = torch.arange(num_rows)
+    if seed is not None:
+        order = order[torch.randperm(num_rows, generator=torch.Generator().manual_seed(seed))]
+    size = num_rows if size <= 0 else size
+    return list(order.split(size))
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """Device of the model's first parameter (CPU for a parameterless module)."""
+    return next((p.device for p in model.parameters()), torch.device("cpu"))

@@ -1,0 +1,115 @@
+"""Per-token logprobs and entropy from a teacher-forced forward pass.
+
+Logits are cast to float32 before the softmax (bf16 logsumexp loses ~2 digits), divided by
+the sampling temperature (so the ratio compares the policy that sampled with the one being
+trained) and read at shifted positions: the logprob of token ``input_ids[:, t]`` comes from
+the logits at ``t − 1``. Column 0 has no predecessor and is 0 (never in the loss mask, since
+every prompt has at least one token). Training logprobs always come from raw logits,
+never from ``generate(output_scores=True)`` (MODELS.md decision 6).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from agentrl.update.batch import TrainBatch, model_device
+
+__all__ = ["TokenStats", "logprobs_from_logits", "entropy_from_logits", "forward_token_stats", "batch_logprobs"]
+
+
+@dataclass(frozen=True)
+class TokenStats:
+    """Per-token outputs of one forward pass, aligned with ``input_ids`` columns.
+
+    Attributes:
+        logprobs: (B, T) float32, log π(input_ids[:, t] | input_ids[:, :t]); column 0 is 0.
+        entropy: (B, T) float32 entropy (nats) of the distribution that predicted token t,
+            or None when not requested; column 0 is 0.
+    """
+
+    logprobs: torch.Tensor
+    entropy: torch.Tensor | None
+
+
+def _pad_first(x: torch.Tensor) -> torch.Tensor:
+    return torch.cat([x.new_zeros(x.shape[0], 1), x], dim=1)
+
+
+def logprobs_from_logits(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Shifted token logprobs: (B, T, V) logits, (B, T) int64 ids → (B, T) float32.
+
+    ``out[:, t] = log_softmax(logits[:, t-1] / temperature)[input_ids[:, t]]``, ``out[:, 0] = 0``.
+    Computed as ``gathered − logsumexp`` in float32 (no (B, T, V) log-softmax tensor kept).
+    """
+    z = logits[:, :-1].float() / temperature  # (B, T-1, V)
+    picked = z.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # (B, T-1)
+    return _pad_first(picked - torch.logsumexp(z, dim=-1))
+
+
+def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Shifted entropy in nats: (B, T, V) logits → (B, T) float32; ``out[:, t]`` is the
+    entropy of the distribution predicting token t; ``out[:, 0] = 0``."""
+    z = logits[:, :-1].float() / temperature
+    logp = torch.log_softmax(z, dim=-1)
+    return _pad_first(-(logp.exp() * logp).sum(-1))
+
+
+def forward_token_stats(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
+                        temperature: float = 1.0, with_entropy: bool = False,
+                        entropy_grad: bool = False) -> TokenStats:
+    """One forward pass of a causal LM (HF ``...ForCausalLM`` or peft-wrapped) on a batch.
+
+    Args:
+        model: returns an object with ``.logits`` (B, T, V) for ``(input_ids, attention_mask)``.
+        input_ids, attention_mask: (B, T) int64, right padded.
+        temperature: sampling temperature the behaviour policy used (> 0).
+        with_entropy: also return the per-token entropy.
+        entropy_grad: keep the entropy in the autograd graph (for an entropy bonus);
+            otherwise it is computed detached, for logging only.
+    Returns:
+        ``TokenStats`` with (B, T) float32 tensors (gradients flow through ``logprobs``
+        when grad mode is on).
+    """
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+    lp = logprobs_from_logits(logits, input_ids, temperature)
+    ent = None
+    if with_entropy:
+        if entropy_grad:
+            ent = entropy_from_logits(logits, temperature)
+        else:
+            with torch.no_grad():
+                ent = entropy_from_logits(logits.detach(), temperature)
+    return TokenStats(logprobs=lp, entropy=ent)
+
+
+@torch.no_grad()
+def batch_logprobs(model: torch.nn.Module, batch: TrainBatch, *, micro_batch: int = 4,
+                   temperature: float = 1.0) -> torch.Tensor:
+    """Logprobs of every token of ``batch`` without gradients, ``micro_batch`` rows per
+    forward (e.g. the frozen reference for the KL term, or a recompute of the old policy).
+
+    Returns:
+        (B, T) float32 tensor aligned with ``batch.input_ids``, 0 where ``attention_mask``
+        is 0 and in column 0.
+    Raises:
+        ValueError: ``micro_batch`` < 1.
+    """
+    if micro_batch < 1:
+        raise ValueError(f"micro_batch must be >= 1 rows, got {micro_batch}")
+    was_training = model.training
+    model.eval()
+    out = torch.zeros(batch.input_ids.shape, dtype=torch.float32)
+    device = model_device(model)
+    try:
+        for start in range(0, batch.num_rows, micro_batch):
+            rows = slice(start, start + micro_batch)
+            attn = batch.attention_mask[rows]
+            length = max(int(attn.sum(1).max().item()), 1)
+            ids, attn = batch.input_ids[rows, :length].to(device), attn[:, :length].to(device)
+            lp = forward_token_stats(model, ids, attn, temperature=temperature).logprobs
+            out[rows, :length] = (lp * attn).cpu()
+    finally:
+        model.train(was_training)
+    return out

@@ -1,0 +1,161 @@
+"""One optimizer step of the policy loss over a minibatch, with micro-batches.
+
+``update`` splits the minibatch into micro-batches of ``cfg.micro_batch`` rows, runs
+forward + backward on each, and steps once. Every aggregation divides by denominators
+counted over the whole minibatch (``LossScale``), so the accumulated gradient equals the
+one of a single full-batch pass (1 × 4 rows == 4 × 1 rows up to float rounding).
+
+Objective per minibatch (minimised):
+``agg(policy_loss) + kl_coef · agg(KL(π‖π_ref)) − entropy_coef · agg(H(π))``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from agentrl.config import UpdateConfig
+from agentrl.update.batch import TrainBatch, minibatches, model_device
+from agentrl.update.logprobs import forward_token_stats
+from agentrl.update.losses import AGGREGATIONS, KL_ESTIMATORS, LOSSES, ClipSpec, LossScale, PolicyLossInputs
+
+__all__ = ["UpdateStats", "make_optimizer", "update", "train_on_batch"]
+
+
+@dataclass(frozen=True)
+class UpdateStats:
+    """Diagnostics of one optimizer step (token means are over the minibatch's trained tokens).
+
+    Attributes:
+        loss: the total objective that was minimised (aggregated as configured).
+        pg_loss: the policy-loss part of ``loss``.
+        kl: token mean of the KL estimate to the reference (0 when ``kl_coef`` is 0).
+        clip_frac: fraction of trained tokens where the clipped branch was taken.
+        approx_kl: token mean of ``(r − 1) − log r``, r = π/π_old (≥ 0; KL(π_old‖π)).
+        entropy: token mean of the policy entropy (nats).
+        grad_norm: total gradient 2-norm before clipping.
+        tokens: number of trained tokens.
+    """
+
+    loss: float
+    pg_loss: float
+    kl: float
+    clip_frac: float
+    approx_kl: float
+    entropy: float
+    grad_norm: float
+    tokens: int
+
+    def as_metrics(self, prefix: str = "update/") -> dict[str, float]:
+        """Flat ``{prefix + name: value}`` for ``agentrl.log.MetricsLogger``."""
+        return {prefix + k: float(v) for k, v in self.__dict__.items()}
+
+
+def make_optimizer(model: torch.nn.Module, lr: float, weight_decay: float = 0.0,
+                   betas: tuple[float, float] = (0.9, 0.999)) -> torch.optim.AdamW:
+    """AdamW (arXiv 1711.05101) over the trainable parameters; weight decay applies to
+    matrices only (ndim ≥ 2), not to biases and norm gains.
+
+    Raises:
+        ValueError: the model has no trainable parameter.
+    """
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("model has no trainable parameters (all frozen?); unfreeze some or apply LoRA first")
+    groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
+              {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=betas)
+
+
+class _Sums:
+    """Running sums over micro-batches (token-weighted metric sums)."""
+
+    def __init__(self) -> None:
+        self.loss = self.pg = self.kl = self.clip = self.akl = self.ent = 0.0
+
+    def stats(self, tokens: float, grad_norm: float) -> UpdateStats:
+        return UpdateStats(loss=self.loss, pg_loss=self.pg, kl=self.kl / tokens, clip_frac=self.clip / tokens,
+                           approx_kl=self.akl / tokens, entropy=self.ent / tokens, grad_norm=grad_norm,
+                           tokens=int(tokens))
+
+
+def _micro_step(model: torch.nn.Module, mb: TrainBatch, cfg: UpdateConfig, scale: LossScale,
+                temperature: float, sums: _Sums) -> None:
+    """Forward + backward of one micro-batch; adds its share of every metric to ``sums``."""
+    policy_loss, agg = LOSSES.get(cfg.loss), AGGREGATIONS.get(cfg.aggregation)
+    out = forward_token_stats(model, mb.input_ids, mb.attention_mask, temperature=temperature,
+                              with_entropy=True, entropy_grad=cfg.entropy_coef != 0)
+    m = mb.loss_mask
+    x = PolicyLossInputs(out.logprobs, mb.old_logprobs, mb.advantages, m, mb.turn_ids)
+    tl = policy_loss(x, ClipSpec(cfg.clip_low, cfg.clip_high, cfg.clip_c))
+    pg = agg(tl.loss, m, mb.turn_ids, scale)
+    total = pg
+    if cfg.kl_coef > 0:
+        kl = KL_ESTIMATORS.get(cfg.kl_estimator)(out.logprobs, mb.ref_logprobs)
+        total = total + cfg.kl_coef * agg(kl, m, mb.turn_ids, scale)
+        sums.kl += float((kl.detach() * m).sum())
+    if cfg.entropy_coef != 0:
+        total = total - cfg.entropy_coef * agg(out.entropy, m, mb.turn_ids, scale)
+    total.backward()
+    log_r = (out.logprobs.detach() - mb.old_logprobs).clamp(-20.0, 20.0)  # token-level, whatever the loss
+    sums.loss += float(total.detach())
+    sums.pg += float(pg.detach())
+    sums.clip += float((tl.clipped * m).sum())
+    sums.akl += float(((torch.expm1(log_r) - log_r) * m).sum())
+    sums.ent += float((out.entropy.detach() * m).sum())
+
+
+def update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: TrainBatch, cfg: UpdateConfig, *,
+           temperature: float = 1.0, micro_batch: int | None = None) -> UpdateStats:
+    """One optimizer step on ``batch`` (a minibatch), ``micro_batch`` rows per forward.
+
+    Args:
+        model: causal LM in train mode (HF or peft-wrapped); its trainable parameters are
+            the ones ``optimizer`` holds.
+        optimizer: e.g. from ``make_optimizer``.
+        batch: the minibatch; ``batch.ref_logprobs`` is required when ``cfg.kl_coef > 0``.
+        cfg: ``agentrl.config.UpdateConfig`` (loss, clip, aggregation, kl/entropy coefs,
+            grad_clip (0 = off), sum_norm_tokens for Dr.GRPO).
+        temperature: the sampling temperature of the behaviour policy.
+        micro_batch: rows per forward pass (default ``cfg.micro_batch``).
+    Returns:
+        ``UpdateStats``.
+    Raises:
+        KeyError: unknown loss / aggregation / KL estimator name (with suggestions).
+        ValueError: KL requested without reference logprobs; Dr.GRPO aggregation without
+            ``sum_norm_tokens``; non-finite loss.
+    """
+    if cfg.kl_coef > 0 and batch.ref_logprobs is None:
+        raise ValueError("update.kl_coef > 0 needs batch.ref_logprobs; set them with "
+                         "batch.with_(ref_logprobs=batch_logprobs(ref_model, batch))")
+    if cfg.aggregation == "seq-mean-token-sum-norm" and cfg.sum_norm_tokens is None:
+        raise ValueError("aggregation 'seq-mean-token-sum-norm' needs update.sum_norm_tokens (max response tokens)")
+    model.train()
+    scale = LossScale.of(batch.loss_mask, batch.turn_ids, cfg.sum_norm_tokens or 1)
+    optimizer.zero_grad(set_to_none=True)
+    sums = _Sums()
+    device = model_device(model)
+    for rows in minibatches(batch.num_rows, micro_batch or cfg.micro_batch):
+        _micro_step(model, batch.select(rows).to(device), cfg, scale, temperature, sums)
+    if not math.isfinite(sums.loss):
+        optimizer.zero_grad(set_to_none=True)
+        raise ValueError(f"non-finite loss {sums.loss}; check advantages, logprobs and the learning rate")
+    params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+    max_norm = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm)) if params else 0.0
+    optimizer.step()
+    return sums.stats(scale.tokens, grad_norm)
+
+
+def train_on_batch(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: TrainBatch,
+                   cfg: UpdateConfig, *, temperature: float = 1.0, seed: int = 0) -> list[UpdateStats]:
+    """``cfg.epochs`` passes over ``batch``, each split into shuffled minibatches of
+    ``cfg.minibatch`` rows (0 = the whole batch, one step per epoch); one ``update`` per
+    minibatch. The shuffle is seeded by ``seed + epoch``. Returns one ``UpdateStats`` per step."""
+    stats = []
+    for epoch in range(cfg.epochs):
+        for rows in minibatches(batch.num_rows, cfg.minibatch, seed=seed + epoch):
+            stats.append(update(model, optimizer, batch.select(rows), cfg, temperature=temperature))
+    return stats

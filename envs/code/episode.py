@@ -1,0 +1,60 @@
+"""Pieces both code envs share: task choice, sandbox opening, the per-episode lease."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from envs.code.tasks import CodeTask, load_humaneval
+from sandboxes import Sandbox, SandboxLease, make_sandbox
+
+
+def select_tasks(task_ids: Sequence[str] | None) -> tuple[CodeTask, ...]:
+    """HumanEval tasks, restricted to ``task_ids`` when given.
+
+    Raises:
+        KeyError: an unknown task id (names a valid example).
+    """
+    tasks = load_humaneval()
+    if task_ids is None:
+        return tasks
+    by_id = {t.task_id: t for t in tasks}
+    missing = [i for i in task_ids if i not in by_id]
+    if missing:
+        raise KeyError(f"unknown HumanEval task id(s) {missing}; ids look like 'HumanEval/0' … 'HumanEval/163'")
+    if not task_ids:
+        raise ValueError("task_ids is empty; pass None for all 164 tasks")
+    return tuple(by_id[i] for i in task_ids)
+
+
+def pick_task(tasks: Sequence[CodeTask], rng: np.random.Generator, options: dict | None) -> CodeTask:
+    """``options["task_id"]`` if given, else a task drawn with the env's seeded ``rng``.
+
+    Raises:
+        KeyError: ``options["task_id"]`` is not one of ``tasks``.
+    """
+    if options and "task_id" in options:
+        for task in tasks:
+            if task.task_id == options["task_id"]:
+                return task
+        raise KeyError(f"task_id {options['task_id']!r} is not among this env's {len(tasks)} tasks")
+    return tasks[int(rng.integers(len(tasks)))]
+
+
+def open_sandbox(spec: str | Sandbox) -> tuple[Sandbox, bool]:
+    """A sandbox from a backend name (``"auto"``, ``"bwrap"``, …; the env then owns and
+    closes it) or an existing ``Sandbox`` (shared; not closed by the env)."""
+    if isinstance(spec, str):
+        return make_sandbox(spec, slots=1), True
+    return spec, False
+
+
+def episode_lease(sandbox: Sandbox, *, deadline_s: float, scoring_timeout_s: float) -> SandboxLease:
+    """The episode's lease: lifetime = rollout deadline + scoring timeout + buffer (P8)."""
+    return SandboxLease.for_episode(sandbox, deadline_s=deadline_s, scoring_timeout_s=scoring_timeout_s)
+
+
+def canonical_answer(task: CodeTask) -> str:
+    """The canonical solution as an agent answer (a fenced full function)."""
+    return f"```python\n{task.prompt}{task.canonical_solution}```"

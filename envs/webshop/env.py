@@ -1,0 +1,131 @@
+"""``agentrl/WebShop-v0``: text-mode WebShop on the 1000-product catalogue (README.md).
+
+Paper: Yao et al., "WebShop: Towards Scalable Real-World Web Interaction with Grounded
+Language Agents", arXiv:2207.01206. Spec: ENVIRONMENTS.md §3.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict
+
+import gymnasium
+import numpy as np
+
+from agentrl.env import (INFO_ADMISSIBLE, INFO_ANCHOR, INFO_TASK, INFO_VALID, INFO_WALKTHROUGH,
+                         INFO_WON, require_module, text_spaces)
+from envs.webshop.data import resolve_data_dir
+from envs.webshop.goals import Goal, split_goals
+from envs.webshop.policies import oracle_actions
+from envs.webshop.pages import anchor_obs
+from envs.webshop.reward import OPTION_MATCH_MODES, TYPE_MATCHERS, get_reward
+from envs.webshop.session import ActResult, WebShopSession
+from envs.webshop.world import World, get_world
+
+#: Version id of the observation/reward semantics (README.md "Deviations"); bump with -vN.
+VERSION = "webshop-text-v0 (bm25s-lucene-porter; type=heuristic-nouns; options=values; price_seed recorded)"
+
+
+class WebShopEnv(gymnasium.Env):
+    """Text-mode WebShop (TextEnv contract, ``agentrl.env.contract``).
+
+    Actions: ``search[<query>]`` on the search page, ``click[<clickable>]`` elsewhere. Reward
+    is 0 except on ``click[buy now]``, which ends the episode (``terminated``) with the
+    purchase reward R in [0, 1]; ``won`` iff R == 1.0. Invalid actions change nothing
+    (same observation, ``action_valid=False``, reason in ``info["feedback"]``).
+    ``max_turns`` steps without buying → ``truncated``.
+
+    Args:
+        data_dir: data folder (default ``$AGENTRL_WEBSHOP_DATA`` or ``../shared/data/webshop``).
+        goal_mode: ``"synthetic"`` (offline default) or ``"human"`` (needs ``items_human_ins.json``).
+        split: ``"all" | "train" | "eval" | "test"`` — goals by shuffled index (test 0–499,
+            eval 500–1499, train 1500+) drawn when reset gets no ``task_id``.
+        max_turns: turn limit (default 15, as in ReAct/verl-agent).
+        price_seed: seed of the range-price draws and goal price bounds (recorded in info).
+        option_match: ``"values"`` (default) or ``"upstream"`` (reproduce upstream's quirk).
+        type_matcher: ``"heuristic"`` (default) or ``"spacy"`` (needs ``en_core_web_sm``).
+    Raises:
+        DataMissingError: data folder missing/empty (names the folder and the fix).
+        MissingExtraError: ``bm25s``/``PyStemmer``/``thefuzz`` missing (``pip install 'agentrl[webshop]'``).
+        ValueError: bad ``goal_mode``, ``split``, ``option_match``, ``type_matcher`` or ``max_turns``.
+    """
+
+    metadata = {"render_modes": [], "agentrl.check_kwargs": {}}
+
+    def __init__(self, data_dir: str | os.PathLike[str] | None = None, goal_mode: str = "synthetic",
+                 split: str = "all", max_turns: int = 15, price_seed: int = 0,
+                 option_match: str = "values", type_matcher: str = "heuristic") -> None:
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        if option_match not in OPTION_MATCH_MODES:
+            raise ValueError(f"option_match {option_match!r} is not one of {OPTION_MATCH_MODES}")
+        if type_matcher not in TYPE_MATCHERS:
+            raise ValueError(f"type_matcher {type_matcher!r} is not one of {TYPE_MATCHERS}")
+        require_module("thefuzz.fuzz", "webshop")  # fail at construction, not at the first purchase
+        self.observation_space, self.action_space = text_spaces()
+        self.world: World = get_world(resolve_data_dir(data_dir), goal_mode, price_seed)
+        self.goals = split_goals(self.world.goals, split)
+        if not self.goals:
+            raise ValueError(f"split {split!r} of the {goal_mode} goals is empty ({len(self.world.goals)} goals)")
+        weights = np.array([g.weight for g in self.goals], dtype=np.float64)
+        self._probs = weights / weights.sum()
+        self.split, self.max_turns = split, max_turns
+        self.option_match, self.type_matcher = option_match, type_matcher
+        self.session: WebShopSession | None = None
+        self.turns = 0
+
+    def _draw_goal(self, options: dict | None) -> Goal:
+        task_id = (options or {}).get(INFO_TASK)
+        if task_id:
+            return self.world.goal(str(task_id))
+        return self.goals[int(self.np_random.choice(len(self.goals), p=self._probs))]
+
+    def _scorer(self, goal: Goal):
+        return lambda product, values: get_reward(
+            product, goal, self.world.prices[product.asin], values,
+            option_match=self.option_match, type_matcher=self.type_matcher)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        """Start an episode on ``options["task_id"]`` (``"synthetic/<i>"``) or a goal drawn from
+        the split (weighted as upstream) with the seeded RNG. Returns ``(obs, info)``."""
+        super().reset(seed=seed)
+        goal = self._draw_goal(options)
+        self.session = WebShopSession(self.world.catalogue, self.world.engine, goal, self._scorer(goal))
+        self.turns = 0
+        obs = self.session.page.text
+        info = self._info(obs)
+        info.update({INFO_WON: False, INFO_TASK: goal.task_id, "instruction": goal.instruction_text,
+                     INFO_WALKTHROUGH: oracle_actions(goal, self.world.catalogue, self.world.engine),
+                     "price_seed": self.world.price_seed, "goal_mode": self.world.goal_mode})
+        return obs, info
+
+    def _info(self, obs: str) -> dict:
+        s = self.session
+        assert s is not None
+        return {INFO_ANCHOR: anchor_obs(obs, s.instruction), INFO_ADMISSIBLE: s.admissible_actions(),
+                "clickables": list(s.page.clickables)}
+
+    def step(self, action: str):
+        """Apply ``search[...]`` / ``click[...]``; returns ``(obs, reward, terminated, truncated, info)``."""
+        if self.session is None:
+            raise RuntimeError("WebShopEnv.step called before reset()")
+        if self.session.page.kind == "done" or self.turns >= self.max_turns:
+            result = ActResult(False, "the episode is over; call reset()")
+        else:
+            result = self.session.act(action if isinstance(action, str) else "")
+            self.turns += 1
+        reward = result.purchase.reward if result.purchase is not None else 0.0
+        terminated = self.session.page.kind == "done"
+        truncated = not terminated and self.turns >= self.max_turns
+        obs = self.session.page.text
+        info = self._info(obs)
+        info.update({INFO_WON: bool(result.purchase is not None and reward == 1.0), INFO_VALID: result.valid,
+                     "feedback": result.feedback})
+        if result.purchase is not None:
+            info["reward_info"] = asdict(result.purchase)
+        return obs, float(reward), terminated, truncated, info
+
+    def close(self) -> None:
+        """Idempotent; the shared world stays cached for other instances."""
+        self.session = None
+

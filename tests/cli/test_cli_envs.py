@@ -1,0 +1,70 @@
+"""`agentrl envs list` and `agentrl envs play` (stdin-driven)."""
+
+from __future__ import annotations
+
+import io
+
+import gymnasium
+import pytest
+
+from agentrl.cli import main
+from agentrl.env.registry import list_ids, load_plugins, make
+
+TOY = "agentrl/Toy-v0"
+
+
+@pytest.fixture(autouse=True)
+def _toy(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    load_plugins()
+    if TOY not in gymnasium.registry:
+        gymnasium.register(id=TOY, entry_point="envs.toy.env:ToyEnv")
+
+
+def _play(monkeypatch, capsys, lines: str, seed: int = 3) -> tuple[int, str]:
+    monkeypatch.setattr("sys.stdin", io.StringIO(lines))
+    rc = main(["envs", "play", TOY, "--seed", str(seed)])
+    return rc, capsys.readouterr().out
+
+
+def test_envs_list_shows_ids_and_entry_points(capsys):
+    assert main(["envs", "list"]) == 0
+    out = capsys.readouterr().out
+    for env_id in list_ids():
+        assert env_id in out
+        assert str(gymnasium.spec(env_id).entry_point) in out
+    assert f"{len(list_ids())} registered env ids" in out
+
+
+def test_play_walkthrough_wins(monkeypatch, capsys):
+    obs, info = make(TOY).reset(seed=3)
+    plan = info["walkthrough"]
+    rc, out = _play(monkeypatch, capsys, "\n".join(plan) + "\n")
+    assert rc == 0
+    assert obs in out and f"task {info['task_id']}" in out
+    assert f"episode won after {len(plan)} turns, return 1" in out
+    for i, a in enumerate(info["admissible_actions"], 1):  # the first menu is numbered
+        assert f"{i:>2}. {a}" in out
+
+
+def test_play_by_number_invalid_action_and_eof(monkeypatch, capsys):
+    _, info = make(TOY).reset(seed=3)
+    first = info["admissible_actions"][0]
+    rc, out = _play(monkeypatch, capsys, "1\ndance wildly\n")  # then EOF
+    assert rc == 0
+    env = make(TOY)
+    env.reset(seed=3)
+    obs1 = env.step(first)[0]
+    assert obs1 in out
+    assert "(invalid action)" in out
+    assert "quit after 2 turns, return 0" in out
+
+
+def test_play_quit_word(monkeypatch, capsys):
+    rc, out = _play(monkeypatch, capsys, "quit\nlook\n")
+    assert rc == 0 and "quit after 0 turns" in out
+
+
+def test_play_unknown_id(capsys):
+    assert main(["envs", "play", "agentrl/Toyy-v0"]) == 2
+    assert "did you mean" in capsys.readouterr().err

@@ -1,0 +1,64 @@
+"""Metrics sinks: JSONL records, console line, TensorBoard scalars, lazy W&B, validation."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import math
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from agentrl.config import LogConfig
+from agentrl.log import ConsoleSink, JsonlSink, MetricsLogger, TensorBoardSink, WandbSink, make_logger
+
+
+def test_jsonl_and_console(tmp_path: Path) -> None:
+    buf = io.StringIO()
+    console = ConsoleSink(keys=["reward/mean", "update/loss"], console=Console(file=buf, width=200))
+    with MetricsLogger([console, JsonlSink(tmp_path / "m.jsonl")]) as log:
+        log.log(0, {"reward/mean": 0.25, "update/loss": 1.5, "other": 3})
+        log.log(1, {"reward/mean": math.nan, "update/loss": 0.125})
+    lines = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == [0, 1]
+    assert lines[0]["reward/mean"] == 0.25 and lines[0]["other"] == 3.0 and lines[1]["reward/mean"] is None
+    out = buf.getvalue().splitlines()
+    assert out[0] == "it 0 │ reward/mean 0.25 │ update/loss 1.5" and "other" not in out[0]
+    assert out[1] == "it 1 │ reward/mean nan │ update/loss 0.125"
+
+
+def test_tensorboard_scalars_read_back(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    sink = TensorBoardSink(tmp_path / "tb")
+    MetricsLogger([sink]).log(3, {"a/b": 2.5})
+    MetricsLogger([sink]).log(4, {"a/b": -1.0})
+    sink.close()
+    acc = EventAccumulator(str(tmp_path / "tb"))
+    acc.Reload()
+    tensors = acc.Tensors("a/b")
+    assert [t.step for t in tensors] == [3, 4]
+    assert [float(t.tensor_proto.float_val[0]) for t in tensors] == [2.5, -1.0]
+
+
+def test_bad_metrics_and_steps_are_rejected(tmp_path: Path) -> None:
+    log = MetricsLogger([JsonlSink(tmp_path / "m.jsonl")])
+    with pytest.raises(TypeError, match="metric 'x' must be a real scalar"):
+        log.log(0, {"x": "high"})
+    with pytest.raises(ValueError, match="non-negative integer"):
+        log.log(-1, {"x": 1.0})
+    log.close()
+    assert (tmp_path / "m.jsonl").read_text() == ""
+
+
+def test_make_logger_from_config_and_lazy_wandb(tmp_path: Path) -> None:
+    log = make_logger(LogConfig(console=False, jsonl=True, tensorboard=True), tmp_path)
+    assert [type(s).__name__ for s in log.sinks] == ["JsonlSink", "TensorBoardSink"]
+    log.log(1, {"x": 1})
+    log.close()
+    assert (tmp_path / "metrics.jsonl").exists() and any((tmp_path / "tb").iterdir())
+    if importlib.util.find_spec("wandb") is None:  # W&B is imported only when configured
+        with pytest.raises(ImportError, match="pip install wandb"):
+            WandbSink("proj", "run")

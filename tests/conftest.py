@@ -1,0 +1,77 @@
+"""Shared fixtures: tiny offline tokenizer/model (MODELS.md §2.1–2.2) and the packaged SmolLM2.
+
+The tiny model is built once and cached on disk in ``$TMPDIR/agentrl-test-cache`` (atomic
+rename, so parallel sessions share it); fixtures are session-scoped. SmolLM2 fixtures need
+``agentrl models prepare smollm2`` (scripts/setup.sh runs it); the tokenizer fixture loads
+only the tokenizer.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+TEST_CACHE = Path(tempfile.gettempdir()) / "agentrl-test-cache"
+
+
+@pytest.fixture(scope="session")
+def tiny_dir() -> Path:
+    """Folder with the tiny BPE-2k tokenizer (ChatML template) and random Qwen3 model."""
+    pytest.importorskip("transformers", reason="needs the llm extra: pip install 'agentrl[llm]'")
+    import torch
+
+    torch.set_num_threads(1)
+    from agentrl.llm.tiny import tiny_model_dir
+
+    return tiny_model_dir(TEST_CACHE)
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_engine(tiny_dir):
+    """``HFEngine`` on the tiny model, fp32, 1 thread."""
+    from agentrl.llm.hf import HFEngine
+
+    return HFEngine.from_pretrained(tiny_dir)
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """The prepared SmolLM2-135M-Instruct folder (skips with the fix when not prepared)."""
+    from agentrl.llm.models import is_prepared, model_dir
+
+    if not is_prepared("smollm2"):
+        pytest.skip(f"SmolLM2 is not prepared in {model_dir('smollm2')}; run: agentrl models prepare smollm2")
+    return model_dir("smollm2")
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer(smollm2_dir):
+    """Only the SmolLM2 tokenizer (fast: no weights)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(smollm2_dir)
+
+
+@pytest.fixture(scope="session")
+def smollm2_engine(smollm2_dir):
+    """``HFEngine`` on SmolLM2 loaded as fp32 (stored bf16; the cast is exact)."""
+    import torch
+
+    torch.set_num_threads(1)
+    from agentrl.llm.hf import HFEngine
+
+    return HFEngine.from_pretrained(smollm2_dir)
