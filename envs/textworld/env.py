@@ -3,8 +3,8 @@
 Wraps TextWorld 1.7's low-level API (``textworld.start`` → ``reset()`` / ``step(cmd) ->
 (GameState, score, done)``, ENVIRONMENTS.md §1) in the TextEnv contract:
 
-- the task of a reset is game ``index`` of ``split`` (index from ``options["task_index"]``,
-  else drawn from the reset seed among ``n_tasks``); games come from ``games.ensure_game``
+- the task of a reset is game ``index`` of ``split`` (from ``options["task_index"]`` or
+  ``options["task_id"]``, else drawn from the reset seed among ``n_tasks``); games come from ``games.ensure_game``
   (generated once, cached);
 - observation = ``anchor_obs`` = the engine's feedback text for the step with the ASCII
   banner and the trailing ``>`` prompt/status line (room name, score/moves counter) removed
@@ -111,9 +111,25 @@ class TextWorldEnv(gymnasium.Env):
             self._game = game
         return spec
 
+    def _index_from_options(self, options: dict) -> int | None:
+        """``options["task_index"]`` or the index of ``options["task_id"]`` (a ``task_id``
+        from an earlier reset of this env's family/params/split). Raises ValueError."""
+        if options.get(INFO_TASK) is None:
+            return options.get("task_index")
+        tid = str(options[INFO_TASK])
+        try:
+            index = int(tid.rsplit("seed=", 1)[1]) - task_seed(self.split, 0)
+            ok = 0 <= index < self.n_tasks and self.game_spec(index).key == tid
+        except (IndexError, ValueError):
+            ok = False
+        if not ok:
+            raise ValueError(f"task_id {tid!r} is not a task of this env (family {self.family!r}, split "
+                             f"{self.split!r}, n_tasks {self.n_tasks}); e.g. {self.game_spec(0).key!r}")
+        return index
+
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        index = (options or {}).get("task_index")
+        index = self._index_from_options(options or {})
         if index is None:
             index = int(self.np_random.integers(self.n_tasks))
         elif not 0 <= int(index) < self.n_tasks:

@@ -151,6 +151,10 @@ def test_cu1_invalid_and_rejected_actions_then_walkthrough_wins():
     for a in info["walkthrough"]:
         _, r, term, trunc, step = env.step(a)
     assert step["won"] and term and r == 1.0
+    again = env.reset(options={"task_id": info["task_id"]})  # task_id selects the same game
+    assert again == (obs, info)
+    with pytest.raises(ValueError, match="is not a task of this env"):
+        env.reset(options={"task_id": "tw-coin_collector/level=3/seed=0"})
 
 
 @needs_tw
