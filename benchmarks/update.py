@@ -7,8 +7,9 @@ Workload: ``episodes`` append-only episodes of ``turns`` turns (first prompt 120
 each next prompt adds the previous completion + a 40-token observation, completions of
 16-32 tokens), on the MODELS.md unit-tier model (Qwen3 config, vocab 2,048, hidden 64,
 2 layers, fp32, one thread). Each configuration runs in a fresh process, so its peak RSS
-(``ru_maxrss``) is its own; ``rss_delta_mb`` subtracts the RSS measured just before the
-first update (torch + model + batch). Throughput counts trained (loss-mask) tokens.
+(``ru_maxrss``) is its own; ``rss_delta_mb`` subtracts the RSS measured after building the
+model and the batch, before any forward pass (the forward/backward/AdamW peak). Throughput
+counts trained (loss-mask) tokens.
 """
 
 from __future__ import annotations
@@ -54,10 +55,10 @@ def _run(pack: bool, args: argparse.Namespace, queue: mp.Queue) -> None:
     t0 = time.perf_counter()
     batch = build_batch(prompts, comps, [np.zeros(c.size) for c in comps], adv, pad_id=0, pack=pack)
     build_s = time.perf_counter() - t0
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     batch = batch.with_(old_logprobs=batch_logprobs(model, batch, micro_batch=args.micro_batch))
     cfg = UpdateConfig(lr=1e-4, micro_batch=args.micro_batch)
     opt = make_optimizer(model, cfg.lr)
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     times = []
     for _ in range(args.repeats):
         t0 = time.perf_counter()
