@@ -159,9 +159,13 @@ class Sandbox(Protocol):
         timeout_s: float | None = None,
         memory_mb: int | None = None,
         limits: Limits | None = None,
-    ) -> ExecResult: ...
+    ) -> ExecResult:
+        """Run one program in a fresh sandbox; see the class docstring."""
+        ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release the backend's resources (idempotent)."""
+        ...
 
 
 def _as_bytes(value: str | bytes) -> bytes:

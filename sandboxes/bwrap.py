@@ -1,11 +1,15 @@
 """Default local backend: bubblewrap as an unprivileged per-slot uid (ENVIRONMENTS.md §4.2).
 
-One run = ``[sh (cgroup join)] → unshare --pid (reaper) → setpriv (drop to the slot uid) → prlimit (CPU, AS, NPROC,
-FSIZE, NOFILE) → bwrap --unshare-all --die-with-parent --new-session`` with a read-only
+One run (as root) = ``setpriv --pdeathsig KILL → [sh (cgroup join)] → unshare --pid
+(reaper) → setpriv (drop to the slot uid) → prlimit (CPU, AS, NPROC, FSIZE, NOFILE) →
+bwrap --unshare-all --die-with-parent --new-session`` with a read-only
 ``/usr`` and ``/etc``, size-capped private tmpfs ``/tmp`` and ``/sandbox`` (the work dir,
 files copied in from memfds), fresh pid/net/ipc/uts/user namespaces, and a parent wall
-clock that SIGKILLs the process group (the pid namespace then takes every descendant
-with it). Nothing of a run touches the host disk; nothing survives it.
+clock that SIGKILLs the reaper's child and then the process group (the pid namespaces take
+every descendant with them; the reaper's namespace reaps bwrap's helper, which the host
+init here would leave as a zombie counting against RLIMIT_NPROC). ``setpriv --pdeathsig``
+ends the run if the calling thread dies. Nothing of a run touches the host disk; nothing
+survives it. Measured overhead: ENVIRONMENTS.md §4.2 and ``benchmarks/sandbox.py``.
 """
 
 from __future__ import annotations
@@ -159,7 +163,7 @@ class BwrapSandbox:
 
     def _argv(self, slot: Slot, req: ExecRequest, extra: list[str], group: cgroups.SlotCgroup | None = None) -> list[str]:
         lim = req.limits
-        argv: list[str] = []
+        argv: list[str] = ["setpriv", "--pdeathsig", "KILL", "--"]  # dies with us, even if we are SIGKILLed
         if group is not None:
             argv += ["/bin/sh", "-c", _CG_JOIN, "sh", *group.procs_files, "--"]
         if self.as_root:

@@ -52,6 +52,26 @@ def _cap(data: bytes, cap: int) -> tuple[str, bool]:
     return data.decode("utf-8", errors="replace"), truncated
 
 
+def container_kwargs(req: ExecRequest) -> dict:
+    """Keyword arguments of ``containers.create`` for one request: nobody, no network, no
+    capabilities, no-new-privileges, memory = memory+swap limit, pids limit, CPU/FSIZE/
+    NOFILE ulimits, a size-capped /tmp; stdin is read from a file copied in with the rest."""
+    from docker.types import Ulimit
+
+    lim, mib = req.limits, 1 << 20
+    argv = list(req.argv)
+    if req.stdin:
+        argv = ["sh", "-c", f'exec "$@" < {_STDIN_FILE}', "sh", *argv]
+    return dict(
+        command=argv, user="65534:65534", working_dir=WORKDIR, environment=minimal_env(req.env, WORKDIR),
+        network_mode="none", cap_drop=["ALL"], security_opt=["no-new-privileges"], mem_limit=f"{lim.memory_mb}m",
+        memswap_limit=f"{lim.memory_mb}m", pids_limit=lim.max_procs, tmpfs={"/tmp": f"size={lim.tmp_mb}m"},
+        ulimits=[Ulimit(name="cpu", soft=lim.cpu_limit_s, hard=lim.cpu_limit_s + 1),
+                 Ulimit(name="fsize", soft=lim.max_file_mb * mib, hard=lim.max_file_mb * mib),
+                 Ulimit(name="nofile", soft=lim.max_open_files, hard=lim.max_open_files)],
+        detach=True)
+
+
 class DockerSandbox:
     """Docker backend (``name = "docker"``). Thread-safe; ``slots`` containers at a time.
 
@@ -91,21 +111,7 @@ class DockerSandbox:
             self.client.images.build(path=IMAGES_DIR, dockerfile="python.Dockerfile", tag=self.image, rm=True)
 
     def _create(self, req: ExecRequest):
-        from docker.types import Ulimit
-
-        lim, mib = req.limits, 1 << 20
-        argv = list(req.argv)
-        if req.stdin:
-            argv = ["sh", "-c", f'exec "$@" < {_STDIN_FILE}', "sh", *argv]
-        return self.client.containers.create(
-            self.image, command=argv, user="65534:65534", working_dir=WORKDIR,
-            environment=minimal_env(req.env, WORKDIR), network_mode="none", cap_drop=["ALL"],
-            security_opt=["no-new-privileges"], mem_limit=f"{lim.memory_mb}m", memswap_limit=f"{lim.memory_mb}m",
-            pids_limit=lim.max_procs, tmpfs={"/tmp": f"size={lim.tmp_mb}m"},
-            ulimits=[Ulimit(name="cpu", soft=lim.cpu_limit_s, hard=lim.cpu_limit_s + 1),
-                     Ulimit(name="fsize", soft=lim.max_file_mb * mib, hard=lim.max_file_mb * mib),
-                     Ulimit(name="nofile", soft=lim.max_open_files, hard=lim.max_open_files)],
-            detach=True)
+        return self.client.containers.create(self.image, **container_kwargs(req))
 
     def run(self, cmd: Sequence[str] | None = None, *, code: str | None = None,
             files: Mapping[str, str | bytes] | None = None, stdin: str | bytes | None = None,

@@ -8,9 +8,13 @@ VENV="${AGENTRL_VENV:-$ROOT/.venv}"
 PY="${PYTHON:-python3.11}"
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 
-# 1. System packages (bubblewrap for the code sandbox).
+# 1. System packages (bubblewrap for the code sandbox, chromium for the viewer tests).
 need_apt=()
 command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
+# Headless Chromium drives the viewer tests (tests/view) in a real browser.
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+# The sandbox runs code= with a world-readable interpreter (a pyenv under /root is not).
+[ -x /usr/bin/python3 ] || need_apt+=(python3)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "[setup] apt-get install ${need_apt[*]}"

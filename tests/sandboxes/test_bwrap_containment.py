@@ -51,9 +51,9 @@ def test_runs_as_unprivileged_uid_in_private_workdir(sb):
 
 
 def test_cpu_bound_infinite_loop_gets_sigxcpu(sb):
-    r = sb.run(code="while True: pass", limits=Limits(timeout_s=5, cpu_s=1))
+    r = sb.run(code="while True: pass", limits=Limits(timeout_s=30, cpu_s=1))
     assert r.timed_out and r.signal == signal.SIGXCPU and r.exit_code == 128 + signal.SIGXCPU
-    assert 0.9 < r.duration_s < 4.5
+    assert 0.9 < r.duration_s < 29  # the CPU limit, not the wall clock, ended it
     assert leftovers() == []
 
 
@@ -61,7 +61,7 @@ def test_wall_clock_kills_sleeping_program(sb):
     r = sb.run(code="import time; print('start', flush=True); time.sleep(100)", timeout_s=1.0)
     assert r.timed_out and r.signal == signal.SIGKILL and r.exit_code == 137
     assert r.stdout == "start\n" and r.stderr == ""
-    assert 1.0 <= r.duration_s < 3.0
+    assert 1.0 <= r.duration_s < 5.0
 
 
 def test_bounded_fork_bomb_capped_by_nproc(sb):
@@ -81,7 +81,7 @@ print(json.dumps({"forked": n, "error": err}))
     out = json.loads(r.stdout)
     assert out["error"] == "BlockingIOError"  # EAGAIN from RLIMIT_NPROC
     assert 0 < out["forked"] < 32
-    assert r.exit_code == 0 and r.duration_s < 5  # the sleeping children died with the namespace
+    assert r.exit_code == 0  # exited by itself; the sleeping children died with the namespace
     assert leftovers() == []
 
 
@@ -89,7 +89,7 @@ def test_classic_fork_bomb_contained_and_cleaned_up(sb):
     code = "import os\nwhile True:\n    try: os.fork()\n    except OSError: pass\n"
     r = sb.run(code=code, timeout_s=2.0)
     assert r.timed_out
-    assert r.duration_s < 4.0
+    assert r.duration_s < 6.0
     time.sleep(0.2)
     assert leftovers() == []
 
@@ -267,3 +267,30 @@ def test_concurrent_runs_use_distinct_uids(sb):
 def test_host_pid_namespace_invisible(sb):
     r = sb.run(code="import os; print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))")
     assert json.loads(r.stdout) == [1, 2]  # bwrap's init and the program: no host process visible
+
+
+def test_sandbox_dies_with_a_killed_caller():
+    """The caller is SIGKILLed mid-run: the sandboxed program must not outlive it."""
+    import sys
+    import textwrap
+
+    caller = textwrap.dedent(f"""
+        from sandboxes.bwrap import BwrapSandbox
+        sb = BwrapSandbox(slots=1, base_uid={BASE_UID + 40})
+        print("ready", flush=True)
+        sb.run(code="import time; time.sleep(1000)", timeout_s=1000)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", caller], stdout=subprocess.PIPE, text=True,
+                            cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert proc.stdout.readline() == "ready\n"
+    deadline = time.monotonic() + 10
+    while not uid_pids(BASE_UID + 40) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert uid_pids(BASE_UID + 40), "the sandboxed program never started"
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 5
+    while uid_pids(BASE_UID + 40) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    alive = [p for p in uid_pids(BASE_UID + 40) if open(f"/proc/{p}/stat").read().split(") ")[1][0] != "Z"]
+    assert alive == []

@@ -72,3 +72,24 @@ def test_docker_contains_loop_memory_and_network(dsb):
     r = dsb.run(code="import socket\ntry:\n    socket.create_connection(('127.0.0.1', 1), 1)\nexcept OSError as e:\n"
                      "    print(e.errno)\nprint(sorted(n for _, n in socket.if_nameindex()))")
     assert r.stdout.splitlines() == ["111", "['lo']"]
+
+
+def test_container_kwargs_are_accepted_by_the_sdk_and_isolating():
+    """Without a daemon: the SDK's own argument conversion accepts our create() kwargs."""
+    from docker.models.containers import _create_container_args
+
+    from sandboxes.base import Limits, build_request
+    from sandboxes.docker import _tar, container_kwargs
+
+    req = build_request(None, "print(1)", {"a/b.txt": "x"}, "in", None, Limits(memory_mb=256, max_procs=16), "python3")
+    kw = container_kwargs(req)
+    args = _create_container_args({"image": "img", "version": "1.44", **kw})
+    host = args["host_config"]
+    assert host["NetworkMode"] == "none" and host["CapDrop"] == ["ALL"]
+    assert host["PidsLimit"] == 16 and host["Memory"] == 256 * 2**20 and host["MemorySwap"] == 256 * 2**20
+    assert args["user"] == "65534:65534" and args["command"][:2] == ["sh", "-c"]
+    import io
+    import tarfile
+
+    names = tarfile.open(fileobj=io.BytesIO(_tar(req.files))).getnames()
+    assert sorted(names) == ["a/b.txt", "main.py"]
