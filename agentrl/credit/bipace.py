@@ -19,7 +19,7 @@ Columns read: group, episode, t, anchor_key, action_key (int64[N]; action keys a
 normalised by ``agentrl.types.normalize_action_key``); reward (float64[N]); hidden
 (float64[N, H]); action_valid, episode_ok, trainable (bool[N]).
 
-Cost: one H×H-free block product per group (n_g × n_g cosine matrix), components by
+Cost: one (n_g × H)·(H × n_g) cosine block per group (small groups packed together), components by
 vectorised min-label propagation with pointer jumping. Clusters and statistics use
 eligible rows only (P5, P6).
 """
@@ -65,34 +65,41 @@ def _chunks(sizes: np.ndarray, target: int) -> np.ndarray:
 
 
 def cosine_edges(
-    hidden: np.ndarray, group: np.ndarray, rows: np.ndarray, tau: float, chunk_rows: int = 96
+    hidden: np.ndarray, src: np.ndarray, group: np.ndarray, rows: np.ndarray, tau: float, chunk_rows: int = 96
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Edges (i, j) (both directions, self-loops included) between ``rows`` of the same group with cosine distance ≤ tau.
+    """Edges (i, j) between ``rows`` of the same group with cosine distance ≤ tau (both
+    directions, self-loops included: harmless for connected components).
 
-    Consecutive groups are packed into chunks of ~``chunk_rows`` rows so that each BLAS
-    call is large enough to amortise its overhead; pairs across groups are masked out.
+    Args:
+        hidden: float64[M, H]; row i's vector is ``hidden[src[i]]`` (no (N, H) copy).
+        src: int64[N]. group: int64[N]. rows: int64 rows to link. tau: threshold.
+        chunk_rows: consecutive groups are packed into chunks of about this many rows so
+            each BLAS call amortises its overhead; cross-group pairs are masked out.
+    Zero vectors get no cosine edge.
     """
-    norm = np.sqrt(np.einsum("ij,ij->i", hidden, hidden))
-    unit = np.divide(hidden, norm[:, None], out=np.zeros_like(hidden), where=norm[:, None] > 0)
-    rows = rows[np.argsort(group[rows], kind="stable")]
+    norm = np.sqrt(np.einsum("ij,ij->i", hidden, hidden))[src]
     rows = rows[norm[rows] > 0]
+    rows = rows[np.argsort(group[rows], kind="stable")]
     if rows.size < 2:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     sizes = np.bincount(S.dense(group[rows])[0])
     us, vs = [], []
     for block in np.split(rows, _chunks(sizes, chunk_rows)):
-        h, g = unit[block], group[block]
-        close = (h @ h.T >= 1.0 - tau) & (g[:, None] == g[None, :])
-        i, j = np.nonzero(close)  # both directions and the diagonal: harmless for components
+        h = hidden[src[block]] / norm[block, None]
+        g = group[block]
+        i, j = np.nonzero((h @ h.T >= 1.0 - tau) & (g[:, None] == g[None, :]))
         us.append(block[i])
         vs.append(block[j])
     return np.concatenate(us), np.concatenate(vs)
 
 
-def bigpo_clusters(st: TurnTable, elig: np.ndarray, tau: float, merge_identical_anchor: bool) -> np.ndarray:
-    """int64[N] cluster label per row (eligible rows only are linked; others stay alone)."""
+def bigpo_clusters(
+    st: TurnTable, hidden: np.ndarray, src: np.ndarray, elig: np.ndarray, tau: float, merge_identical_anchor: bool
+) -> np.ndarray:
+    """int64[N] cluster label per row of the canonical table ``st`` (row i's hidden state is
+    ``hidden[src[i]]``); only eligible rows are linked, the others stay alone."""
     rows = np.flatnonzero(elig)
-    u, v = cosine_edges(st.hidden, st.group, rows, tau)
+    u, v = cosine_edges(hidden, src, st.group, rows, tau)
     if merge_identical_anchor and rows.size:
         key, nk = S.dense(st.group[rows], st.anchor_key[rows])
         rep = np.full(nk, -1, dtype=np.int64)
@@ -146,9 +153,9 @@ def bipace(
     """
     S.check_choice("mode", mode, S.MODES)
     table.require(["hidden"])
-    st, order = S.canonical(table, keep_hidden=True)
+    st, order = S.canonical(table)
     elig = S.eligible(st)
-    cluster = bigpo_clusters(st, elig, tau, merge_identical_anchor)
+    cluster = bigpo_clusters(st, table.hidden, order, elig, tau, merge_identical_anchor)
     a_step = pace_q(S.discounted_returns(st, gamma, c_inv), cluster, st.action_key, elig, mode=mode, eps=eps)
     a_ep = S.episode_term(st, S.outcome_score(st, c_inv), elig, mode=mode, stats_over="steps", eps=eps)
     return S.uncanon(order, a_ep + step_advantage_w * a_step)

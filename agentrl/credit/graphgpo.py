@@ -59,6 +59,30 @@ def bfs_to_goal(src: np.ndarray, dst: np.ndarray, goals: np.ndarray, n_nodes: in
     return dist
 
 
+def goal_distances(
+    group: np.ndarray, anchor: np.ndarray, nxt: np.ndarray, elig: np.ndarray, goal: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(d(anchor_i), d(next_i)) per row, float64[N] each (§6.3 steps 2–3).
+
+    The graph of each group has one edge anchor → next per eligible row; nodes that cannot
+    reach the goal get ``D_max + 1`` with D_max the group's largest finite distance.
+    """
+    n = group.size
+    g2 = np.concatenate([group, group])
+    keys = np.concatenate([anchor, nxt])
+    node, n_nodes = S.dense(g2, keys)
+    na, nn = node[:n], node[n:]
+    is_goal = np.concatenate([elig, elig]) & (keys == goal)
+    dist = bfs_to_goal(na[elig], nn[elig], node[is_goal], n_nodes)
+    node_group = np.zeros(n_nodes, dtype=np.int64)
+    node_group[node] = S.dense(g2)[0]
+    finite = np.isfinite(dist)
+    d_max = np.zeros(int(node_group.max(initial=0)) + 1)
+    np.maximum.at(d_max, node_group[finite], dist[finite])
+    dist = np.where(finite, dist, d_max[node_group] + 1.0)
+    return dist[na], dist[nn]
+
+
 def _keys(table: TurnTable, order: np.ndarray, enable_similarity: bool, thresh: float) -> tuple[np.ndarray, np.ndarray]:
     a, nx = table.anchor_key, table.next_anchor_key
     if enable_similarity:
@@ -108,19 +132,8 @@ def graphgpo(
     goal = vocab.index(GOAL) if GOAL in vocab else top + 1
     ep_ret = S.episode_sum(st, st.reward)
     nxt = np.where((S.next_row(st) < 0) & (ep_ret > 0), goal, nxt)
-    g2 = np.concatenate([st.group, st.group])
-    node, n_nodes = S.dense(g2, np.concatenate([anchor, nxt]))
-    na, nn = node[: len(st)], node[len(st):]
-    in_graph = np.concatenate([elig, elig])
-    is_goal = in_graph & (np.concatenate([anchor, nxt]) == goal)
-    dist = bfs_to_goal(na[elig], nn[elig], node[is_goal], n_nodes)
-    node_group = np.zeros(n_nodes, dtype=np.int64)
-    node_group[node] = S.dense(g2)[0]
-    finite = np.isfinite(dist)
-    d_max = np.zeros(node_group.max(initial=0) + 1)
-    np.maximum.at(d_max, node_group[finite], dist[finite])
-    dist = np.where(finite, dist, d_max[node_group] + 1.0)
-    expo = dist[nn] - dist[na] + 1.0 if normalize_distance else dist[nn]
+    d_anchor, d_next = goal_distances(st.group, anchor, nxt, elig, goal)
+    expo = d_next - d_anchor + 1.0 if normalize_distance else d_next
     ret = goal_value * gamma**expo - c_inv * (~st.action_valid)
     seg, _ = S.dense(st.group, anchor)
     adv = step_advantage_w * S.step_group_norm(ret, seg, elig, mode=mode, eps=eps)

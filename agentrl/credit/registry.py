@@ -113,6 +113,8 @@ def estimator_params(name: str) -> dict[str, Any]:
 def _check_type(name: str, key: str, value: Any, default: Any) -> None:
     if isinstance(default, bool):
         ok = isinstance(value, (bool, np.bool_))
+    elif isinstance(default, numbers.Integral):
+        ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
     elif isinstance(default, numbers.Real):
         ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
     elif isinstance(default, str):

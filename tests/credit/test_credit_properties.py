@@ -134,3 +134,14 @@ def test_requires_metadata():
     assert get_estimator("turn_ppo").requires == ("value",)
     assert get_estimator("rtpo").requires == ("branch",)
     assert get_estimator("gigpo").requires == ()
+
+
+def test_empty_table_gives_empty_output():
+    import dataclasses
+
+    from credit_tables import batch12
+
+    empty = dataclasses.replace(batch12().take(np.zeros(0, np.int64)), value=np.zeros(0), branch=np.zeros(0, np.int64))
+    for name in list_estimators():
+        out = compute_advantages(empty, name)
+        assert out.shape == (0,) and out.dtype == np.float64

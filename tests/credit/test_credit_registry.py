@@ -40,6 +40,9 @@ def test_bad_values_fail_at_validation():
         validate_estimator_kwargs("grpo", {"stats_over": "episodes"})
     with pytest.raises(TypeError, match="gamma"):
         validate_estimator_kwargs("gigpo", {"gamma": "0.9"})
+    with pytest.raises(TypeError, match="history_length"):
+        validate_estimator_kwargs("hgpo", {"history_length": 2.5})
+    validate_estimator_kwargs("gigpo", {"gamma": 1})  # an int is a fine float
     with pytest.raises(TypeError, match="base_group"):
         validate_estimator_kwargs("hgpo", {"base_group": 1})
     full = validate_estimator_kwargs("hgpo", {"history_length": 4})
@@ -109,6 +112,15 @@ def test_graphgpo_without_success_uses_distance_one():
     # group s1: G = [1 − 0.1, 1], mean 0.95, std 0.05·√2 → ∓0.05/(0.0707107 + eps); s0 ties → 0
     a = 0.05 / (0.05 * np.sqrt(2) + EPS)
     np.testing.assert_allclose(out, [0, -a, 0, a], atol=1e-12)
+
+
+def test_graphgpo_literal_success_observation_is_the_goal():
+    # §6.5: the string "success" is reserved — a real observation with that text is the goal
+    rows = [("g", "a", 0, "s0", "x", 0, 0, 1, "success"), ("g", "b", 0, "s0", "y", 0, 0, 1, "s1"),
+            ("g", "b", 1, "s1", "y", 0, 0, 1, "s2")]
+    out = compute_advantages(make_table(rows), "graphgpo", episode_advantage_w=0.0, mode="mean_norm")
+    # d(success) = 0 → G = 10; d(s1) = D_max + 1 = 2 (s0 has d = 1) → G = 0.1; s1 is a singleton
+    np.testing.assert_allclose(out, [4.95, -4.95, 0.0], atol=1e-12)
 
 
 def test_gigpo_similarity_merges_close_anchors():
