@@ -9,7 +9,7 @@ token, computed from the **raw** logits (log-softmax before temperature / top-p,
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
@@ -79,7 +79,6 @@ class Completion:
     text: str | None = None
     token_faithful: bool = True
     logprob_mode: str = "raw"
-    extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.token_ids = np.asarray(self.token_ids, dtype=np.int32).reshape(-1)

@@ -240,9 +240,9 @@ def episode_segments(turns: Sequence[Turn]) -> list[SegmentTokens]:
         seg_k = turns[k].info.get("segment") if k < len(turns) else None
         if k == len(turns) or seg_k is None or seg_k != turns[start].info.get("segment"):
             group = turns[start:k]
-            seg = build_segment([t.prompt_ids for t in group], [t.completion_ids for t in group],
-                                [t.completion_logprobs if t.completion_logprobs.size else None for t in group]
-                                if all(t.completion_logprobs.size for t in group) else None)
+            has_lp = all(t.completion_logprobs.size == t.completion_ids.size for t in group)
+            lps = [t.completion_logprobs for t in group] if has_lp else None
+            seg = build_segment([t.prompt_ids for t in group], [t.completion_ids for t in group], lps)
             ti = np.where(seg.turn_index >= 0, seg.turn_index + start, -1).astype(np.int32)
             out.append(SegmentTokens(seg.ids, seg.loss_mask, seg.logprobs, ti))
             start = k

@@ -112,10 +112,15 @@ class HFEngine:
         )
         if not sampling.greedy:
             kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p)
-        with torch.random.fork_rng(devices=[]):
-            if sampling.seed is not None:
-                torch.manual_seed(sampling.seed)
-            out = self.model.generate(**kwargs)
+        was_training = self.model.training  # the trainer may share this model object
+        self.model.eval()
+        try:
+            with torch.random.fork_rng(devices=[]):
+                if sampling.seed is not None:
+                    torch.manual_seed(sampling.seed)
+                out = self.model.generate(**kwargs)
+        finally:
+            self.model.train(was_training)
         new = out.sequences[:, ids.shape[1] :]  # (B, T)
         logp = torch.stack(out.logits, dim=1).float().log_softmax(-1)  # (B, T, V)
         sampled = logp.gather(-1, new.unsqueeze(-1)).squeeze(-1)  # (B, T)
@@ -173,15 +178,15 @@ class HFEngine:
         else:
             state = dict(source.items() if isinstance(source, Mapping) else source)
         own = self.model.state_dict()
-        if self.model.config.tie_word_embeddings and "lm_head.weight" not in state:
-            own.pop("lm_head.weight", None)
-        missing, unexpected = set(own) - set(state), set(state) - set(self.model.state_dict())
+        required = set(own)
+        if getattr(self.model.config, "tie_word_embeddings", False):
+            required.discard("lm_head.weight")  # tied to the embeddings; checkpoints often omit it
+        missing, unexpected = required - set(state), set(state) - set(own)
         if missing or unexpected:
             raise RuntimeError(f"update_weights: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}")
         with torch.no_grad():
             for name, t in state.items():
-                own_t = self.model.state_dict()[name]
-                own_t.copy_(t.to(own_t.dtype))
+                own[name].copy_(t.to(own[name].dtype))
         self.policy_version = int(version)
 
     def pause(self, mode: str = "wait") -> None:

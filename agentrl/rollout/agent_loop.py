@@ -151,6 +151,7 @@ class EpisodeDriver:
         self._prompt = np.zeros(0, np.int32)
         self._obs, self._anchor = "", ""
         self._pending: Turn | None = None
+        self._completion = np.zeros(0, np.int32)
 
     def start(self, result: EnvResult) -> None:
         """Begin from a reset result (an error result fails the episode)."""

@@ -35,7 +35,7 @@ def _admissible_policy(renderer: ChatRenderer, split: bool):
 
     def script(prompt, call):
         text = renderer.tokenizer.decode(prompt)
-        acts = re.findall(r"Admissible actions: (.*)", text)[-1].split(", ")
+        acts = re.findall(r"Admissible actions: ([^<\n]*)", text)[-1].split(", ")
         out = f"<action>{acts[call % len(acts)]}</action>"
         ids = np.concatenate([renderer.encode(ch) for ch in out]) if split else renderer.encode(out)
         return [*ids.tolist(), renderer.eos_token_id]
