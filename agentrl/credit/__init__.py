@@ -16,6 +16,7 @@ from agentrl.credit.registry import (
     get_estimator,
     list_estimators,
     register_estimator,
+    update_groups,
     validate_estimator_kwargs,
 )
 from agentrl.credit import bipace, g2po, gigpo, graphgpo, grpo, hgpo, rtpo, tree_grpo, turn_ppo  # noqa: F401  (register)
@@ -38,5 +39,6 @@ __all__ = [
     "token_gae",
     "tree_grpo_nodes",
     "turn_gae_returns",
+    "update_groups",
     "validate_estimator_kwargs",
 ]

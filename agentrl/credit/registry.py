@@ -32,6 +32,9 @@ class EstimatorSpec:
         requires: optional ``TurnTable`` columns it reads (``"hidden"``, ``"value"``, ...).
         params: ``{keyword: default}`` of its hyperparameters, in signature order.
         choices: ``{keyword: allowed values}`` for enumerated (string) hyperparameters.
+        update_order: optional ``(table) -> list of int64 row-index arrays``: the groups of
+            rows the trainer must update one after another, in this order (RTPO's
+            reverse-turn schedule). None: the trainer shuffles rows into minibatches.
     """
 
     name: str
@@ -39,6 +42,7 @@ class EstimatorSpec:
     requires: tuple[str, ...]
     params: Mapping[str, Any]
     choices: Mapping[str, tuple] = field(default_factory=dict)
+    update_order: Callable[[TurnTable], list] | None = None
 
 
 _REGISTRY: Registry[EstimatorSpec] = Registry("estimator")
@@ -61,7 +65,8 @@ def _signature_params(name: str, fn: EstimatorFn) -> dict[str, Any]:
 
 
 def register_estimator(
-    name: str, requires: tuple[str, ...] = (), choices: Mapping[str, tuple] | None = None
+    name: str, requires: tuple[str, ...] = (), choices: Mapping[str, tuple] | None = None,
+    update_order: Callable[[TurnTable], list] | None = None,
 ) -> Callable[[EstimatorFn], EstimatorFn]:
     """Decorator registering ``fn`` under ``name``; returns ``fn`` unchanged.
 
@@ -70,6 +75,7 @@ def register_estimator(
         requires: optional TurnTable columns the estimator reads; checked by
             ``compute_advantages`` with ``TurnTable.require``.
         choices: allowed values of enumerated keyword arguments (checked at validation).
+        update_order: see ``EstimatorSpec.update_order``.
     Raises:
         TypeError: the signature is not ``(table, *, kw=default, ...)``.
         ValueError: ``name`` is already registered, or ``choices`` names an unknown keyword.
@@ -81,7 +87,7 @@ def register_estimator(
         bad = [k for k in ch if k not in params]
         if bad:
             raise ValueError(f"estimator {name!r}: choices given for unknown parameter(s) {bad}")
-        _REGISTRY.register(name, EstimatorSpec(name, fn, tuple(requires), params, ch))
+        _REGISTRY.register(name, EstimatorSpec(name, fn, tuple(requires), params, ch, update_order))
         return fn
 
     return deco
@@ -180,3 +186,24 @@ def compute_advantages(table: TurnTable, name: str, **kwargs: Any) -> np.ndarray
     if not np.all(np.isfinite(out)):
         raise RuntimeError(f"estimator {name!r} returned non-finite advantages; check rewards/values for NaN")
     return out
+
+
+def update_groups(name: str, table: TurnTable, rows: np.ndarray) -> list[np.ndarray] | None:
+    """The estimator's update schedule restricted to the trained ``rows``.
+
+    Args:
+        name: estimator name.
+        table: the iteration's turns.
+        rows: int64[R] table rows that go into the training batch, in batch order.
+    Returns:
+        None when the estimator has no ``update_order`` (shuffle freely); otherwise a list
+        of int64 arrays of *batch positions* (indices into ``rows``), one per update group,
+        in the order the trainer must step them; groups with no trained row are dropped.
+    """
+    spec = get_estimator(name)
+    if spec.update_order is None:
+        return None
+    position = np.full(len(table), -1, dtype=np.int64)
+    position[np.asarray(rows, dtype=np.int64)] = np.arange(len(rows))
+    groups = [position[np.asarray(g, dtype=np.int64)] for g in spec.update_order(table)]
+    return [g[g >= 0] for g in groups if np.any(g >= 0)]

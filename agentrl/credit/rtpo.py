@@ -36,7 +36,7 @@ def _check_branches(table: TurnTable) -> None:
             raise ValueError("RTPO branch ids must be unique over the table (one group per branch id)")
 
 
-@register_estimator("rtpo", requires=("branch",), choices={"mode": S.MODES})
+@register_estimator("rtpo", requires=("branch",), choices={"mode": S.MODES}, update_order=lambda table: rtpo_update_groups(table))
 def rtpo(table: TurnTable, *, gamma: float = 1.0, mode: str = "mean_std_norm", eps: float = S.EPS) -> np.ndarray:
     """RTPO branch-group advantage on branching-turn rows (§9.3).
 
@@ -74,3 +74,10 @@ def rtpo_update_order(table: TurnTable) -> np.ndarray:
     turn = np.full(ids.size, np.iinfo(np.int64).max)
     np.minimum.at(turn, code, table.t[rows])
     return ids[np.lexsort((rows[first], -turn))]
+
+
+def rtpo_update_groups(table: TurnTable) -> list[np.ndarray]:
+    """Row indices of each branch group, in ``rtpo_update_order`` (latest branch point
+    first) — the trainer's reverse-turn schedule (§9.2 step 4)."""
+    order = rtpo_update_order(table)
+    return [np.flatnonzero(table.branch == b) for b in order]

@@ -31,7 +31,7 @@ INFO_TASK = "task_id"
 INFO_WALKTHROUGH = "walkthrough"
 #: step info: str set when the env's infrastructure failed (e.g. a sandbox died during
 #: scoring, PITFALLS P8); the episode's status becomes env_error, its reward is not a score.
-INFO_ENV_ERROR = "env_error"
+INFO_ENV_ERROR = "env_error"  # step info: the env's infrastructure failed (str reason); the episode is env_error, not scored
 
 RESET_INFO_KEYS = (INFO_ANCHOR, INFO_WON, INFO_TASK)
 STEP_INFO_KEYS = (INFO_ANCHOR, INFO_WON, INFO_VALID)
