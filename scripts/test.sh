@@ -6,5 +6,5 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/scripts/setup.sh"
 cd "$ROOT"
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-.venv/bin/lint-imports --config pyproject.toml
+.venv/bin/lint-imports
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

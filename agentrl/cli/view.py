@@ -1,0 +1,62 @@
+"""``agentrl view STORE [--port 8765] [--host 127.0.0.1] [--tokenizer PATH]``: a local web replay viewer.
+
+Serves pages over the turn store, read-only (one fresh connection per request, so it can be
+opened while a training run is still writing): runs → iterations (metric charts) → groups →
+episodes → turns (observation, tokens coloured by advantage, logprobs on hover, anchor
+groups, branch trees). Filters: env, task, success, estimator, iteration, policy version.
+At start-up it adds four indexes to the store (CREATE INDEX IF NOT EXISTS) unless
+--no-index is given; pages stay correct without them, only slower on large stores.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers) -> None:
+    """Add the ``view`` sub-command to ``subparsers``."""
+    p = subparsers.add_parser("view", help="browse a turn store in a local web viewer",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("store", metavar="STORE", help="SQLite turn store file")
+    p.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: 127.0.0.1, this machine only)")
+    p.add_argument("--port", type=int, default=8765, help="TCP port (default: 8765; 0 picks a free one)")
+    p.add_argument("--tokenizer", default=None,
+                   help="tokenizer.json or model folder to decode token ids (default: the run's config.yaml beside STORE)")
+    p.add_argument("--page-size", type=int, default=50, help="rows per page of runs, iterations, groups, episodes")
+    p.add_argument("--turns-per-page", type=int, default=10, help="turns per page of an episode (default: 10)")
+    p.add_argument("--no-index", action="store_true", help="do not add the viewer's indexes to the store")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handler of ``agentrl view``: serves until interrupted; returns the exit code (0).
+
+    Raises:
+        FileNotFoundError: no store at STORE (or no tokenizer at --tokenizer).
+        ValueError: page sizes < 1, or the file is not a store of this schema version.
+        ImportError: the view extra is missing (``pip install 'agentrl[view]'``).
+    """
+    from pathlib import Path
+
+    if args.page_size < 1 or args.turns_per_page < 1:
+        raise ValueError("--page-size and --turns-per-page must be ≥ 1")
+    if args.tokenizer is not None:
+        from agentrl.view.tokens import load_decoder
+
+        load_decoder(args.tokenizer)  # fail now with the path in the message
+    try:
+        import uvicorn
+    except ImportError as exc:
+        raise ImportError("agentrl view needs uvicorn: pip install 'agentrl[view]'") from exc
+    from rich.console import Console
+
+    from agentrl.view import ViewerOptions, create_app
+
+    app = create_app(ViewerOptions(store=Path(args.store), tokenizer=args.tokenizer, page_size=args.page_size,
+                                   turns_per_page=args.turns_per_page, add_indexes=not args.no_index))
+    console = Console()
+    for w in app.state.warnings:
+        console.print(f"[yellow]warning:[/] {w}", highlight=False)
+    console.print(f"agentrl view: http://{args.host}:{args.port}/  (Ctrl-C stops)", highlight=False)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
