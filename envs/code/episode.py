@@ -10,15 +10,25 @@ from envs.code.tasks import CodeTask, load_humaneval
 from sandboxes import Sandbox, SandboxLease, make_sandbox
 
 
-def select_tasks(task_ids: Sequence[str] | None) -> tuple[CodeTask, ...]:
-    """HumanEval tasks, restricted to ``task_ids`` when given.
+SPLITS = ("all", "train", "eval")
+
+
+def select_tasks(task_ids: Sequence[str] | None, split: str = "all") -> tuple[CodeTask, ...]:
+    """HumanEval tasks, restricted to ``task_ids`` when given, else to ``split``:
+    ``eval`` = every 4th problem (HumanEval/3, /7, … : 41 tasks), ``train`` = the other 123
+    (disjoint), ``all`` = all 164.
 
     Raises:
         KeyError: an unknown task id (names a valid example).
+        ValueError: an unknown split.
     """
+    if split not in SPLITS:
+        raise ValueError(f"unknown HumanEval split {split!r}; choose one of {SPLITS}")
     tasks = load_humaneval()
     if task_ids is None:
-        return tasks
+        if split == "all":
+            return tasks
+        return tuple(t for i, t in enumerate(tasks) if (i % 4 == 3) == (split == "eval"))
     by_id = {t.task_id: t for t in tasks}
     missing = [i for i in task_ids if i not in by_id]
     if missing:

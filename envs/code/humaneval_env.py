@@ -46,21 +46,24 @@ class HumanEvalEnv(gymnasium.Env):
         memory_mb: memory limit of a test run (MiB).
         episode_deadline_s: the rollout's episode deadline (seconds); the sandbox lease
             lasts this + ``scoring_timeout_s`` + 30 s.
-        task_ids: restrict to these HumanEval ids (default: all 164).
+        task_ids: restrict to these HumanEval ids (default: the whole split).
+        split: ``all`` | ``train`` (123 tasks) | ``eval`` (41 tasks, disjoint).
+        max_turns: the trainer's turn limit; here the same as ``max_attempts`` (overrides it).
     """
 
     metadata = {"render_modes": [], "agentrl.check_kwargs": {"task_ids": ["HumanEval/0", "HumanEval/53"]}}
 
     def __init__(self, *, sandbox: str | Sandbox = "auto", max_attempts: int = 3, exec_timeout_s: float = 5.0,
                  scoring_timeout_s: float | None = None, memory_mb: int = 1024, episode_deadline_s: float = 1800.0,
-                 task_ids: Sequence[str] | None = None) -> None:
+                 task_ids: Sequence[str] | None = None, split: str = "all", max_turns: int | None = None) -> None:
+        max_attempts = max_attempts if max_turns is None else max_turns  # one turn = one attempt
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
         self.observation_space, self.action_space = UnicodeText(), UnicodeText()
         self.max_attempts, self.exec_timeout_s, self.memory_mb = max_attempts, exec_timeout_s, memory_mb
         self.scoring_timeout_s = scoring_timeout_s if scoring_timeout_s is not None else exec_timeout_s + 20.0
         self.episode_deadline_s = episode_deadline_s
-        self.tasks = select_tasks(task_ids)
+        self.tasks = select_tasks(task_ids, split)
         self.sandbox, self._owns_sandbox = open_sandbox(sandbox)
         self.task: CodeTask | None = None
         self.lease = None

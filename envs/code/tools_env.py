@@ -49,7 +49,8 @@ class HumanEvalToolsEnv(gymnasium.Env):
 
     def __init__(self, *, sandbox: str | Sandbox = "auto", max_attempts: int = 3, max_turns: int = 10,
                  exec_timeout_s: float = 5.0, scoring_timeout_s: float | None = None, memory_mb: int = 1024,
-                 episode_deadline_s: float = 1800.0, task_ids: Sequence[str] | None = None) -> None:
+                 episode_deadline_s: float = 1800.0, task_ids: Sequence[str] | None = None,
+                 split: str = "all") -> None:
         if max_attempts < 1 or max_turns < 1:
             raise ValueError(f"max_attempts and max_turns must be >= 1, got {max_attempts}, {max_turns}")
         self.observation_space, self.action_space = UnicodeText(), UnicodeText()
@@ -57,7 +58,7 @@ class HumanEvalToolsEnv(gymnasium.Env):
         self.exec_timeout_s, self.memory_mb = exec_timeout_s, memory_mb
         self.scoring_timeout_s = scoring_timeout_s if scoring_timeout_s is not None else exec_timeout_s + 20.0
         self.episode_deadline_s = episode_deadline_s
-        self.tasks = select_tasks(task_ids)
+        self.tasks = select_tasks(task_ids, split)
         self.sandbox, self._owns_sandbox = open_sandbox(sandbox)
         self.task: CodeTask | None = None
         self.lease = None
