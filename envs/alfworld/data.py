@@ -112,22 +112,23 @@ def list_games(split: str, data_dir: str | os.PathLike | None = None,
     if split not in SPLITS:
         raise ValueError(f"unknown ALFWorld split {split!r}; choose one of {sorted(SPLITS)}")
     root = resolve_data_dir(data_dir)
-    return _list_cached(str(root), split, str(generated_dir or os.environ.get(GEN_ENV_VAR, "")))
-
-
-@lru_cache(maxsize=32)
-def _list_cached(root: str, split: str, generated: str) -> list[GameRef]:
-    folder = SPLITS[split]
-    refs = _scan(Path(root) / folder, folder) if (Path(root) / folder).is_dir() else []
-    if split == "train" and generated:
+    refs = list(_kept_games(str(root), SPLITS[split]))
+    generated = (generated_dir or os.environ.get(GEN_ENV_VAR)) if split == "train" else None
+    if generated:
         gen = Path(generated)
         if not gen.is_dir():
             raise DataMissingError(f"generated ALFWorld games dir {gen} does not exist; create it with "
-                                   "`python -m envs.alfworld.generate --n 10 --seed 0 --out DIR`")
-        refs += _scan(gen, "generated")
+                                   "`agentrl generate alfworld --n 12 --seed 0 --out DIR`")
+        refs += _scan(gen, "generated")  # not cached: the folder may grow between calls
     if not refs:
-        raise DataMissingError(f"ALFWorld split {split!r}: no games in {Path(root) / folder}. {_HOW_TO_GET}")
+        raise DataMissingError(f"ALFWorld split {split!r}: no games in {root / SPLITS[split]}. {_HOW_TO_GET}")
     return refs
+
+
+@lru_cache(maxsize=32)
+def _kept_games(root: str, folder: str) -> tuple[GameRef, ...]:
+    """The kept games of one split folder (scanned once per process)."""
+    return tuple(_scan(Path(root) / folder, folder)) if (Path(root) / folder).is_dir() else ()
 
 
 def content_digest(path: Path) -> str:

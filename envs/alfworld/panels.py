@@ -1,6 +1,6 @@
 """Evaluation panels for ``agentrl/ALFWorld-v0`` (see ``agentrl.env.panels``).
 
-Shipped manifests: ``envs/alfworld/panels/alfworld-{train,eval_seen,eval_unseen}.json``
+Shipped manifests: ``envs/alfworld/manifests/alfworld-{train,eval_seen,eval_unseen}.json``
 (200 / 140 / 134 entries, one seed per game, ``base_seed=0``, digests = SHA-256 of each
 ``game.tw-pddl``). The ``train`` manifest covers the kept games only; a panel including
 generated games is built with ``alfworld_panel("train", generated_dir=...)``.
@@ -17,7 +17,7 @@ from agentrl.env.panels import Panel, assert_disjoint, build_panel, load_panel, 
 from envs.alfworld.data import SPLITS, content_digest, list_games
 
 ENV_ID = "agentrl/ALFWorld-v0"
-PANEL_DIR = Path(__file__).parent / "panels"
+PANEL_DIR = Path(__file__).parent / "manifests"
 
 
 def alfworld_panel(split: str, data_dir: str | os.PathLike | None = None,

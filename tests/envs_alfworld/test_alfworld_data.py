@@ -74,3 +74,10 @@ def test_grammar_conversion_keeps_problem_and_goal():
     assert new["grammar"] == template.replace("UNKNOWN GOAL", "examine the alarmclock with the desklamp")
     # converting an already-0.4.2 grammar is a fixed point
     assert data.load_game(path, grammar="0.4.2") == new
+
+
+def test_missing_generated_dir_is_actionable(tmp_path):
+    with pytest.raises(DataMissingError, match="agentrl generate alfworld"):
+        data.list_games("train", generated_dir=tmp_path / "nope")
+    # eval splits ignore generated games entirely
+    assert len(data.list_games("eval_seen", generated_dir=tmp_path / "nope")) == 140

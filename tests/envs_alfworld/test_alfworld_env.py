@@ -80,7 +80,7 @@ def test_grammar_042_wording():
     e.close()  # idempotent
 
 
-def _play(env, task_id: str, expert_flag: bool) -> tuple[bool, list[str]]:
+def _play(env, task_id: str) -> tuple[bool, list[str]]:
     obs, info = env.reset(options={"task_id": task_id})
     plan = info[INFO_WALKTHROUGH]
     out = (False, False)
@@ -100,7 +100,7 @@ def test_walkthrough_wins_sample_and_is_cached(fresh_cache):
     assert len(SAMPLE) == 10 and len({g.task_type for g in SAMPLE}) == 6
     assert INFO_WALKTHROUGH not in cold.reset(options={"task_id": SAMPLE[0].task_id})[1]
     for g in SAMPLE:
-        won, plan = _play(env, g.task_id, True)
+        won, plan = _play(env, g.task_id)
         assert won, g.task_id
         assert expert.cached_walkthrough(data.load_game(g.path)) == plan
     assert len(list((fresh_cache / "alfworld" / "walkthroughs").glob("*.json"))) == 10
@@ -116,5 +116,5 @@ def test_walkthrough_wins_all_eval_unseen(grammar):
     once; later runs read the walkthrough cache)."""
     env = make("agentrl/ALFWorld-v0", split="eval_unseen", expert=True, grammar=grammar)
     ids = env.unwrapped.task_ids
-    lost = [t for t in ids if not _play(env, t, True)[0]]
+    lost = [t for t in ids if not _play(env, t)[0]]
     assert len(ids) == 134 and lost == []

@@ -56,10 +56,15 @@ def test_generated_files_layout_and_metadata(generated):
         assert data.load_game(g.path / "game.tw-pddl", grammar="0.4.2") == game  # already 0.4.2 wording
 
 
-def test_generation_is_deterministic(tmp_path, generated):
+def test_generation_is_deterministic_through_cli(tmp_path, generated, capsys):
+    from agentrl.cli import main
+
     _, games = generated
-    again = generate(1, seed=11, out=tmp_path)
-    assert (again[0].path / "game.tw-pddl").read_bytes() == (games[0].path / "game.tw-pddl").read_bytes()
+    assert main(["generate", "alfworld", "--n", "1", "--seed", "11", "--out", str(tmp_path)]) == 0
+    again = tmp_path / games[0].path.relative_to(games[0].path.parents[1])
+    assert (again / "game.tw-pddl").read_bytes() == (games[0].path / "game.tw-pddl").read_bytes()
+    assert str(again) in capsys.readouterr().out
+    assert main(["generate", "alfworld", "--n", "1", "--out", str(tmp_path), "--task-types", "juggle"]) == 2
 
 
 def test_generated_games_join_train_panel_only(generated):

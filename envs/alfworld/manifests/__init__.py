@@ -1,0 +1,1 @@
+"""Data package: the shipped ALFWorld panel manifests (JSON), see ``envs.alfworld.panels``."""
