@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import sqlite3
 import threading
 import time
@@ -27,7 +28,7 @@ _TURN_SELECT = ", ".join(TURN_COLUMNS)
 _EPISODE_COLS = "episode_id, group_id, env_id, task_id, seed, status, error, n_turns, return_, success, created_at"
 # Columns table() needs; the rest of a Turn is left at its default (empty tokens, "").
 _TABLE_COLS = ("turn_id, episode_id, group_id, t, parent_turn_id, anchor_obs, next_anchor_obs, action, "
-               "action_valid, reward, terminated, truncated, completion_ids, hidden")
+               "action_valid, reward, terminated, truncated, completion_ids, hidden, info")
 
 
 def _ids_json(ids: Iterable[int]) -> str:
@@ -186,12 +187,15 @@ class TurnStore:
                                  f"already stored; pass overwrite=True to replace them") from exc
 
     def add_metrics(self, run_id: str, iteration: int, values: Mapping[str, float]) -> None:
-        """Store per-iteration scalars (replacing the same ``(iteration, name)``)."""
+        """Store per-iteration scalars (replacing the same ``(iteration, name)``). Non-finite
+        values (NaN, ±inf: e.g. a metric undefined this iteration) are not stored; the JSONL
+        log keeps them as null."""
+        values = {k: float(v) for k, v in values.items() if math.isfinite(float(v))}
         with self._write() as db:
             db.execute("INSERT OR IGNORE INTO runs (run_id, created_at) VALUES (?, ?)", (run_id, time.time()))
             key = db.execute("SELECT run_key FROM runs WHERE run_id = ?", (run_id,)).fetchone()[0]
             db.executemany("INSERT OR REPLACE INTO metrics VALUES (?, ?, ?, ?)",
-                           ((key, int(iteration), str(k), float(v)) for k, v in values.items()))
+                           ((key, int(iteration), str(k), v) for k, v in values.items()))
 
     # -- reading -------------------------------------------------------------------------
     def episodes(self, run_id: str | None = None, episode_ids: Sequence[int] | None = None) -> list[EpisodeRecord]:
@@ -263,12 +267,13 @@ class TurnStore:
 
 
 def _table_turn(run_id: str, r: Sequence) -> Turn:
-    (tid, eid, gid, t, parent, anchor, nxt, action, valid, reward, term, trunc, completion, hidden) = r
+    (tid, eid, gid, t, parent, anchor, nxt, action, valid, reward, term, trunc, completion, hidden, info) = r
     return Turn(run_id=run_id, turn_id=tid, episode_id=eid, group_id=gid, t=t, parent_turn_id=parent,
                 observation="", anchor_obs=anchor, next_anchor_obs=nxt, action=action, action_valid=bool(valid),
                 reward=reward, terminated=bool(term), truncated=bool(trunc),
                 completion_ids=np.frombuffer(completion, dtype="<i4"),  # read-only view: no copy
-                hidden=None if hidden is None else np.frombuffer(hidden, dtype="<f4"))
+                hidden=None if hidden is None else np.frombuffer(hidden, dtype="<f4"),
+                info=json.loads(info) if info and info != "{}" else {})  # tree / branch ids (tree rollouts)
 
 
 class _Transaction:

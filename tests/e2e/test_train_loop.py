@@ -22,11 +22,11 @@ def _cfg(tiny_dir, out_dir, name="run", iterations=2, **extra):
     raw = {
         "run": {"name": name, "out_dir": str(out_dir), "iterations": iterations, "eval_every": 2, "save_every": 1,
                 "seed": 3},
-        "env": {"id": "agentrl/Toy-v0", "max_turns": 5, "split": "train", "eval_split": "eval",
+        "env": {"id": "agentrl/Toy-v0", "max_turns": 8, "split": "train", "eval_split": "eval",
                 "eval_panel_size": 3},
         "policy": {"model": str(tiny_dir), "max_tokens": 8, "action_format": "whole",
                    "action_constraint": "admissible"},
-        "rollout": {"groups_per_iteration": 2, "group_size": 3, "num_workers": 1},
+        "rollout": {"groups_per_iteration": 2, "group_size": 4, "num_workers": 1},
         "algorithm": {"estimator": "gigpo"},
         "update": {"lr": 1e-2, "micro_batch": 4, "epochs": 1},
         "log": {"console": False},
@@ -54,10 +54,10 @@ def finished_run(tiny_dir, tmp_path_factory):
 def test_two_iterations_store_every_turn_with_advantage(finished_run):
     result, _ = finished_run
     assert result.state.iteration == 2 and result.state.policy_version == 2
-    assert result.state.episodes_stored == 2 * 2 * 3
+    assert result.state.episodes_stored == 2 * 2 * 4
     with TurnStore(result.store_path, readonly=True) as store:
         eps = store.episodes(result.run_id)
-        assert len(eps) == 12
+        assert len(eps) == 16
         table = store.table(run_id=result.run_id)
         adv = store.advantages(result.run_id)
     assert len(adv) == len(table) > 0  # one advantage per stored turn
@@ -91,7 +91,7 @@ def test_resume_at_final_iteration_trains_nothing(finished_run, tiny_dir):
     assert again.state == result.state
     assert (latest.read_text(), latest.stat().st_mtime_ns, sorted(p.name for p in latest.parent.iterdir())) == before
     with TurnStore(result.store_path, readonly=True) as store:
-        assert len(store.episodes(result.run_id)) == 12
+        assert len(store.episodes(result.run_id)) == 16
 
 
 def test_same_seed_same_run_and_resume_equals_uninterrupted(tiny_dir, tmp_path, finished_run):
@@ -116,3 +116,16 @@ def test_same_seed_same_run_and_resume_equals_uninterrupted(tiny_dir, tmp_path, 
         va = np.array([x.value for x in a.advantages(reference.run_id)])
         vb = np.array([x.value for x in b.advantages(resumed.run_id)])
         assert np.array_equal(va, vb)
+
+
+def test_turn_ppo_trains_a_critic(tiny_dir, tmp_path):
+    """turn-PPO: the critic fills the value column, its loss is logged, advantages are stored."""
+    from agentrl.train import train
+
+    result = train(_cfg(tiny_dir, tmp_path, name="tppo", iterations=1, algorithm__estimator="turn_ppo",
+                        run__eval_every=0), resume=False)
+    line = json.loads((result.run_dir / "metrics.jsonl").read_text().splitlines()[0])
+    assert line["critic/loss"] >= 0 and "critic/explained_var" in line
+    with TurnStore(result.store_path, readonly=True) as store:
+        n_turns = len(store.table(run_id=result.run_id))
+        assert len(store.advantages(result.run_id, estimator="turn_ppo")) == n_turns

@@ -1,0 +1,73 @@
+"""The turn-level critic inside the training loop (turn-PPO, arXiv 2512.17008; ALGORITHMS.md §10).
+
+Used by ``agentrl.train`` only when the configured estimator requires the ``value`` column:
+before the estimator runs, the critic fills ``TurnTable.value`` with V(s_t) read at the last
+prompt token of every turn; after the policy update, the critic takes one step per epoch
+towards the turn-level GAE returns (``agentrl.credit.turn_gae_returns``), with optional
+value clipping around the rollout-time values. The critic is a separate copy of the policy's
+model with a zero-initialised value head (so the policy's weights are never moved by the
+value loss). Truncated episodes bootstrap from 0 (V(s_T) of the unseen next state is not
+computed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+
+from agentrl.config import Config
+from agentrl.credit import turn_gae_returns
+from agentrl.types import Episode, TurnTable
+from agentrl.update.batch import TrainBatch, build_batch
+from agentrl.update.critic import CriticStats, TurnCritic, critic_update, turn_values
+
+
+@dataclass
+class Critic:
+    """A critic and its optimizer (AdamW at ``update.critic_lr``)."""
+
+    model: TurnCritic
+    optimizer: torch.optim.Optimizer
+
+
+def make_critic(cfg: Config) -> Critic:
+    """A fresh critic: the policy's model loaded again (``policy.model``, ``policy.dtype``)
+    plus a zero-initialised value head."""
+    from transformers import AutoModelForCausalLM
+
+    from agentrl.llm.models import resolve_model
+
+    backbone = AutoModelForCausalLM.from_pretrained(resolve_model(cfg.policy.model),
+                                                    dtype=getattr(torch, cfg.policy.dtype))
+    model = TurnCritic(backbone)
+    return Critic(model, torch.optim.AdamW(model.parameters(), lr=cfg.update.critic_lr))
+
+
+def _all_turns_batch(table: TurnTable, episodes: list[Episode], pad_id: int) -> TrainBatch:
+    turns = {t.turn_id: t for ep in episodes for t in ep.turns}
+    picked = [turns[int(i)] for i in table.turn_id]
+    return build_batch([t.prompt_ids for t in picked], [t.completion_ids for t in picked],
+                       [t.completion_logprobs for t in picked], np.zeros(len(picked)), pad_id=pad_id)
+
+
+def with_values(critic: Critic, table: TurnTable, episodes: list[Episode], pad_id: int,
+                micro_batch: int) -> tuple[TurnTable, TrainBatch]:
+    """``table`` with ``value`` (float64[N], V(s_t) per row) and ``bootstrap_value`` (0) set,
+    and the batch of all its turns (row i = table row i) for the critic step."""
+    batch = _all_turns_batch(table, episodes, pad_id)
+    values = turn_values(critic.model, batch, micro_batch=micro_batch).double().numpy()
+    return replace(table, value=values, bootstrap_value=np.zeros(len(table))), batch
+
+
+def critic_step(critic: Critic, cfg: Config, table: TurnTable, batch: TrainBatch) -> list[CriticStats]:
+    """``update.epochs`` critic steps towards the turn-level GAE returns of ``table``."""
+    # the estimator's resolved kwargs (defaults filled at config time) that the GAE shares
+    shared = {k: v for k, v in cfg.algorithm.kwargs.items() if k in ("gamma", "lam", "c_inv")}
+    gae = turn_gae_returns(table, **shared)
+    target = batch.with_(returns=torch.as_tensor(gae.returns, dtype=torch.float32),
+                         old_values=torch.as_tensor(table.value, dtype=torch.float32))
+    return [critic_update(critic.model, critic.optimizer, target, micro_batch=cfg.update.micro_batch,
+                          grad_clip=cfg.update.grad_clip, value_clip=cfg.update.value_clip)
+            for _ in range(cfg.update.epochs)]
