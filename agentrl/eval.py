@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -118,6 +119,28 @@ def summarize(episodes: Sequence[Episode], *, greedy: bool, panel_sha256: str) -
                       wilson=wilson_interval(int(sum(wins)), len(ok)), bootstrap=bootstrap_interval(wins),
                       mean_return=stats.mean_return, mean_turns=stats.mean_turns,
                       failed=len(episodes) - len(ok), greedy=greedy, panel_sha256=panel_sha256)
+
+
+def load_eval_policy(cfg: Config, checkpoint: str | Path | None = None):
+    """The config's policy, with a checkpoint's trainable weights (LoRA adapters or full
+    weights) loaded when ``checkpoint`` is given.
+
+    Returns:
+        ``agentrl.llm.policy.Policy``.
+    Raises:
+        FileNotFoundError: no model / no checkpoint. RuntimeError: the checkpoint does not
+            match the config's LoRA settings.
+    """
+    from agentrl.llm.policy import load_policy
+    from agentrl.update.checkpoint import load_weights
+    from agentrl.update.lora import prepare_policy
+
+    policy = load_policy(cfg.policy)
+    if checkpoint is not None:
+        policy.model = prepare_policy(policy.model, cfg.update, cfg.policy.lora)
+        policy.engine.model = policy.model
+        load_weights(checkpoint, policy.model)
+    return policy
 
 
 def evaluate(engine: LLMClient, renderer: ChatRenderer, cfg: Config, *, greedy: bool = True,

@@ -27,7 +27,7 @@ def print_run_summary(console, run_dir: Path, run_id: str, evals: Sequence) -> N
     for e in evals:
         console.print(f"eval: {e.success_rate:.1%} ({e.successes}/{e.n}) Wilson 95% [{e.wilson[0]:.1%}, "
                       f"{e.wilson[1]:.1%}] panel {e.panel_sha256[:12]}", highlight=False)
-    console.print(f"replay: agentrl replay {run_dir / 'store.sqlite'} --run {run_id} [--episode N]", highlight=False,
+    console.print(f"replay: agentrl replay {run_dir / 'store.sqlite'} --run {run_id} [--episode N]", highlight=False, soft_wrap=True,
                   markup=False)
 
 

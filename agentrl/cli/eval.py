@@ -29,15 +29,9 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides)
     from rich.console import Console
 
-    from agentrl.eval import evaluate
-    from agentrl.llm.policy import load_policy
-    from agentrl.update.checkpoint import load_weights
-    from agentrl.update.lora import prepare_policy
+    from agentrl.eval import evaluate, load_eval_policy
 
-    policy = load_policy(cfg.policy)
-    if args.checkpoint:
-        policy.engine.model = prepare_policy(policy.model, cfg.update, cfg.policy.lora)
-        load_weights(args.checkpoint, policy.engine.model)
+    policy = load_eval_policy(cfg, args.checkpoint)
     result, _ = evaluate(policy.engine, policy.renderer, cfg, greedy=not args.sampled, progress=True)
     mode = "sampled" if args.sampled else "greedy"
     Console().print(f"{mode} success {result.success_rate:.1%} ({result.successes}/{result.n}), "

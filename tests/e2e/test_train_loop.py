@@ -129,3 +129,22 @@ def test_turn_ppo_trains_a_critic(tiny_dir, tmp_path):
     with TurnStore(result.store_path, readonly=True) as store:
         n_turns = len(store.table(run_id=result.run_id))
         assert len(store.advantages(result.run_id, estimator="turn_ppo")) == n_turns
+
+
+def test_cli_eval_checkpoint_and_train_summary(finished_run, tmp_path, capsys):
+    """`agentrl eval RUN/config.yaml --checkpoint ...` reads the run's own config (every default
+    in effect was written there) and the trained adapters; `agentrl train` prints the summary
+    table and the replay command."""
+    from agentrl.cli import main
+
+    result, _ = finished_run
+    ckpt = result.run_dir / "checkpoints" / (result.run_dir / "checkpoints" / "latest").read_text()
+    assert main(["eval", str(result.run_dir / "config.yaml"), "--checkpoint", str(ckpt)]) == 0
+    out = capsys.readouterr().out
+    assert "greedy success" in out and result.evals[0].panel_sha256[:12] in out
+    assert main(["train", str(result.run_dir / "config.yaml"), f"run.out_dir={tmp_path}", "run.name=cli",
+                 "run.iterations=1", "run.eval_every=0"]) == 0
+    out = capsys.readouterr().out
+    assert "run cli" in out and f"agentrl replay {tmp_path / 'cli' / 'store.sqlite'} --run cli" in out
+    assert main(["train", str(result.run_dir / "config.yaml"), "updat.lr=1"]) == 2
+    assert "did you mean 'update'" in capsys.readouterr().err
