@@ -139,7 +139,7 @@ class TextWorldEnv(gymnasium.Env):
         self._score, self._turns, self._done = gs.score, 0, False
         self._won = self._lost = False
         self._admissible = list(gs.admissible_commands)
-        self._admissible_set = set(self._admissible)
+        self._admissible_set = {normalize_command(a) for a in self._admissible}
         obs = clean_feedback(gs.feedback)
         info = {INFO_ANCHOR: obs, INFO_ADMISSIBLE: self._admissible, INFO_WON: bool(gs.won),
                 "lost": bool(gs.lost), INFO_TASK: spec.key, "task_index": int(index),
@@ -161,7 +161,7 @@ class TextWorldEnv(gymnasium.Env):
             obs, reward = clean_feedback(gs.feedback), float(gs.score - self._score)
             self._score, won, lost = gs.score, bool(gs.won), bool(gs.lost)
             self._admissible = list(gs.admissible_commands)
-            self._admissible_set = set(self._admissible)
+            self._admissible_set = {normalize_command(a) for a in self._admissible}
             self._done = bool(done) or won or lost
         self._turns += 1
         terminated = self._done

@@ -182,3 +182,18 @@ def test_envpool_plays_textworld_like_in_process():
     assert all(r.error is None and r.info["won"] and r.terminated for r in last.values())
     env = make("agentrl/TextWorld-CU1-v0", n_tasks=2)
     assert env.reset(seed=0, options={"task_index": 1})[0] == got[1].obs
+
+
+@needs_tw
+def test_every_admissible_command_is_valid_whatever_its_case():
+    """Regression: commands with capitals (e.g. 'examine type K chest') were compared
+    lower-cased against an un-normalised admissible set and flagged invalid."""
+    env = make("agentrl/TextWorld-CU1-v0", n_tasks=4)
+    checked, capitals = 0, 0
+    for task in range(4):  # train task 3 has 'examine type K chest' and friends
+        _, info = env.reset(seed=0, options={"task_index": task})
+        for action in info["admissible_actions"]:
+            env.reset(seed=0, options={"task_index": task})
+            assert env.step(action)[4]["action_valid"] is True, action
+            checked, capitals = checked + 1, capitals + (action != action.lower())
+    assert checked >= 8 and capitals >= 1
