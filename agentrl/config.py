@@ -34,7 +34,7 @@ import yaml
 from agentrl.registry import closest
 
 __all__ = [
-    "ConfigError", "RunConfig", "EnvConfig", "LoraSpec", "PolicyConfig", "RolloutConfig",
+    "ConfigError", "RunConfig", "EnvConfig", "LoraSpec", "PolicyConfig", "HarnessConfig", "TreeConfig", "RolloutConfig",
     "AlgorithmConfig", "UpdateConfig", "LogConfig", "Config", "load_config", "config_from_dict",
     "apply_overrides", "validate_config", "to_dict", "dump_config",
 ]
@@ -132,7 +132,9 @@ class PolicyConfig:
     built (``context``: full ``chat`` history or a ``window`` of the last ``window_k`` turns),
     the action format (``agentrl.rollout.parsing``) and optional LoRA. ``base_url`` is the
     server of the HTTP engines; ``max_batch`` caps prompts per engine call (None = all active
-    slots); ``return_hidden`` stores final-layer hidden states (needed by BiPACE). ``dtype`` float32
+    slots); ``return_hidden`` stores final-layer hidden states (needed by BiPACE);
+    ``action_constraint: admissible`` decodes only the env's admissible actions (a token trie,
+    logprobs renormalised over the allowed ids; ``agentrl.llm.constrained``, LEARNING.md). ``dtype`` float32
     matches the engines' default; bfloat16 is ~2-3x faster on AVX-512-BF16 CPUs (LEARNING.md)."""
 
     model: str = "smollm2-135m-instruct"
@@ -144,6 +146,7 @@ class PolicyConfig:
     context: Literal["chat", "window"] = "chat"
     window_k: int = 3
     action_format: str = "tag:action"
+    action_constraint: Literal["none", "admissible"] = "none"
     base_url: Optional[str] = None
     max_batch: Optional[int] = None
     return_hidden: bool = False
@@ -156,19 +159,75 @@ class PolicyConfig:
         _check(self.engine not in ("vllm_http", "openai_http") or bool(self.base_url),
                f"policy.engine={self.engine} needs policy.base_url (e.g. http://localhost:8000/v1)")
         _check(self.max_batch is None or self.max_batch >= 1, "policy.max_batch must be >= 1 or null (all active slots)")
+        _check(self.action_constraint == "none" or self.action_format == "whole" or self.action_format.startswith("tag:"),
+               "policy.action_constraint=admissible renders actions in the format: use action_format 'whole' or 'tag:NAME'")
+
+
+@dataclass(frozen=True)
+class HarnessConfig:
+    """``rollout.harness``: play episodes with an external agent program through the recording
+    proxy (``agentrl.rollout.harness``). ``command`` is its argv (``{python}`` = this
+    interpreter); ``timeout_s`` the per-episode deadline in seconds; ``max_parallel`` harnesses
+    run at once; ``mode`` the proxy's prompt continuation (tito | retokenize | strict)."""
+
+    command: tuple[str, ...]
+    timeout_s: float = 300.0
+    max_parallel: int = 8
+    mode: Literal["tito", "retokenize", "strict"] = "tito"
+
+    def __post_init__(self) -> None:
+        _check(len(self.command) > 0, "rollout.harness.command must name a program, e.g. ['{python}', 'agent.py']")
+        _check(self.timeout_s > 0 and self.max_parallel >= 1, "rollout.harness.timeout_s must be > 0 and max_parallel >= 1")
+
+
+@dataclass(frozen=True)
+class TreeConfig:
+    """``rollout.tree``: tree-structured sampling (``agentrl.rollout.tree`` / ``reverse``).
+
+    Tree-GRPO (``rollout.sampler: tree``, ALGORITHMS.md §7.1, arXiv 2509.21240): ``trees`` (M)
+    trees per task, ``rounds`` (L) expansion rounds, ``branches`` (N) new branches per tree per
+    round from nodes drawn uniformly with replacement among the root and non-leaf nodes,
+    ``leaves`` (K) leaves kept per tree after pruning (null = keep all).
+    RTPO (``rollout.sampler: rtpo``, §9.2): branch points every ``stride`` (s) turns from the
+    end of each base trajectory, at most ``branch_points`` (B) of them, ``siblings`` (K)
+    continuations per branch point including the base's own."""
+
+    trees: int = 4
+    rounds: int = 1
+    branches: int = 2
+    leaves: Optional[int] = None
+    stride: int = 1
+    siblings: int = 4
+    branch_points: int = 2
+
+    def __post_init__(self) -> None:
+        _check(self.trees >= 1 and self.rounds >= 0 and self.branches >= 1,
+               "rollout.tree.trees and branches must be >= 1, rounds >= 0")
+        _check(self.leaves is None or self.leaves >= 1, "rollout.tree.leaves must be >= 1 or null (keep all)")
+        _check(self.stride >= 1 and self.branch_points >= 1, "rollout.tree.stride and branch_points must be >= 1")
+        _check(self.siblings >= 2, "rollout.tree.siblings must be >= 2 (the base continuation plus >= 1 new one)")
 
 
 @dataclass(frozen=True)
 class RolloutConfig:
     """``rollout``: ``groups_per_iteration`` task instances × ``group_size`` episodes each,
-    ``num_workers`` env worker processes, ``step_timeout_s`` seconds per env step."""
+    ``num_workers`` env worker processes, ``step_timeout_s`` seconds per env step; ``harness``
+    (optional) plays the episodes with an external agent program instead of the agent loop.
+    ``sampler``: ``chain`` (independent episodes), ``tree`` (Tree-GRPO trees: ``tree.trees``
+    per task replace ``group_size``) or ``rtpo`` (``group_size`` base trajectories per task,
+    each with a sparse reverse tree, updated in reverse-turn rounds); see ``TreeConfig``."""
 
     groups_per_iteration: int = 6
     group_size: int = 4
     num_workers: int = 1
     step_timeout_s: float = 60.0
+    harness: Optional[HarnessConfig] = None
+    sampler: Literal["chain", "tree", "rtpo"] = "chain"
+    tree: TreeConfig = field(default_factory=TreeConfig)
 
     def __post_init__(self) -> None:
+        _check(self.sampler == "chain" or self.harness is None, "rollout.sampler tree/rtpo needs the agent loop; "
+               "remove rollout.harness or set rollout.sampler: chain")
         _check(self.groups_per_iteration >= 1 and self.group_size >= 1, "rollout.groups_per_iteration and group_size must be >= 1")
         _check(self.num_workers >= 1, "rollout.num_workers must be >= 1")
         _check(self.step_timeout_s > 0, "rollout.step_timeout_s must be > 0 seconds")

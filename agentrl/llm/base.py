@@ -108,6 +108,10 @@ class LLMClient(Protocol):
     ) -> list[Completion]:
         """Sample one completion per prompt (a batch of B int id sequences).
 
+        Engines that support constrained decoding (``HFEngine``) also take
+        ``allowed=[seqs | None] * B``: per prompt, the allowed completions as id sequences
+        ending with EOS (``agentrl.llm.constrained``); callers pass it only when needed.
+
         Raises:
             ValueError: a prompt is empty or leaves no room in the context.
             RuntimeError: the engine is paused with mode ``"abort"``.
@@ -152,3 +156,17 @@ def check_prompts(prompts: Sequence[Sequence[int]]) -> list[np.ndarray]:
             raise ValueError(f"prompt {i} is empty; pass at least one token id")
     return out
 
+
+
+def check_allowed(allowed, n: int) -> list:
+    """Per-prompt allowed completions (``generate(..., allowed=...)``) as a list of length ``n``
+    (all None when ``allowed`` is None).
+
+    Raises:
+        ValueError: ``allowed`` does not have one entry per prompt.
+    """
+    if allowed is None:
+        return [None] * n
+    if len(allowed) != n:
+        raise ValueError(f"allowed has {len(allowed)} entries for {n} prompts; pass one (or None) per prompt")
+    return list(allowed)

@@ -3,7 +3,9 @@
 Batched sampling with left padding; temperature / top-p / max-tokens / stop ids; seeded
 (``torch.random.fork_rng`` so the global stream is untouched). Logprobs of the sampled
 tokens come from the **raw** logits (``generate(output_logits=True)``), never from the
-processed scores (MODELS.md §2.5). Loads weights in fp32 by default (the packaged
+processed scores (MODELS.md §2.5). With ``allowed`` (constrained decoding,
+``agentrl.llm.constrained``) each row follows a token trie and its logprobs are
+renormalised over the allowed ids at each step. Loads weights in fp32 by default (the packaged
 SmolLM2 folder is stored in bf16; bf16 → fp32 is exact).
 """
 
@@ -21,9 +23,11 @@ from agentrl.llm.base import (
     FINISH_STOP,
     Completion,
     SamplingParams,
+    check_allowed,
     check_prompts,
     clamp_max_tokens,
 )
+from agentrl.llm.constrained import TokenTrie
 
 
 class HFEngine:
@@ -82,21 +86,29 @@ class HFEngine:
     # ------------------------------------------------------------------ sampling
     @torch.inference_mode()
     def generate(
-        self, prompts: Sequence[Sequence[int]], sampling: SamplingParams, *, return_hidden: bool = False
+        self, prompts: Sequence[Sequence[int]], sampling: SamplingParams, *, return_hidden: bool = False,
+        allowed: Sequence[Sequence[Sequence[int]] | None] | None = None,
     ) -> list[Completion]:
         """Sample one completion per prompt (see ``LLMClient.generate``).
 
         Shape: B prompts of lengths P_i → B completions of C_i ≤ max_tokens tokens.
+        ``allowed``: per prompt, the allowed completions (id sequences ending with EOS) or
+        None (unconstrained); constrained rows follow the trie, greedy or sampled
+        (temperature / top-p apply to the restricted distribution), and their logprobs are
+        the raw-logit log-softmax restricted to the allowed ids of each step.
         Raises:
-            ValueError: empty prompt, or a prompt that fills the context.
+            ValueError: empty prompt, a prompt that fills the context, or ``allowed`` of
+                the wrong length.
             RuntimeError: paused with mode ``"abort"``.
         """
         self._admit.wait()
         if self._abort:
             raise RuntimeError("engine is paused (mode=abort); call resume() first")
         rows = check_prompts(prompts)
+        tries = [None if a is None else TokenTrie(a) for a in check_allowed(allowed, len(rows))]
         budgets = [clamp_max_tokens(p.size, sampling.max_tokens, self.max_context) for p in rows]
         ids, mask = _left_pad(rows, self.pad_token_id)  # (B, P)
+        ids, mask = ids.to(_device(self.model)), mask.to(_device(self.model))  # GPU: inputs on the model's device
         stops = [self.eos_token_id, *sampling.stop_token_ids]
         kwargs = dict(
             input_ids=ids,
@@ -112,6 +124,10 @@ class HFEngine:
         )
         if not sampling.greedy:
             kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p)
+        if any(t is not None for t in tries):
+            from transformers import LogitsProcessorList
+
+            kwargs["logits_processor"] = LogitsProcessorList([_TrieMask(tries, ids.shape[1], set(stops))])
         was_training = self.model.training  # the trainer may share this model object
         self.model.eval()
         try:
@@ -122,8 +138,11 @@ class HFEngine:
         finally:
             self.model.train(was_training)
         new = out.sequences[:, ids.shape[1] :]  # (B, T)
-        logp = torch.stack(out.logits, dim=1).float().log_softmax(-1)  # (B, T, V)
-        sampled = logp.gather(-1, new.unsqueeze(-1)).squeeze(-1)  # (B, T)
+        logits = torch.stack(out.logits, dim=1).float()  # (B, T, V) raw
+        sampled = logits.log_softmax(-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)  # (B, T)
+        for b, trie in enumerate(tries):
+            if trie is not None:
+                sampled[b] = _restricted_logprobs(logits[b], new[b], trie, budgets[b], set(stops))
         hidden = out.hidden_states[0][-1][:, -1, :].float() if return_hidden else None  # (B, H)
         return [
             self._one(new[b], sampled[b], budgets[b], set(stops), None if hidden is None else hidden[b])
@@ -137,10 +156,10 @@ class HFEngine:
         end = end if end is not None else len(toks)
         return Completion(
             token_ids=np.asarray(toks[:end], dtype=np.int32),
-            logprobs=lp[:end].numpy().astype(np.float32),
+            logprobs=lp[:end].cpu().numpy().astype(np.float32),
             finish_reason=reason,
             policy_version=self.policy_version,
-            hidden=None if hidden is None else hidden.numpy().astype(np.float32),
+            hidden=None if hidden is None else hidden.cpu().numpy().astype(np.float32),
         )
 
     # ------------------------------------------------------------------ scoring
@@ -151,11 +170,11 @@ class HFEngine:
         Returns:
             float32[C], log-softmax of the raw logits at each completion position.
         """
-        seq = torch.tensor([list(prompt_ids) + list(completion_ids)], dtype=torch.long)
+        seq = torch.tensor([list(prompt_ids) + list(completion_ids)], dtype=torch.long, device=_device(self.model))
         logits = self.model(input_ids=seq).logits[0].float()  # (L, V)
         p = len(prompt_ids)
         lp = logits[p - 1 : -1].log_softmax(-1)  # (C, V)
-        return lp.gather(-1, seq[0, p:].unsqueeze(-1)).squeeze(-1).numpy().astype(np.float32)
+        return lp.gather(-1, seq[0, p:].unsqueeze(-1)).squeeze(-1).cpu().numpy().astype(np.float32)
 
     # ------------------------------------------------------------------ control
     def update_weights(self, source: str | Path | Mapping | Iterable, version: int) -> None:
@@ -201,6 +220,46 @@ class HFEngine:
         """Admit requests again."""
         self._abort = False
         self._admit.set()
+
+
+class _TrieMask:
+    """Logits processor: row b may only sample the ids its trie allows after its generated
+    prefix (rows without a trie, finished rows and rows off the trie are left alone)."""
+
+    def __init__(self, tries: list[TokenTrie | None], prompt_width: int, stops: set[int]) -> None:
+        self.tries, self.width, self.stops = tries, prompt_width, stops
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        for b, trie in enumerate(self.tries):
+            gen = input_ids[b, self.width :].tolist()
+            if trie is None or any(t in self.stops for t in gen):
+                continue
+            ids = trie.allowed(gen)
+            if ids is None or ids.size == 0:
+                continue
+            idx = torch.from_numpy(ids).to(scores.device)
+            row = torch.full_like(scores[b], float("-inf"))
+            row[idx] = scores[b, idx]
+            scores[b] = row
+        return scores
+
+
+def _restricted_logprobs(logits: torch.Tensor, new: torch.Tensor, trie: TokenTrie, budget: int,
+                         stops: set[int]) -> torch.Tensor:
+    """float32[T] logprobs of one row's sampled ids, renormalised over the trie's allowed ids
+    at each step (raw logits (T, V); positions after the completion ends are left as 0)."""
+    out = torch.zeros(new.shape[0], dtype=torch.float32)
+    toks = new[:budget].tolist()
+    end = next((k + 1 for k, t in enumerate(toks) if t in stops), len(toks))
+    for k, ids in enumerate(trie.walk(toks[:end])):
+        z = logits[k, torch.from_numpy(ids)]
+        out[k] = logits[k, toks[k]] - torch.logsumexp(z, dim=0)
+    return out
+
+
+def _device(model: torch.nn.Module) -> torch.device:
+    """Device of the model's first parameter (CPU for a parameterless module)."""
+    return next((p.device for p in model.parameters()), torch.device("cpu"))
 
 
 def _left_pad(rows: list[np.ndarray], pad: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -11,7 +11,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from agentrl.llm.base import FINISH_LENGTH, FINISH_STOP, Completion, SamplingParams, check_prompts, clamp_max_tokens
+from agentrl.llm.base import (FINISH_LENGTH, FINISH_STOP, Completion, SamplingParams, check_allowed, check_prompts,
+                              clamp_max_tokens)
 
 Script = Callable[[np.ndarray, int], Sequence[int]]
 
@@ -43,6 +44,7 @@ class ScriptedEngine:
         self.policy_version = 0
         self.calls = 0
         self.prompts: list[np.ndarray] = []  # every prompt received, in order
+        self.allowed: list = []  # the ``allowed`` entry of every prompt received (None: unconstrained)
         self._abort = False
 
     def _script(self, prompt: np.ndarray) -> list[int]:
@@ -51,14 +53,18 @@ class ScriptedEngine:
         return [int(i) for i in self._scripts[self.calls % len(self._scripts)]]
 
     def generate(
-        self, prompts: Sequence[Sequence[int]], sampling: SamplingParams, *, return_hidden: bool = False
+        self, prompts: Sequence[Sequence[int]], sampling: SamplingParams, *, return_hidden: bool = False,
+        allowed: Sequence[Sequence[Sequence[int]] | None] | None = None,
     ) -> list[Completion]:
-        """Emit the next script for each prompt, cut at a stop id or the token budget."""
+        """Emit the next script for each prompt, cut at a stop id or the token budget.
+        ``allowed`` (constrained decoding) is not enforced, only recorded in ``self.allowed``."""
         if self._abort:
             raise RuntimeError("engine is paused (mode=abort); call resume() first")
         out = []
         stops = {self.eos_token_id, *sampling.stop_token_ids}
-        for p in check_prompts(prompts):
+        rows = check_prompts(prompts)
+        self.allowed.extend(check_allowed(allowed, len(rows)))
+        for p in rows:
             budget = clamp_max_tokens(p.size, sampling.max_tokens, self.max_context)
             ids = self._script(p)[:budget]
             self.prompts.append(p)

@@ -20,10 +20,11 @@ from typing import Protocol
 
 import numpy as np
 
-from agentrl.env.contract import INFO_ADMISSIBLE, INFO_ANCHOR, INFO_VALID, INFO_WON
+from agentrl.env.contract import INFO_ADMISSIBLE, INFO_ANCHOR, INFO_ENV_ERROR, INFO_VALID, INFO_WON
 from agentrl.env.pool import EnvResult
 from agentrl.llm.base import Completion
 from agentrl.llm.chat import ChatRenderer
+from agentrl.llm.constrained import INFO_ALLOWED, INFO_FORMAT, check_constraint, completion_sequences, has_template
 from agentrl.rollout.parsing import ActionFormat, parse_format
 from agentrl.types import Episode, EpisodeStatus, Message, Turn
 
@@ -41,8 +42,12 @@ class LoopConfig:
         action_format: see ``agentrl.rollout.parsing`` (``"tag:action"``).
         system_prompt: the system message (the action-format instruction is appended).
         show_admissible: append the env's admissible actions to each observation.
+        action_constraint: ``"none"`` or ``"admissible"``: decode only the env's admissible
+            actions rendered in ``action_format`` (``agentrl.llm.constrained``; needs an
+            engine that takes ``allowed``, e.g. ``HFEngine``; envs without admissible
+            actions stay unconstrained).
     Raises:
-        ValueError: bad context name or counts.
+        ValueError: bad context name or counts; ``admissible`` with a ``regex:`` format.
     """
 
     context: str = "chat"
@@ -51,6 +56,7 @@ class LoopConfig:
     action_format: str = "tag:action"
     system_prompt: str = DEFAULT_SYSTEM
     show_admissible: bool = True
+    action_constraint: str = "none"
 
     def __post_init__(self) -> None:
         if self.context not in ("chat", "window"):
@@ -58,6 +64,7 @@ class LoopConfig:
         if self.window_k < 0 or self.max_turns < 1:
             raise ValueError(f"need window_k >= 0 and max_turns >= 1, got {self.window_k}, {self.max_turns}")
         parse_format(self.action_format)
+        check_constraint(self.action_constraint, self.action_format)
 
 
 class ContextStrategy(Protocol):
@@ -152,6 +159,8 @@ class EpisodeDriver:
         self._obs, self._anchor = "", ""
         self._pending: Turn | None = None
         self._completion = np.zeros(0, np.int32)
+        self._admissible: list[str] = []
+        self._seq_cache: dict[str, np.ndarray] = {}
 
     def start(self, result: EnvResult) -> None:
         """Begin from a reset result (an error result fails the episode)."""
@@ -159,12 +168,28 @@ class EpisodeDriver:
             return self.fail(EpisodeStatus.ENV_ERROR, f"reset failed: {result.error}")
         self._obs = shown_observation(result, self.cfg.show_admissible)
         self._anchor = str(result.info.get(INFO_ANCHOR, result.obs))
+        self._admissible = [str(a) for a in result.info.get(INFO_ADMISSIBLE) or ()]
         self._prompt = self.context.first(self._obs)
         self._check_room()
 
     def prompt(self) -> np.ndarray:
         """int32[P] ids of this turn's prompt."""
         return self._prompt
+
+    def allowed(self) -> list[np.ndarray] | None:
+        """This turn's allowed completions (int64 id sequences ending with EOS) under
+        ``action_constraint: admissible``; None when unconstrained, when the env listed no
+        admissible action, or when one is a template with a free slot (``search[<query>]``)."""
+        if not self._constrained():
+            return None
+        fmt, eos = self.fmt.spec, self.renderer.eos_token_id
+        for a in self._admissible:
+            if a not in self._seq_cache:
+                self._seq_cache[a] = completion_sequences([a], fmt, self.renderer.encode, eos)[0]
+        return [self._seq_cache[a] for a in dict.fromkeys(self._admissible)]
+
+    def _constrained(self) -> bool:
+        return self.cfg.action_constraint == "admissible" and bool(self._admissible) and not has_template(self._admissible)
 
     def act(self, completion: Completion) -> str:
         """Record the completion; return the action text to send (``""`` when unparsable)."""
@@ -183,6 +208,9 @@ class EpisodeDriver:
         )
         if self.cfg.context == "window":
             del self._pending.info["segment"]
+        if self._constrained():
+            self._pending.info[INFO_ALLOWED] = list(dict.fromkeys(self._admissible))
+            self._pending.info[INFO_FORMAT] = self.fmt.spec
         self._completion = completion.token_ids
         return parsed.text
 
@@ -191,9 +219,10 @@ class EpisodeDriver:
         turn, self._pending = self._pending, None
         if turn is None:
             raise RuntimeError("observe() called without a pending act()")
-        if result.error:
+        error = result.error or result.info.get(INFO_ENV_ERROR)
+        if error:  # the worker died, or the env's own infrastructure failed (e.g. a scoring sandbox, P8)
             self.episode.turns.append(turn)
-            self.fail(EpisodeStatus.ENV_ERROR, f"step failed: {result.error}")
+            self.fail(EpisodeStatus.ENV_ERROR, f"step failed: {error}")
             return True
         turn.reward = float(result.reward)
         turn.action_valid = bool(turn.action_valid and result.info.get(INFO_VALID, True))
@@ -207,6 +236,7 @@ class EpisodeDriver:
             return True
         self._obs = shown_observation(result, self.cfg.show_admissible)
         self._anchor = turn.next_anchor_obs
+        self._admissible = [str(a) for a in result.info.get(INFO_ADMISSIBLE) or ()]
         self._prompt = self.context.next(self._completion, turn.action, self._obs)
         return self._check_room()
 

@@ -10,6 +10,7 @@ returns the episodes (the caller writes the store). No torch here.
 
 from __future__ import annotations
 
+import inspect
 from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Callable
@@ -153,7 +154,8 @@ def _run(engine, renderer, cfg, pool, n_slots, on_episode, tick) -> list[Episode
     admit()
     while active:
         slots = sorted(active)
-        completions = _generate(engine, [active[s].prompt() for s in slots], cfg, rnd)
+        completions = _generate(engine, [active[s].prompt() for s in slots], cfg, rnd,
+                                [active[s].allowed() for s in slots])
         rnd += 1
         actions = {s: active[s].act(c) for s, c in zip(slots, completions)}
         results = pool.step(actions)
@@ -166,11 +168,29 @@ def _run(engine, renderer, cfg, pool, n_slots, on_episode, tick) -> list[Episode
     return episodes
 
 
-def _generate(engine: LLMClient, prompts: list, cfg: CollectConfig, rnd: int):
-    """Batched generation in chunks; the sampler seed is derived from (seed, round, chunk)."""
+def _generate(engine: LLMClient, prompts: list, cfg: CollectConfig, rnd: int, allowed: list | None = None):
+    """Batched generation in chunks; the sampler seed is derived from (seed, round, chunk).
+    ``allowed`` (one entry per prompt, None = unconstrained) is passed to the engine only
+    when some prompt is constrained."""
     step = cfg.max_batch or len(prompts)
+    constrained = allowed is not None and any(a is not None for a in allowed)
+    if constrained:
+        _check_supports_allowed(engine)
     out = []
     for i in range(0, len(prompts), step):
         seed = None if cfg.sampling.seed is None else cfg.sampling.seed * 1_000_003 + rnd * 1_009 + i
-        out += engine.generate(prompts[i : i + step], replace(cfg.sampling, seed=seed), return_hidden=cfg.return_hidden)
+        kw = {"allowed": allowed[i : i + step]} if constrained else {}
+        out += engine.generate(prompts[i : i + step], replace(cfg.sampling, seed=seed), return_hidden=cfg.return_hidden,
+                               **kw)
     return out
+
+
+def _check_supports_allowed(engine: LLMClient) -> None:
+    """Raise ``ValueError`` when the engine's ``generate`` has no ``allowed`` keyword."""
+    try:
+        params = inspect.signature(engine.generate).parameters
+    except (TypeError, ValueError):
+        return
+    if "allowed" not in params and not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        raise ValueError(f"{type(engine).__name__} does not support constrained decoding (generate has no 'allowed'); "
+                         f"use policy.engine=hf or policy.action_constraint=none")

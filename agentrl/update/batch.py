@@ -41,6 +41,10 @@ class TrainBatch:
         ref_logprobs: optional (B, T) float32, frozen-reference logprobs (for the KL term).
         returns: optional (N,) float32 critic targets (turn-PPO).
         old_values: optional (N,) float32 critic values at rollout time (value clipping).
+        allowed_ids: optional (B, T, A) int64, for constrained completion tokens the ids the
+            policy could sample at that position (−1 padded; the sampled id is among them),
+            all −1 elsewhere; logprobs and entropy there are renormalised over these ids
+            (``agentrl.llm.constrained``). None when no turn was constrained.
     """
 
     input_ids: torch.Tensor
@@ -54,6 +58,7 @@ class TrainBatch:
     ref_logprobs: torch.Tensor | None = None
     returns: torch.Tensor | None = None
     old_values: torch.Tensor | None = None
+    allowed_ids: torch.Tensor | None = None
 
     @property
     def num_rows(self) -> int:
@@ -90,6 +95,7 @@ class TrainBatch:
             ref_logprobs=cut(self.ref_logprobs),
             returns=None if self.returns is None else self.returns[keep],
             old_values=None if self.old_values is None else self.old_values[keep],
+            allowed_ids=cut(self.allowed_ids),
         )
 
     def to(self, device: torch.device | str) -> "TrainBatch":
@@ -158,7 +164,8 @@ def pack_chains(prompt_ids: Sequence[np.ndarray], completion_ids: Sequence[np.nd
 
 def build_batch(prompt_ids: Sequence[np.ndarray], completion_ids: Sequence[np.ndarray],
                 old_logprobs: Sequence[np.ndarray], advantages: np.ndarray | Sequence[np.ndarray],
-                pad_id: int, pack: bool = False) -> TrainBatch:
+                pad_id: int, pack: bool = False,
+                allowed: Sequence[Sequence[np.ndarray] | None] | None = None) -> TrainBatch:
     """Build the padded batch for N turns.
 
     Args:
@@ -169,12 +176,17 @@ def build_batch(prompt_ids: Sequence[np.ndarray], completion_ids: Sequence[np.nd
             N float arrays (C_i,) of per-token advantages (token-level GAE, ALGORITHMS.md §11).
         pad_id: id written at padding positions (masked out everywhere).
         pack: put prefix-consistent consecutive turns (same episode, in ``t`` order) in one row.
+        allowed: optional, per turn None (unconstrained) or C_i int arrays (A_k,): the ids
+            allowed at each completion position under constrained decoding
+            (``agentrl.llm.constrained.turn_allowed_ids``); fills ``TrainBatch.allowed_ids``.
     Returns:
         ``TrainBatch`` with B = N rows (or one per chain when packing), T = longest row.
     Raises:
-        ValueError: mismatched lengths, an empty prompt, non-integer ids, NaN/inf advantages.
+        ValueError: mismatched lengths, an empty prompt, non-integer ids, NaN/inf advantages,
+            ``allowed`` not matching the completions (or not containing the sampled id).
     """
     prompts, comps, lps, advs = _check_inputs(prompt_ids, completion_ids, old_logprobs, advantages)
+    allowed = _check_allowed(allowed, comps)
     chains = pack_chains(prompts, comps) if pack else [[i] for i in range(len(prompts))]
     lengths = [prompts[c[-1]].size + comps[c[-1]].size for c in chains]
     b, t, n = len(chains), max(lengths), len(prompts)
@@ -192,11 +204,45 @@ def build_batch(prompt_ids: Sequence[np.ndarray], completion_ids: Sequence[np.nd
             mask[r, s:e], adv[r, s:e], old[r, s:e], tid[r, s:e] = 1.0, advs[i], lps[i], i
             turn_row[i], value_pos[i] = r, s - 1
     return TrainBatch(
+        allowed_ids=_allowed_tensor(allowed, chains, prompts, b, t),
         input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(attn),
         loss_mask=torch.from_numpy(mask), advantages=torch.from_numpy(adv),
         old_logprobs=torch.from_numpy(old), turn_ids=torch.from_numpy(tid),
         turn_row=torch.from_numpy(turn_row), turn_value_pos=torch.from_numpy(value_pos),
     )
+
+
+def _check_allowed(allowed, comps: list[np.ndarray]) -> list | None:
+    """Validated per-turn allowed ids (None when absent or no turn is constrained)."""
+    if allowed is None or all(a is None for a in allowed):
+        return None
+    if len(allowed) != len(comps):
+        raise ValueError(f"allowed has {len(allowed)} entries for {len(comps)} turns; pass one (or None) per turn")
+    out = []
+    for i, (a, c) in enumerate(zip(allowed, comps)):
+        if a is None:
+            out.append(None)
+            continue
+        sets = [np.asarray(x, dtype=np.int64).reshape(-1) for x in a]
+        if len(sets) != c.size or any(tok not in s for tok, s in zip(c.tolist(), sets)):
+            raise ValueError(f"turn {i}: allowed ids must give one set per completion token ({c.size}), "
+                             f"each containing the sampled id; rebuild them with turn_allowed_ids")
+        out.append(sets)
+    return out
+
+
+def _allowed_tensor(allowed: list | None, chains: list[list[int]], prompts: list[np.ndarray], b: int,
+                    t: int) -> torch.Tensor | None:
+    """(B, T, A) int64 allowed ids at constrained completion positions, −1 elsewhere."""
+    if allowed is None:
+        return None
+    width = max(len(s) for a in allowed if a is not None for s in a) if any(a for a in allowed if a) else 1
+    out = np.full((b, t, max(width, 1)), -1, dtype=np.int64)
+    for r, chain in enumerate(chains):
+        for i in chain:
+            for k, ids in enumerate(allowed[i] or ()):
+                out[r, prompts[i].size + k, : ids.size] = ids
+    return torch.from_numpy(out)
 
 
 def minibatches(num_rows: int, size: int, *, seed: int | None = None) -> list[torch.Tensor]:

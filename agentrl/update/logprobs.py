@@ -6,6 +6,10 @@ trained) and read at shifted positions: the logprob of token ``input_ids[:, t]``
 the logits at ``t − 1``. Column 0 has no predecessor and is 0 (never in the loss mask, since
 every prompt has at least one token). Training logprobs always come from raw logits,
 never from ``generate(output_scores=True)`` (MODELS.md decision 6).
+
+Constrained decoding (``agentrl.llm.constrained``): at positions where ``allowed_ids``
+(B, T, A) lists ids, the log-softmax and the entropy are taken over those ids only (the
+distribution the engine sampled from, renormalised); other positions are unchanged.
 """
 
 from __future__ import annotations
@@ -37,28 +41,54 @@ def _pad_first(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([x.new_zeros(x.shape[0], 1), x], dim=1)
 
 
-def logprobs_from_logits(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+_NEG = -1e30  # finite "minus infinity" for padded allowed slots (keeps gradients NaN-free)
+
+
+def _restricted(z: torch.Tensor, allowed_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits at the allowed ids: (B, T-1, V) z, (B, T, A) ids → (B, T-1, A) logits (padded
+    slots ``_NEG``) and (B, T-1) bool "this position is constrained"."""
+    ids = allowed_ids[:, 1:]
+    valid = ids >= 0
+    za = z.gather(-1, ids.clamp(min=0)).masked_fill(~valid, _NEG)
+    return za, valid.any(-1)
+
+
+def logprobs_from_logits(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0,
+                         allowed_ids: torch.Tensor | None = None) -> torch.Tensor:
     """Shifted token logprobs: (B, T, V) logits, (B, T) int64 ids → (B, T) float32.
 
     ``out[:, t] = log_softmax(logits[:, t-1] / temperature)[input_ids[:, t]]``, ``out[:, 0] = 0``.
     Computed as ``gathered − logsumexp`` in float32 (no (B, T, V) log-softmax tensor kept).
+    With ``allowed_ids`` (B, T, A) int64, the logsumexp at constrained positions runs over
+    the allowed ids only (renormalised logprobs of constrained decoding).
     """
     z = logits[:, :-1].float() / temperature  # (B, T-1, V)
     picked = z.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # (B, T-1)
-    return _pad_first(picked - torch.logsumexp(z, dim=-1))
+    lse = torch.logsumexp(z, dim=-1)
+    if allowed_ids is not None:
+        za, constrained = _restricted(z, allowed_ids)
+        lse = torch.where(constrained, torch.logsumexp(za, dim=-1), lse)
+    return _pad_first(picked - lse)
 
 
-def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0,
+                        allowed_ids: torch.Tensor | None = None) -> torch.Tensor:
     """Shifted entropy in nats: (B, T, V) logits → (B, T) float32; ``out[:, t]`` is the
-    entropy of the distribution predicting token t; ``out[:, 0] = 0``."""
+    entropy of the distribution predicting token t (over the allowed ids where
+    ``allowed_ids`` (B, T, A) constrains it); ``out[:, 0] = 0``."""
     z = logits[:, :-1].float() / temperature
     logp = torch.log_softmax(z, dim=-1)
-    return _pad_first(-(logp.exp() * logp).sum(-1))
+    ent = -(logp.exp() * logp).sum(-1)
+    if allowed_ids is not None:
+        za, constrained = _restricted(z, allowed_ids)
+        lpa = torch.log_softmax(za, dim=-1)
+        ent = torch.where(constrained, -(lpa.exp() * lpa).sum(-1), ent)
+    return _pad_first(ent)
 
 
 def forward_token_stats(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
                         temperature: float = 1.0, with_entropy: bool = False,
-                        entropy_grad: bool = False) -> TokenStats:
+                        entropy_grad: bool = False, allowed_ids: torch.Tensor | None = None) -> TokenStats:
     """One forward pass of a causal LM (HF ``...ForCausalLM`` or peft-wrapped) on a batch.
 
     Args:
@@ -68,19 +98,21 @@ def forward_token_stats(model: torch.nn.Module, input_ids: torch.Tensor, attenti
         with_entropy: also return the per-token entropy.
         entropy_grad: keep the entropy in the autograd graph (for an entropy bonus);
             otherwise it is computed detached, for logging only.
+        allowed_ids: optional (B, T, A) int64 (``TrainBatch.allowed_ids``): renormalise
+            logprobs and entropy over these ids at constrained positions.
     Returns:
         ``TokenStats`` with (B, T) float32 tensors (gradients flow through ``logprobs``
         when grad mode is on).
     """
     logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
-    lp = logprobs_from_logits(logits, input_ids, temperature)
+    lp = logprobs_from_logits(logits, input_ids, temperature, allowed_ids)
     ent = None
     if with_entropy:
         if entropy_grad:
-            ent = entropy_from_logits(logits, temperature)
+            ent = entropy_from_logits(logits, temperature, allowed_ids)
         else:
             with torch.no_grad():
-                ent = entropy_from_logits(logits.detach(), temperature)
+                ent = entropy_from_logits(logits.detach(), temperature, allowed_ids)
     return TokenStats(logprobs=lp, entropy=ent)
 
 
@@ -108,7 +140,8 @@ def batch_logprobs(model: torch.nn.Module, batch: TrainBatch, *, micro_batch: in
             attn = batch.attention_mask[rows]
             length = max(int(attn.sum(1).max().item()), 1)
             ids, attn = batch.input_ids[rows, :length].to(device), attn[:, :length].to(device)
-            lp = forward_token_stats(model, ids, attn, temperature=temperature).logprobs
+            allowed = None if batch.allowed_ids is None else batch.allowed_ids[rows, :length].to(device)
+            lp = forward_token_stats(model, ids, attn, temperature=temperature, allowed_ids=allowed).logprobs
             out[rows, :length] = (lp * attn).cpu()
     finally:
         model.train(was_training)

@@ -21,7 +21,7 @@ from agentrl.update.batch import TrainBatch, minibatches, model_device
 from agentrl.update.logprobs import forward_token_stats
 from agentrl.update.losses import AGGREGATIONS, KL_ESTIMATORS, LOSSES, ClipSpec, LossScale, PolicyLossInputs
 
-__all__ = ["UpdateStats", "make_optimizer", "update", "train_on_batch"]
+__all__ = ["UpdateStats", "make_optimizer", "update", "train_on_batch", "sft_update"]
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ def _micro_step(model: torch.nn.Module, mb: TrainBatch, cfg: UpdateConfig, scale
     """Forward + backward of one micro-batch; adds its share of every metric to ``sums``."""
     policy_loss, agg = LOSSES.get(cfg.loss), AGGREGATIONS.get(cfg.aggregation)
     out = forward_token_stats(model, mb.input_ids, mb.attention_mask, temperature=temperature,
-                              with_entropy=True, entropy_grad=cfg.entropy_coef != 0)
+                              with_entropy=True, entropy_grad=cfg.entropy_coef != 0, allowed_ids=mb.allowed_ids)
     m = mb.loss_mask
     x = PolicyLossInputs(out.logprobs, mb.old_logprobs, mb.advantages, m, mb.turn_ids)
     tl = policy_loss(x, ClipSpec(cfg.clip_low, cfg.clip_high, cfg.clip_c))
@@ -159,3 +159,36 @@ def train_on_batch(model: torch.nn.Module, optimizer: torch.optim.Optimizer, bat
         for rows in minibatches(batch.num_rows, cfg.minibatch, seed=seed + epoch):
             stats.append(update(model, optimizer, batch.select(rows), cfg, temperature=temperature))
     return stats
+
+
+def sft_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: TrainBatch, *,
+               micro_batch: int = 4, grad_clip: float = 1.0) -> float:
+    """One supervised (behaviour-cloning) step: token-mean cross-entropy of the completion
+    tokens (``batch.loss_mask``, the same mask as the RL loss), renormalised over
+    ``batch.allowed_ids`` where present; ``micro_batch`` rows per forward, one optimizer step.
+
+    Returns:
+        the minibatch's mean cross-entropy (nats per completion token) before the step.
+    Raises:
+        ValueError: no completion token, or a non-finite loss.
+    """
+    tokens = float(batch.loss_mask.sum())
+    if tokens == 0:
+        raise ValueError("sft_update got a batch without completion tokens")
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    device, total = model_device(model), 0.0
+    for rows in minibatches(batch.num_rows, micro_batch):
+        mb = batch.select(rows).to(device)
+        lp = forward_token_stats(model, mb.input_ids, mb.attention_mask, allowed_ids=mb.allowed_ids).logprobs
+        loss = -(lp * mb.loss_mask).sum() / tokens
+        loss.backward()
+        total += float(loss.detach())
+    if not math.isfinite(total):
+        optimizer.zero_grad(set_to_none=True)
+        raise ValueError(f"non-finite SFT loss {total}; lower sft.lr")
+    params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+    if params and grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(params, grad_clip)
+    optimizer.step()
+    return total
