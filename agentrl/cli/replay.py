@@ -9,6 +9,7 @@ each estimator.
 from __future__ import annotations
 
 import argparse
+import json
 
 
 def register(subparsers) -> None:
@@ -97,7 +98,7 @@ def _episode(console, store, run_id: str | None, episode_id: int) -> None:
     adv = _latest_advantages(store, rec.run_id)
     for tr in store.turns(episode_id, rec.run_id):
         flags = [f for f, on in (("terminated", tr.terminated), ("truncated", tr.truncated)) if on]
-        meta = (f"t={tr.t} turn_id={tr.turn_id} reward={_fmt(tr.reward)} "
+        meta = (f"t={tr.t} turn_id={tr.turn_id} parent={tr.parent_turn_id} reward={_fmt(tr.reward)} "
                 f"valid={'yes' if tr.action_valid else 'NO'} tokens={tr.prompt_ids.size}+{tr.completion_ids.size} "
                 f"policy_version={tr.policy_version}" + (f" {' '.join(flags)}" if flags else ""))
         if tr.turn_id in adv:
@@ -106,4 +107,6 @@ def _episode(console, store, run_id: str | None, episode_id: int) -> None:
         body.append("\n> ", style="bold green")
         body.append(tr.action, style="bold green")
         console.print(Text(meta, style="cyan"))
+        if tr.info:  # e.g. segment / fork / drift fields recorded by the rollout loop or the proxy
+            console.print(Text("info " + json.dumps(tr.info, sort_keys=True, separators=(",", ":")), style="dim"), soft_wrap=True)
         console.print(Panel(body))

@@ -1,0 +1,78 @@
+"""``agentrl proxy serve --policy NAME --store PATH [--port P]``: the recording proxy.
+
+Serves an OpenAI-compatible endpoint per episode (``/e/{key}/v1``) in front of the policy
+and records every call as a token-faithful turn; closed episodes go to the turn store
+(``agentrl replay PATH`` shows them, ``info`` included: segment, fork, drift). Episodes are
+created and closed on the admin routes with the printed admin token, e.g.::
+
+    curl -H "Authorization: Bearer $TOKEN" -d '{"env_id": "agentrl/Toy-v0", "seed": 0}' \\
+         http://127.0.0.1:8000/admin/episodes
+    # → {"episode_id": 0, "key": ..., "base_url": "http://127.0.0.1:8000/e/<key>/v1", ...}
+    curl -H "Authorization: Bearer $TOKEN" -d '{"reward": 1.0}' http://127.0.0.1:8000/admin/episodes/0/reward
+    curl -H "Authorization: Bearer $TOKEN" -d '{}' http://127.0.0.1:8000/admin/episodes/0/close
+
+Ctrl-C stops the server; episodes still open are stored with status ``aborted``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+
+
+def register(subparsers) -> None:
+    """Add ``proxy serve`` to ``subparsers``."""
+    p = subparsers.add_parser("proxy", help="recording OpenAI-compatible proxy for external agent harnesses",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="proxy_command", metavar="SUBCOMMAND", required=True)
+    s = sub.add_parser("serve", help="serve the policy and record calls into a turn store")
+    s.add_argument("--policy", required=True, help="packaged model name (e.g. smollm2-135m-instruct) or HF folder")
+    s.add_argument("--store", required=True, help="SQLite turn store file (created when missing)")
+    s.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
+    s.add_argument("--port", type=int, default=8000, help="port (0: a free one; default 8000)")
+    s.add_argument("--run", default=None, help="run id in the store (default: proxy-<unix time>)")
+    s.add_argument("--mode", choices=("tito", "retokenize", "strict"), default="tito",
+                   help="prompt continuation: token-in/token-out (default), re-render every call, or refuse drift")
+    s.add_argument("--admin-token", default=None, help="bearer token of /admin (default: random, printed)")
+    s.add_argument("--max-tokens", type=int, default=256, help="default max_tokens when a request omits it")
+    s.add_argument("--max-batch", type=int, default=32, help="most prompts per engine call")
+    s.set_defaults(func=serve)
+
+
+def serve(args: argparse.Namespace, *, ready: threading.Event | None = None,
+          stop: threading.Event | None = None) -> int:
+    """Handler of ``agentrl proxy serve``; blocks until Ctrl-C (or ``stop`` is set). Returns 0.
+
+    Raises:
+        FileNotFoundError / KeyError: unknown or unprepared policy. OSError: port in use.
+    """
+    from rich.console import Console
+
+    from agentrl.llm.base import SamplingParams
+    from agentrl.llm.hf import load_hf_policy
+    from agentrl.proxy import RecordingProxy
+    from agentrl.store import TurnStore
+
+    console = Console()
+    engine, renderer = load_hf_policy(args.policy)
+    run_id = args.run or f"proxy-{int(time.time())}"
+    with TurnStore(args.store) as store:
+        proxy = RecordingProxy(engine, renderer, sink=store, run_id=run_id, mode=args.mode,
+                               admin_token=args.admin_token, sampling=SamplingParams(max_tokens=args.max_tokens),
+                               max_batch=args.max_batch, model_name=args.policy)
+        url = proxy.start(args.host, args.port)
+        console.print(f"recording proxy at [bold]{url}[/] · run {run_id} · store {args.store} · mode {args.mode}\n"
+                      f"admin token: {proxy.admin_token}\ncreate episodes: POST {url}/admin/episodes", highlight=False)
+        if ready is not None:
+            ready.set()
+        try:
+            (stop or threading.Event()).wait()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            for s in proxy.list_episodes():
+                if s.status == "open":
+                    proxy.close_episode(s.episode_id, "aborted", "proxy stopped while the episode was open")
+            proxy.stop()
+    return 0

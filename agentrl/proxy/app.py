@@ -1,0 +1,193 @@
+"""The ASGI app: OpenAI-compatible data plane and the ``/admin`` control plane.
+
+Data plane (per episode; the key is the capability, MODELS.md §5.1–5.2):
+``POST /e/{key}/v1/chat/completions`` (SSE when ``stream``), ``POST /e/{key}/v1/completions``,
+``GET /e/{key}/v1/models``; the same routes under ``/v1/...`` take the key as
+``Authorization: Bearer {key}`` (or ``X-Episode-Key``). Control plane (``Authorization:
+Bearer {admin_token}``): ``POST /admin/episodes`` ``{env_id, task_id, seed, group_id,
+episode_id, sampling, max_calls}``, ``GET /admin/episodes``, ``POST
+/admin/episodes/{id}/reward`` ``{reward, turn?}``, ``POST /admin/episodes/{id}/close``
+``{status, error}``, ``POST /admin/pause`` ``{timeout_s}``, ``POST /admin/resume``,
+``GET /admin/policy_version``; ``GET /healthz`` is open.
+
+Hot routes are Starlette-style (raw ``Request``, ``orjson``, plain ``Response``) as
+measured in MODELS.md §5.6; the blocking work runs in a thread pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hmac
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+import orjson
+from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from agentrl.proxy.calls import PendingCall, ProxyCore
+from agentrl.proxy.sse import chat_body, completion_body, sse_chat, sse_completion
+from agentrl.proxy.wire import WireError, bad, loads, parse_chat, parse_completion
+
+JSON = "application/json"
+
+
+def _json(obj, status: int = 200) -> Response:
+    return Response(orjson.dumps(obj), status_code=status, media_type=JSON)
+
+
+def _error(exc: WireError) -> Response:
+    return Response(exc.body(), status_code=exc.status, media_type=JSON)
+
+
+def _bearer(request: Request) -> str | None:
+    auth = request.headers.get("authorization", "")
+    if auth[:7].lower() == "bearer ":
+        return auth[7:].strip()
+    return request.headers.get("x-episode-key")
+
+
+def build_app(core: ProxyCore, *, admin_token: str, base_url: Callable[[], str], threads: int = 64) -> FastAPI:
+    """The FastAPI app over ``core``.
+
+    Args:
+        admin_token: bearer token of the ``/admin`` routes.
+        base_url: ``() -> "http://host:port"`` (known once the server is bound).
+        threads: worker threads for blocking calls (≥ concurrent harnesses).
+    """
+    app = FastAPI(title="agentrl recording proxy", docs_url=None, redoc_url=None, openapi_url=None)
+    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="agentrl-proxy")
+
+    async def run(fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+
+    def session_of(request: Request):
+        return core.registry.by_key(request.path_params.get("key") or _bearer(request))
+
+    async def generate(request: Request, chat: bool) -> Response:
+        try:
+            session = session_of(request)
+            data = loads(await request.body())
+            req = (parse_chat if chat else parse_completion)(data, core.sampling)
+            if session.closed:
+                raise WireError(409, f"episode {session.episode.episode_id} is closed", kind="conflict")
+            call: PendingCall = await _watch(request, core.start_async(session, req, run))
+        except WireError as exc:
+            return _error(exc)
+        if call is None:  # the client left while the engine ran; start() finished the call
+            return Response(status_code=499)
+        if req.stream:
+            return _stream(call, sse_chat(call) if chat else sse_completion(call))
+        body = (chat_body if chat else completion_body)(call)
+        call.finish(True)  # brief locks only; recording is in memory
+        return _json(body)
+
+    async def chat_completions(request: Request) -> Response:
+        return await generate(request, True)
+
+    async def completions(request: Request) -> Response:
+        return await generate(request, False)
+
+    async def models(request: Request) -> Response:
+        try:
+            session_of(request)
+        except WireError as exc:
+            return _error(exc)
+        return _json({"object": "list", "data": [{"id": core.model_name, "object": "model", "created": int(time.time()),
+                                                  "owned_by": "agentrl"}]})
+
+    for prefix in ("/e/{key}/v1", "/v1"):
+        app.add_route(prefix + "/chat/completions", chat_completions, methods=["POST"])
+        app.add_route(prefix + "/completions", completions, methods=["POST"])
+        app.add_route(prefix + "/models", models, methods=["GET"])
+    app.add_route("/healthz", lambda request: _json({"ok": True, "paused": core.gate.paused}), methods=["GET"])
+    _admin_routes(app, core, admin_token, base_url, run)
+    app.state.pool = pool  # shut down by RecordingProxy.stop
+    return app
+
+
+def _stream(call: PendingCall, gen):
+    """An SSE response that finishes the call even if streaming never starts (client gone
+    before the headers); ``finish`` is idempotent, so a delivered stream stays delivered."""
+    response = StreamingResponse(gen, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+    async def asgi(scope, receive, send) -> None:
+        try:
+            await response(scope, receive, send)
+        finally:
+            call.finish(False)
+    return asgi
+
+
+async def _watch(request: Request, work) -> PendingCall | None:
+    """Await the engine work; if the client disconnects meanwhile, finish the call as aborted
+    (not trainable) and return None."""
+    task = asyncio.ensure_future(work)
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=0.25)
+        if done:
+            return task.result()
+        if await request.is_disconnected():
+            call = await task
+            await asyncio.get_running_loop().run_in_executor(None, call.finish, False)
+            return None
+
+
+def _admin_routes(app: FastAPI, core: ProxyCore, admin_token: str, base_url, run) -> None:
+    reg = core.registry
+
+    def guard(request: Request) -> None:
+        if not hmac.compare_digest(_bearer(request) or "", admin_token):
+            raise WireError(401, "admin routes need 'Authorization: Bearer <admin token>' (printed by "
+                                 "`agentrl proxy serve`)", kind="authentication_error")
+
+    def admin(fn):
+        async def handler(request: Request) -> Response:
+            try:
+                guard(request)
+                body = loads(await request.body()) if request.method == "POST" and await request.body() else {}
+                return _json(await run(fn, request, body))
+            except WireError as exc:
+                return _error(exc)
+            except KeyError as exc:
+                return _error(WireError(404, str(exc.args[0]), kind="not_found_error"))
+            except (ValueError, TypeError) as exc:
+                return _error(bad(str(exc)))
+            except TimeoutError as exc:
+                return _error(WireError(503, str(exc), kind="server_error"))
+        return handler
+
+    def create(request, body):
+        s = reg.create(**{k: body[k] for k in ("env_id", "task_id", "seed", "group_id", "episode_id", "sampling",
+                                               "max_calls") if k in body})
+        url = f"{base_url()}/e/{s.key}/v1"
+        return {"episode_id": s.episode.episode_id, "key": s.key, "base_url": url, "api_key": s.key}
+
+    def reward(request, body):
+        if "reward" not in body:
+            raise bad("body needs 'reward' (and optionally 'turn')", "reward")
+        reg.set_reward(int(request.path_params["eid"]), body["reward"], turn=body.get("turn"))
+        return {"ok": True}
+
+    def close(request, body):
+        ep = reg.close(int(request.path_params["eid"]), body.get("status", "ok"), body.get("error", ""))
+        return {"episode_id": ep.episode_id, "status": ep.status.value, "turns": len(ep.turns), "return": ep.return_}
+
+    def pause(request, body):
+        core.gate.pause(body.get("timeout_s"))
+        return {"paused": True, "policy_version": int(core.engine.policy_version)}
+
+    def resume(request, body):
+        core.gate.resume()
+        return {"paused": False, "policy_version": int(core.engine.policy_version)}
+
+    routes = [("/admin/episodes", create, "POST"),
+              ("/admin/episodes", lambda r, b: {"episodes": [dataclasses.asdict(x) for x in reg.summaries()]}, "GET"),
+              ("/admin/episodes/{eid:int}/reward", reward, "POST"), ("/admin/episodes/{eid:int}/close", close, "POST"),
+              ("/admin/pause", pause, "POST"), ("/admin/resume", resume, "POST"),
+              ("/admin/policy_version", lambda r, b: {"policy_version": int(core.engine.policy_version)}, "GET")]
+    for path, fn, method in routes:
+        app.add_route(path, admin(fn), methods=[method])

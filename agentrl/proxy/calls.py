@@ -1,0 +1,236 @@
+"""One proxied call: prompt (TITO) → engine → reply → one recorded ``Turn``.
+
+``ProxyCore.start_async`` (event loop) / ``start`` (any thread) takes the episode (calls of an
+episode are serialised), passes the pause gate, builds the prompt and waits for the engine
+worker.
+The returned ``PendingCall`` is *finished* once the reply was delivered (or the client hung
+up): only then is the turn recorded, so a client that disconnects mid-stream yields a turn
+with ``info["trainable"] = False``, ``finish_reason = "abort"`` and no completion ids (the
+sampled ids are dropped from training and the thread's history is not advanced).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from agentrl.llm.base import FINISH_ABORT, FINISH_LENGTH, Completion, LLMClient, SamplingParams
+from agentrl.llm.chat import ChatRenderer
+from agentrl.proxy.engine import EngineWorker, Gate
+from agentrl.proxy.messages import canonical, split_tool_calls
+from agentrl.proxy.sessions import EpisodeSession, SessionRegistry
+from agentrl.proxy.tito import MODES, PromptPlan, commit_thread, new_segment, plan_chat, plan_completion, thread_index
+from agentrl.proxy.wire import ChatRequest, ToolCall, WireError, WireMessage
+from agentrl.types import Turn
+
+
+@dataclass
+class PendingCall:
+    """A generated reply waiting to be delivered and recorded.
+
+    Attributes:
+        session: the episode. plan: how the prompt was built. request: the parsed request.
+        completion: the engine's output. content / tool_calls: the parsed reply.
+        finish_reason: OpenAI finish reason (``stop | length | tool_calls``).
+        text: the decoded completion (EOS dropped). sampling: the effective sampling
+            parameters. version_start: policy version at admission.
+        turn: the recorded turn (after ``finish``).
+    """
+
+    core: "ProxyCore"
+    session: EpisodeSession
+    plan: PromptPlan
+    request: ChatRequest
+    completion: Completion
+    text: str
+    content: str
+    tool_calls: tuple[ToolCall, ...]
+    finish_reason: str
+    sampling: SamplingParams
+    version_start: int
+    t_start: float
+    turn: Turn | None = None
+    _done: bool = field(default=False, repr=False)
+
+    def finish(self, delivered: bool) -> Turn:
+        """Record the turn (idempotent), then release the gate and the episode.
+
+        Args:
+            delivered: the client received the whole reply; False records an aborted,
+                non-trainable turn and keeps the thread's history where it was.
+        """
+        if self._done:
+            return self.turn
+        self._done = True
+        try:
+            self.turn = self.core.record(self, delivered)
+        finally:
+            self.core.gate.leave()
+            self.session.release()
+        return self.turn
+
+
+class ProxyCore:
+    """Everything behind the routes: renderer, engine worker, gate and sessions.
+
+    Args:
+        engine: any ``LLMClient`` (token-in/token-out).
+        renderer: the policy's ``ChatRenderer``.
+        registry: the episode sessions.
+        mode: ``tito`` | ``retokenize`` | ``strict`` (``agentrl.proxy.tito``).
+        sampling: defaults for parameters a request leaves out.
+        measure_drift: compute ``token_prefix_ok`` on TITO calls (one extra render per call).
+        max_batch: most prompts per engine call.
+        model_name: the id served on ``GET models``.
+    Raises:
+        ValueError: an unknown mode.
+    """
+
+    def __init__(self, engine: LLMClient, renderer: ChatRenderer, registry: SessionRegistry, *, mode: str = "tito",
+                 sampling: SamplingParams | None = None, measure_drift: bool = True, max_batch: int = 32,
+                 model_name: str = "policy") -> None:
+        if mode not in MODES:
+            raise ValueError(f"proxy mode must be one of {MODES}, got {mode!r}")
+        self.engine, self.renderer, self.registry, self.mode = engine, renderer, registry, mode
+        self.sampling = sampling or SamplingParams()
+        self.measure_drift, self.model_name = measure_drift, model_name
+        self.worker = EngineWorker(engine, max_batch=max_batch)
+        self.gate = Gate()
+        self._render_lock = threading.Lock()  # fast tokenizers are not safe under concurrent calls
+
+    def start(self, session: EpisodeSession, req: ChatRequest) -> PendingCall:
+        """Admit, build the prompt, generate (blocking). The caller must ``finish`` the result.
+
+        Raises:
+            WireError: 409 closed episode, 400 bad prompt (strict drift, context overflow),
+                503 engine failure.
+        """
+        session.acquire()
+        self.gate.enter()
+        try:
+            plan, sampling, version, t0 = self._plan(session, req)
+            return self._pending(session, req, plan, sampling, version, t0,
+                                 self._engine_result(self.worker.submit(plan.prompt_ids, sampling)))
+        except BaseException:
+            self.gate.leave()
+            session.release()
+            raise
+
+    async def start_async(self, session: EpisodeSession, req: ChatRequest, run) -> PendingCall:
+        """``start`` for the event loop: admission and rendering run inline when they need no
+        waiting (``run(fn)`` runs the blocking waits in a thread), the engine is awaited."""
+        if not session.try_acquire():
+            await run(session.acquire)
+        try:
+            if not self.gate.try_enter():
+                await run(self.gate.enter)
+        except BaseException:
+            session.release()
+            raise
+        try:
+            plan, sampling, version, t0 = self._plan(session, req)
+            fut = self.worker.submit(plan.prompt_ids, sampling)
+            await asyncio.wrap_future(fut)
+            return self._pending(session, req, plan, sampling, version, t0, self._engine_result(fut))
+        except BaseException:
+            self.gate.leave()
+            session.release()
+            raise
+
+    def _plan(self, session: EpisodeSession, req: ChatRequest) -> tuple[PromptPlan, SamplingParams, int, float]:
+        t0 = time.time()
+        with self._render_lock:
+            if req.prompt is not None:
+                plan = plan_completion(self.renderer, session.threads, req)
+            else:
+                plan = plan_chat(self.renderer, session.threads, req, mode=self.mode, measure_drift=self.measure_drift)
+        limit = int(self.engine.max_context)
+        if plan.prompt_ids.size >= limit:  # refused here, so it never fails a whole engine batch
+            raise WireError(400, f"the prompt has {plan.prompt_ids.size} tokens and leaves no room in the model's "
+                                 f"context of {limit} tokens; shorten or compact the conversation", param="messages")
+        return plan, session.effective(req.sampling), int(self.engine.policy_version), t0
+
+    @staticmethod
+    def _engine_result(fut) -> Completion:
+        try:
+            return fut.result()
+        except ValueError as exc:  # prompt too long for the context
+            raise WireError(400, str(exc), param="messages") from None
+        except RuntimeError as exc:
+            raise WireError(503, f"the engine refused the call ({exc}); retry later", kind="server_error") from None
+
+    def _pending(self, session: EpisodeSession, req: ChatRequest, plan: PromptPlan, sampling: SamplingParams,
+                 version: int, t0: float, completion: Completion) -> PendingCall:
+        with self._render_lock:
+            text = self.renderer.completion_text(completion.token_ids)
+        content, calls = split_tool_calls(text, tools_offered=bool(req.tools))
+        reason = "tool_calls" if calls else ("length" if completion.finish_reason == FINISH_LENGTH else "stop")
+        return PendingCall(self, session, plan, req, completion, text, content, calls, reason, sampling, version, t0)
+
+    def record(self, call: PendingCall, delivered: bool) -> Turn:
+        """Append the call's ``Turn`` to its episode (see the module docstring)."""
+        s, plan, c = call.session, call.plan, call.completion
+        aborted = not delivered or c.finish_reason == FINISH_ABORT
+        info = {"call": s.calls, "thread": thread_index(s.threads, plan.key), "prompt_source": plan.source,
+                "cause": plan.cause, "fork": plan.fork and not aborted,
+                "finish_reason": "abort" if aborted else call.finish_reason,
+                "trainable": not aborted, "stream": call.request.stream, "sampling": _sampling_info(call.sampling),
+                "sampling_sent": call.request.sent, "policy_version_start": call.version_start,
+                "token_faithful": bool(c.token_faithful), "logprob_mode": c.logprob_mode,
+                "latency_s": round(time.time() - call.t_start, 6), "tool_calls": len(call.tool_calls)}
+        if plan.token_prefix_ok is not None:
+            info["token_prefix_ok"] = plan.token_prefix_ok
+            if plan.first_mismatch is not None:
+                info["first_mismatch"] = plan.first_mismatch
+        ids, lps = c.token_ids, c.logprobs
+        if aborted:
+            info["aborted_completion_tokens"] = int(ids.size)
+            ids, lps = np.zeros(0, np.int32), np.zeros(0, np.float32)
+        else:
+            if new_segment(plan, s.threads, s.segment) or s.segment is None:
+                s.segment = s.n_segments
+                s.n_segments += 1
+            s.forks += int(plan.fork)
+            reply = None
+            if call.request.prompt is None:
+                reply = canonical(WireMessage("assistant", call.content, call.tool_calls))
+            commit_thread(s.threads, plan, call.request, reply, c.token_ids, call.text, s.segment)
+            info["segment"], info["forks"] = s.segment, s.forks
+        ep = s.episode
+        obs = _observation(call.request)
+        turn = Turn(run_id=ep.run_id, episode_id=ep.episode_id, group_id=ep.group_id, t=len(ep.turns), observation=obs,
+                    anchor_obs=obs, action=self.renderer_text(call), action_valid=not aborted, reward=None,
+                    prompt_ids=plan.prompt_ids, completion_ids=ids, completion_logprobs=lps,
+                    policy_version=int(c.policy_version), info=info)
+        ep.turns.append(turn)
+        s.calls += 1
+        return turn
+
+    def renderer_text(self, call: PendingCall) -> str:
+        """The action text of a call: the reply content, or its tool calls as JSON lines."""
+        if call.tool_calls:
+            calls = "\n".join(f'{{"name": "{tc.name}", "arguments": {tc.arguments}}}' for tc in call.tool_calls)
+            return f"{call.content}\n{calls}".strip()
+        return call.content
+
+    def close(self) -> None:
+        """Stop the engine worker."""
+        self.worker.close()
+
+
+def _sampling_info(s: SamplingParams) -> dict:
+    return {"temperature": s.temperature, "top_p": s.top_p, "max_tokens": s.max_tokens, "seed": s.seed,
+            "greedy": s.greedy}
+
+
+def _observation(req: ChatRequest) -> str:
+    """What the agent was newly shown: the messages after the last assistant message
+    (the raw prompt for ``completions``)."""
+    if req.prompt is not None:
+        return req.prompt if isinstance(req.prompt, str) else ""
+    last = max((i for i, m in enumerate(req.messages) if m.role == "assistant"), default=-1)
+    return "\n".join(m.content for m in req.messages[last + 1:])

@@ -1,0 +1,164 @@
+"""The engine side of the proxy: a batching worker thread and the pause gate.
+
+``EngineWorker`` owns the ``LLMClient``: one thread takes every pending request, groups
+those with equal unseeded ``SamplingParams`` into one ``generate`` call (at most
+``max_batch`` prompts), and runs seeded requests alone, so a seeded request samples the
+same ids whatever else is in flight. ``Gate`` lets the trainer pause admission around a
+weight update: ``pause`` blocks new calls and waits until the calls in flight have
+finished, so no call straddles two policy versions.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+import numpy as np
+
+from agentrl.llm.base import Completion, LLMClient, SamplingParams
+
+
+@dataclass
+class _Job:
+    prompt: np.ndarray
+    sampling: SamplingParams
+    future: Future
+
+
+class EngineWorker:
+    """Serve ``generate`` requests from many threads with batched engine calls.
+
+    Args:
+        engine: any ``LLMClient``.
+        max_batch: most prompts per engine call (≥ 1).
+    """
+
+    def __init__(self, engine: LLMClient, *, max_batch: int = 32) -> None:
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        self.engine, self.max_batch = engine, max_batch
+        self._q: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name="agentrl-proxy-engine", daemon=True)
+        self._thread.start()
+
+    def submit(self, prompt_ids: np.ndarray, sampling: SamplingParams) -> Future:
+        """Queue one prompt (int32[P]); the future resolves to its ``Completion`` (or raises
+        the engine's exception)."""
+        fut: Future = Future()
+        self._q.put(_Job(np.asarray(prompt_ids, np.int32), sampling, fut))
+        return fut
+
+    def generate(self, prompt_ids: np.ndarray, sampling: SamplingParams) -> Completion:
+        """Blocking ``submit(...).result()``."""
+        return self.submit(prompt_ids, sampling).result()
+
+    def close(self) -> None:
+        """Stop the worker thread after the queued requests."""
+        self._q.put(None)
+        self._thread.join(timeout=30)
+
+    def _loop(self) -> None:
+        while True:
+            job = self._q.get()
+            if job is None:
+                return
+            jobs = [job]
+            while True:
+                try:
+                    nxt = self._q.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self._q.put(None)
+                    break
+                jobs.append(nxt)
+            for batch in _batches(jobs, self.max_batch):
+                self._run(batch)
+
+    def _run(self, batch: list[_Job]) -> None:
+        live = [j for j in batch if j.future.set_running_or_notify_cancel()]
+        if not live:
+            return
+        try:
+            outs = self.engine.generate([j.prompt for j in live], live[0].sampling)
+        except BaseException as exc:  # noqa: BLE001 - handed to every waiting caller
+            for j in live:
+                j.future.set_exception(exc)
+            return
+        for j, out in zip(live, outs):
+            j.future.set_result(out)
+
+
+def _batches(jobs: list[_Job], max_batch: int) -> list[list[_Job]]:
+    """Group jobs with equal unseeded sampling params (order kept); seeded jobs alone."""
+    groups: dict[SamplingParams, list[_Job]] = {}
+    out: list[list[_Job]] = []
+    for j in jobs:
+        if j.sampling.seed is not None:
+            out.append([j])
+            continue
+        g = groups.setdefault(j.sampling, [])
+        if not g:
+            out.append(g)
+        g.append(j)
+        if len(g) == max_batch:
+            del groups[j.sampling]
+    return out
+
+
+class Gate:
+    """Admission gate for calls (thread-safe).
+
+    ``enter`` blocks while paused; ``pause`` stops admission and waits for the calls in
+    flight to leave; ``resume`` admits again.
+    """
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._paused = False
+        self._in_flight = 0
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def enter(self) -> None:
+        """Wait while paused, then count one call in flight."""
+        with self._cv:
+            self._cv.wait_for(lambda: not self._paused)
+            self._in_flight += 1
+
+    def try_enter(self) -> bool:
+        """Count one call in flight unless paused (never waits)."""
+        with self._cv:
+            if self._paused:
+                return False
+            self._in_flight += 1
+            return True
+
+    def leave(self) -> None:
+        """The call has finished (recorded or failed)."""
+        with self._cv:
+            self._in_flight -= 1
+            self._cv.notify_all()
+
+    def pause(self, timeout_s: float | None = None) -> None:
+        """Stop admitting calls and wait until none is in flight.
+
+        Raises:
+            TimeoutError: calls were still in flight after ``timeout_s`` seconds (the gate
+                stays paused; call ``resume`` to undo).
+        """
+        with self._cv:
+            self._paused = True
+            if not self._cv.wait_for(lambda: self._in_flight == 0, timeout=timeout_s):
+                raise TimeoutError(f"{self._in_flight} proxy call(s) still in flight after {timeout_s} s; "
+                                   f"the gate stays paused (call resume() to undo)")
+
+    def resume(self) -> None:
+        """Admit calls again (waiting ones proceed)."""
+        with self._cv:
+            self._paused = False
+            self._cv.notify_all()

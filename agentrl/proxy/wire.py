@@ -1,0 +1,258 @@
+"""OpenAI wire format: parse requests into dataclasses, build responses and error bodies.
+
+Only what the recording proxy supports is accepted; anything else is a 400 with an
+OpenAI-style body ``{"error": {"message", "type", "param", "code"}}`` naming the parameter
+and the fix, so a harness fails loudly instead of training on silently-ignored settings.
+Sampling maps onto ``SamplingParams``: ``temperature == 0`` means greedy;
+``max_completion_tokens`` wins over ``max_tokens``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from agentrl.llm.base import SamplingParams
+
+#: Request keys accepted and ignored (they do not change what is sampled).
+IGNORED_KEYS = frozenset({"model", "user", "metadata", "store", "parallel_tool_calls", "service_tier", "stream_options",
+                          "prediction", "modalities", "reasoning_effort", "safety_identifier", "prompt_cache_key",
+                          "verbosity"})
+_ZERO_KEYS = ("presence_penalty", "frequency_penalty")  # accepted only when 0 / null
+_CHAT_KEYS = frozenset({"messages", "tools", "tool_choice", "stream", "temperature", "top_p", "max_tokens",
+                        "max_completion_tokens", "seed", "stop", "n", "logprobs", "top_logprobs", "return_token_ids",
+                        "response_format", "logit_bias", *_ZERO_KEYS}) | IGNORED_KEYS
+_COMPLETION_KEYS = (_CHAT_KEYS - {"messages", "tools", "tool_choice", "max_completion_tokens", "response_format",
+                                  "top_logprobs"}) | {"prompt"}
+_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+
+
+class WireError(Exception):
+    """A request the proxy refuses; ``status`` is the HTTP code (400, 401, 404, 409, 503).
+
+    Args:
+        status: HTTP status code.
+        message: what is wrong and how to fix it.
+        param: the offending request parameter, if any.
+        kind: OpenAI error ``type`` (``invalid_request_error``, ``authentication_error`` ...).
+    """
+
+    def __init__(self, status: int, message: str, *, param: str | None = None, kind: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status, self.message, self.param, self.kind = status, message, param, kind
+
+    def body(self) -> bytes:
+        """The OpenAI-style JSON error body."""
+        return orjson.dumps({"error": {"message": self.message, "type": self.kind, "param": self.param,
+                                       "code": self.status}})
+
+
+def bad(message: str, param: str | None = None) -> WireError:
+    """A 400 ``invalid_request_error``."""
+    return WireError(400, message, param=param)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One function call of an assistant message (``arguments`` is a JSON text)."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class WireMessage:
+    """One chat message as sent on the wire (content parts joined to text).
+
+    Attributes:
+        role: ``system | user | assistant | tool`` (``developer`` is read as ``system``).
+        content: the text ("" when null).
+        tool_calls: the assistant's function calls.
+        tool_call_id: for ``tool`` messages, the call answered.
+    """
+
+    role: str
+    content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str = ""
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """A parsed ``POST chat/completions`` (or ``completions``: ``prompt`` set, no messages).
+
+    Attributes:
+        messages: the conversation.
+        tools: tool definitions as sent (JSON-like dicts, passed to the prompt verbatim).
+        sampling: the effective sampling parameters (before episode overrides).
+        sent: the sampling parameters as sent (for the record).
+        stream / include_usage: SSE streaming and the final usage chunk.
+        logprobs: return per-token logprobs in the response.
+        return_token_ids: return prompt and completion token ids (vLLM extension).
+        prompt: ``completions`` only — the prompt text or token ids.
+        model: the model name the client asked for (echoed back).
+    """
+
+    messages: tuple[WireMessage, ...] = ()
+    tools: tuple[dict, ...] = ()
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    sent: dict = field(default_factory=dict)
+    stream: bool = False
+    include_usage: bool = False
+    logprobs: bool = False
+    return_token_ids: bool = False
+    prompt: str | tuple[int, ...] | None = None
+    model: str = ""
+
+
+def loads(body: bytes) -> dict:
+    """Parse a JSON object body. Raises ``WireError`` 400 on malformed JSON or a non-object."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise bad(f"the request body is not valid JSON ({exc}); send a JSON object") from None
+    if not isinstance(data, dict):
+        raise bad(f"the request body must be a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _text(content: Any, where: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        out = []
+        for i, part in enumerate(content):
+            if not isinstance(part, dict) or part.get("type") not in ("text", "input_text", "output_text"):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise bad(f"{where}.content[{i}] has type {kind!r}; only text parts are supported", f"{where}.content")
+            out.append(str(part.get("text", "")))
+        return "".join(out)
+    raise bad(f"{where}.content must be a string, null or a list of text parts", f"{where}.content")
+
+
+def _tool_calls(raw: Any, where: str) -> tuple[ToolCall, ...]:
+    if not raw:
+        return ()
+    if not isinstance(raw, list):
+        raise bad(f"{where}.tool_calls must be a list", f"{where}.tool_calls")
+    out = []
+    for i, tc in enumerate(raw):
+        fn = tc.get("function") if isinstance(tc, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise bad(f"{where}.tool_calls[{i}] needs function.name", f"{where}.tool_calls")
+        args = fn.get("arguments", "{}")
+        args = args if isinstance(args, str) else orjson.dumps(args).decode()
+        out.append(ToolCall(str(tc.get("id", "")), fn["name"], args))
+    return tuple(out)
+
+
+def parse_messages(raw: Any) -> tuple[WireMessage, ...]:
+    """``messages`` → ``WireMessage``s. Raises ``WireError`` 400 naming the bad message."""
+    if not isinstance(raw, list) or not raw:
+        raise bad("'messages' must be a non-empty list of {role, content} objects", "messages")
+    out = []
+    for i, m in enumerate(raw):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict) or m.get("role") not in _ROLES:
+            role = m.get("role") if isinstance(m, dict) else m
+            raise bad(f"{where}.role is {role!r}; use one of {sorted(_ROLES)}", f"{where}.role")
+        out.append(WireMessage(_ROLES[m["role"]], _text(m.get("content"), where),
+                               _tool_calls(m.get("tool_calls"), where),
+                               str(m.get("tool_call_id") or "")))
+    return tuple(out)
+
+
+def _number(data: dict, key: str, kind: type, default):
+    v = data.get(key)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float) if kind is float else int):
+        raise bad(f"'{key}' must be a{'n integer' if kind is int else ' number'}, got {v!r}", key)
+    return kind(v)
+
+
+def parse_sampling(data: dict, default: SamplingParams) -> tuple[SamplingParams, dict]:
+    """Effective ``SamplingParams`` from the request (missing keys keep ``default``) and
+    the sampling keys as sent. Raises ``WireError`` 400 on unsupported or out-of-range values."""
+    for key in _ZERO_KEYS:
+        if data.get(key) not in (None, 0, 0.0):
+            raise bad(f"'{key}' is not supported by the recording proxy (it would change the sampling "
+                      f"distribution unrecorded); remove it or set it to 0", key)
+    if data.get("n") not in (None, 1):
+        raise bad("'n' must be 1; send one request per sample", "n")
+    if data.get("stop") not in (None, [], ""):
+        raise bad("'stop' strings are not supported (cutting text would break token fidelity); the model's EOS "
+                  "ends every message", "stop")
+    if data.get("logit_bias"):
+        raise bad("'logit_bias' is not supported by the recording proxy; remove it", "logit_bias")
+    temperature = _number(data, "temperature", float, default.temperature)
+    if temperature < 0:
+        raise bad(f"'temperature' must be >= 0 (0 = greedy), got {temperature}", "temperature")
+    max_tokens = _number(data, "max_completion_tokens", int, None)
+    max_tokens = max_tokens or _number(data, "max_tokens", int, default.max_tokens)
+    seed = _number(data, "seed", int, default.seed)
+    top_p = _number(data, "top_p", float, default.top_p)
+    try:
+        sampling = SamplingParams(temperature=temperature if temperature > 0 else 1.0, top_p=top_p,
+                                  max_tokens=max_tokens,
+                                  seed=seed, greedy=default.greedy or temperature == 0,
+                                  stop_token_ids=default.stop_token_ids)
+    except ValueError as exc:
+        raise bad(str(exc).replace("SamplingParams.", "")) from None
+    sent = {k: data[k] for k in ("temperature", "top_p", "max_tokens", "max_completion_tokens", "seed") if k in data}
+    return sampling, sent
+
+
+def _check_keys(data: dict, allowed: frozenset, route: str) -> None:
+    for key in data:
+        if key not in allowed:
+            raise bad(f"parameter '{key}' is not supported on {route} by the recording proxy; remove it "
+                      f"(supported: {', '.join(sorted(allowed - IGNORED_KEYS))})", key)
+
+
+def parse_chat(data: dict, default: SamplingParams) -> ChatRequest:
+    """Parse a ``chat/completions`` body. Raises ``WireError`` 400."""
+    _check_keys(data, _CHAT_KEYS, "chat/completions")
+    tools = data.get("tools") or []
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        raise bad("'tools' must be a list of tool objects", "tools")
+    choice = data.get("tool_choice")
+    if choice not in (None, "auto", "none"):
+        raise bad("'tool_choice' must be 'auto' or 'none' (forcing a tool would need constrained decoding)",
+                  "tool_choice")
+    fmt = data.get("response_format")
+    if fmt not in (None, {"type": "text"}):
+        raise bad("'response_format' other than text is not supported (no constrained decoding)", "response_format")
+    if data.get("top_logprobs"):
+        raise bad("'top_logprobs' is not supported; only the sampled token's logprob is returned", "top_logprobs")
+    sampling, sent = parse_sampling(data, default)
+    opts = data.get("stream_options") or {}
+    return ChatRequest(messages=parse_messages(data.get("messages")), tools=tuple(tools) if choice != "none" else (),
+                       sampling=sampling, sent=sent, stream=bool(data.get("stream")),
+                       include_usage=bool(isinstance(opts, dict) and opts.get("include_usage")),
+                       logprobs=bool(data.get("logprobs")), return_token_ids=bool(data.get("return_token_ids")),
+                       model=str(data.get("model") or ""))
+
+
+def parse_completion(data: dict, default: SamplingParams) -> ChatRequest:
+    """Parse a legacy ``completions`` body (``prompt``: a string or a list of token ids)."""
+    _check_keys(data, _COMPLETION_KEYS, "completions")
+    prompt = data.get("prompt")
+    if isinstance(prompt, list) and prompt and all(isinstance(i, int) and not isinstance(i, bool) for i in prompt):
+        prompt = tuple(prompt)
+    elif isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    elif not isinstance(prompt, str) or not prompt:
+        raise bad("'prompt' must be a non-empty string or a list of token ids (one prompt per request)", "prompt")
+    sampling, sent = parse_sampling(data, default)
+    if data.get("logprobs") not in (None, False, 0, True, 1):
+        raise bad("'logprobs' > 1 is not supported; only the sampled token's logprob is returned", "logprobs")
+    return ChatRequest(prompt=prompt, sampling=sampling, sent=sent, stream=bool(data.get("stream")),
+                       include_usage=bool((data.get("stream_options") or {}).get("include_usage")),
+                       logprobs=bool(data.get("logprobs")), return_token_ids=bool(data.get("return_token_ids")),
+                       model=str(data.get("model") or ""))

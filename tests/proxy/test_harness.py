@@ -1,0 +1,108 @@
+"""External harnesses as episodes: examples/harness_agent.py (plain openai SDK) plays
+agentrl/Toy-v0 through the proxy; the verifier replays its actions for the reward;
+deadlines, crashes and bad logs are flagged, never scored 0."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agentrl.env import make
+from agentrl.llm.scripted import ScriptedEngine
+from agentrl.rollout.harness import HarnessSpec, collect_harness_episodes, run_harness
+from agentrl.types import EpisodeStatus
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENT = ("{python}", str(ROOT / "examples" / "harness_agent.py"))
+
+
+def _walkthrough(seed: int) -> list[str]:
+    env = make("agentrl/Toy-v0")
+    _, info = env.reset(seed=seed)
+    env.close()
+    return info["walkthrough"]
+
+
+def test_harness_plays_walkthrough_and_verifier_scores(serve, renderer, reply_ids):
+    plan = _walkthrough(5)
+    engine = ScriptedEngine([reply_ids(f"<action>{a}</action>") for a in plan], eos_token_id=renderer.eos_token_id)
+    spec = HarnessSpec(command=AGENT + ("--max-turns", "12"), env_id="agentrl/Toy-v0", timeout_s=60)
+    with serve(engine) as proxy:
+        ep = run_harness(proxy, spec, seed=5, group_id=1, episode_id=9)
+    assert ep.status == EpisodeStatus.OK, ep.error
+    assert (ep.episode_id, ep.group_id, ep.seed, ep.env_id) == (9, 1, 5, "agentrl/Toy-v0")
+    assert ep.task_id.startswith("rooms")
+    assert [t.action for t in ep.turns] == plan and all(t.action_valid for t in ep.turns)
+    assert [t.reward for t in ep.turns] == [0.0] * (len(plan) - 1) + [1.0]
+    assert ep.turns[-1].terminated and ep.success and ep.return_ == 1.0
+    assert ep.turns[0].anchor_obs == "You are in room 1 of " + ep.task_id[5] + "."
+    assert all(t.next_anchor_obs == u.anchor_obs for t, u in zip(ep.turns, ep.turns[1:]))
+    assert all(t.info["segment"] == 0 and t.info["reward_alignment"] == "turn" for t in ep.turns)
+    assert [t.completion_ids.tolist() for t in ep.turns] == [reply_ids(f"<action>{a}</action>") for a in plan]
+
+
+def test_harness_that_stops_early_is_cut_not_won(serve, renderer, reply_ids):
+    engine = ScriptedEngine([reply_ids("<action>dance</action>")], eos_token_id=renderer.eos_token_id)
+    spec = HarnessSpec(command=AGENT + ("--max-turns", "3", "--stream"), env_id="agentrl/Toy-v0", timeout_s=60)
+    with serve(engine) as proxy:
+        ep = run_harness(proxy, spec, seed=0)
+    assert ep.status == EpisodeStatus.OK and len(ep.turns) == 3
+    assert [t.action_valid for t in ep.turns] == [False] * 3 and ep.return_ == 0.0
+    assert ep.turns[-1].truncated and ep.turns[-1].info["cut"] == "harness_ended" and not ep.success
+    assert all(t.info["stream"] for t in ep.turns)
+
+
+CALL = ("from openai import OpenAI; OpenAI(max_retries=0).chat.completions.create(model='p', "
+        "messages=[{'role': 'user', 'content': 'hi'}]); ")
+
+
+@pytest.mark.parametrize("code, status, words", [
+    (CALL + "import time; time.sleep(60)", EpisodeStatus.TIMEOUT, "deadline"),
+    (CALL + "import sys; sys.stderr.write('boom'); sys.exit(3)", EpisodeStatus.ABORTED, "code 3: boom"),
+    (CALL + "import os; open(os.environ['AGENTRL_ACTION_LOG'], 'w').write('go east')", EpisodeStatus.ABORTED,
+     "bad action log"),
+])
+def test_failed_harness_is_flagged(serve, renderer, reply_ids, code, status, words):
+    engine = ScriptedEngine([reply_ids("look")], eos_token_id=renderer.eos_token_id)
+    spec = HarnessSpec(command=(sys.executable, "-c", code), env_id="agentrl/Toy-v0", timeout_s=6)
+    with serve(engine) as proxy:
+        t0 = time.monotonic()
+        ep = run_harness(proxy, spec, seed=0)
+    assert ep.status == status and words in ep.error and time.monotonic() - t0 < 30
+    assert len(ep.turns) == 1 and ep.turns[0].reward is None and ep.return_ is None  # unscored, not 0 (P5)
+
+
+def test_harness_environment_contract(serve, renderer, reply_ids, tmp_path):
+    out = tmp_path / "env.txt"
+    code = ("import os; keys = ['OPENAI_BASE_URL', 'OPENAI_API_KEY', 'AGENTRL_ENV_ID', 'AGENTRL_SEED', "
+            f"'AGENTRL_ENV_KWARGS']; open({str(out)!r}, 'w').write('|'.join(os.environ[k] for k in keys))")
+    spec = HarnessSpec(command=(sys.executable, "-c", code), env_id="agentrl/Toy-v0", env_kwargs={"max_turns": 4})
+    with serve(ScriptedEngine([[renderer.eos_token_id]], eos_token_id=renderer.eos_token_id)) as proxy:
+        ep = run_harness(proxy, spec, seed=11)
+        key = proxy.registry.get(ep.episode_id).key
+    url, api_key, env_id, seed, kwargs = out.read_text().split("|")
+    assert url == f"{proxy.url}/e/{key}/v1" and api_key == key
+    assert (env_id, seed, kwargs) == ("agentrl/Toy-v0", "11", '{"max_turns": 4}')
+
+
+def test_collect_harness_episodes_groups(renderer, reply_ids):
+    engine = ScriptedEngine([reply_ids("<action>look</action>")], eos_token_id=renderer.eos_token_id)
+    spec = HarnessSpec(command=AGENT + ("--max-turns", "2"), env_id="agentrl/Toy-v0", timeout_s=60)
+    eps = collect_harness_episodes(engine, renderer, spec, n_groups=2, group_size=2, seed=40, run_id="r",
+                                   max_parallel=4)
+    assert [(e.episode_id, e.group_id, e.seed) for e in eps] == [(0, 0, 40), (1, 0, 40), (2, 1, 41), (3, 1, 41)]
+    assert all(e.status == EpisodeStatus.OK and len(e.turns) == 2 and e.return_ == 0.0 for e in eps)
+    assert all(t.run_id == "r" and t.info["sampling"]["temperature"] == 1.0 for e in eps for t in e.turns)
+    assert eps[0].task_id == eps[1].task_id  # same task inside a group
+
+
+def test_harness_spec_validation():
+    with pytest.raises(ValueError, match="command is empty"):
+        HarnessSpec(command=(), env_id="agentrl/Toy-v0")
+    with pytest.raises(ValueError, match="timeout_s"):
+        HarnessSpec(command=("x",), env_id="agentrl/Toy-v0", timeout_s=0)
+    with pytest.raises(KeyError, match="did you mean 'agentrl/Toy-v0'"):
+        HarnessSpec(command=("x",), env_id="agentrl/Toyy-v0")
