@@ -215,7 +215,9 @@ class RolloutConfig:
     (optional) plays the episodes with an external agent program instead of the agent loop.
     ``sampler``: ``chain`` (independent episodes), ``tree`` (Tree-GRPO trees: ``tree.trees``
     per task replace ``group_size``) or ``rtpo`` (``group_size`` base trajectories per task,
-    each with a sparse reverse tree, updated in reverse-turn rounds); see ``TreeConfig``."""
+    each with a sparse reverse tree, updated in reverse-turn rounds); see ``TreeConfig``.
+    ``backend``: ``local`` env worker processes (``EnvPool``) or ``ray`` actors (``RayEnvPool``,
+    same API; needs the ``ray`` extra)."""
 
     groups_per_iteration: int = 6
     group_size: int = 4
@@ -224,6 +226,7 @@ class RolloutConfig:
     harness: Optional[HarnessConfig] = None
     sampler: Literal["chain", "tree", "rtpo"] = "chain"
     tree: TreeConfig = field(default_factory=TreeConfig)
+    backend: Literal["local", "ray"] = "local"
 
     def __post_init__(self) -> None:
         _check(self.sampler == "chain" or self.harness is None, "rollout.sampler tree/rtpo needs the agent loop; "

@@ -20,7 +20,7 @@ import torch
 import yaml
 
 from agentrl.config import Config, to_dict
-from agentrl.credit import compute_advantages, update_groups
+from agentrl.credit import compute_advantages, get_estimator, update_groups
 from agentrl.credit.stats import advantage_stats
 from agentrl.eval import EvalResult, env_kwargs, evaluate, loop_config
 from agentrl.llm.base import SamplingParams
@@ -28,10 +28,13 @@ from agentrl.llm.constrained import constraint_masks
 from agentrl.llm.policy import Policy, load_policy
 from agentrl.log import make_logger
 from agentrl.rollout.collector import CollectConfig, collect
+from agentrl.rollout.harness import HarnessSpec, collect_harness_episodes
+from agentrl.rollout.ray_backend import make_env_pool
 from agentrl.rollout.reverse import RtpoRound, run_rtpo_iteration
 from agentrl.rollout.stats import rollout_stats
 from agentrl.rollout.tree import add_linked, sample_trees
 from agentrl.store import TurnStore
+from agentrl.train_critic import critic_step, make_critic, with_values
 from agentrl.types import Episode, TurnTable
 from agentrl.update.batch import build_batch, minibatches
 from agentrl.update.checkpoint import TrainState, latest_checkpoint, load_checkpoint, save_checkpoint
@@ -84,7 +87,16 @@ def collect_iteration(policy: Policy, cfg: Config, iteration: int) -> list[Episo
     r, cc = cfg.rollout, collect_config(cfg, iteration)
     if r.sampler == "tree":  # ids are made unique over the run by the sampler
         return sample_trees(policy.engine, policy.renderer, cc, r.tree, iteration=iteration).episodes
-    episodes = collect(policy.engine, policy.renderer, cc)
+    if r.harness is not None:  # an external agent program plays through the recording proxy
+        spec = HarnessSpec.from_config(r.harness, cfg.env.id, cc.env_kwargs)
+        episodes = collect_harness_episodes(policy.engine, policy.renderer, spec, n_groups=cc.n_groups,
+                                            group_size=cc.group_size, seed=cc.seed, run_id=cc.run_id,
+                                            sampling=cc.sampling, max_parallel=r.harness.max_parallel,
+                                            mode=r.harness.mode)
+    else:
+        with make_env_pool(r.backend, cc.env_id, cc.num_slots or cc.n_episodes, env_kwargs=cc.env_kwargs,
+                           num_workers=cc.num_workers, step_timeout_s=cc.step_timeout_s) as pool:
+            episodes = collect(policy.engine, policy.renderer, cc, pool=pool)
     offset = iteration * r.groups_per_iteration * r.group_size  # ids unique over the run
     for ep in episodes:
         ep.episode_id += offset
@@ -181,6 +193,7 @@ def train(cfg: Config, *, resume: bool = True) -> TrainResult:
     state = load_checkpoint(ckpt, policy.model, optimizer) if ckpt else TrainState()
     policy.engine.policy_version = state.policy_version
     store = TurnStore(run_dir / "store.sqlite")
+    critic = make_critic(cfg) if "value" in get_estimator(cfg.algorithm.estimator).requires else None
     evals: list[EvalResult] = []
     with make_logger(cfg.log, run_dir, run_name=cfg.run.name, config=to_dict(cfg), console_keys=CONSOLE_KEYS) as logger:
         for it in range(state.iteration, cfg.run.iterations):
@@ -193,15 +206,20 @@ def train(cfg: Config, *, resume: bool = True) -> TrainResult:
                 t1 = time.perf_counter()
                 add_linked(store, episodes, run_id=cfg.run.name)  # tree branches after their parents
                 table = store.table(run_id=cfg.run.name, episode_ids=[e.episode_id for e in episodes])
+                if critic is not None:  # turn-PPO: V(s_t) per turn before the estimator runs
+                    table, all_turns = with_values(critic, table, episodes, policy.pad_id, cfg.update.micro_batch)
                 adv = compute_advantages(table, cfg.algorithm.estimator, **cfg.algorithm.kwargs)
                 store.set_advantages(cfg.run.name, table.turn_id, adv, iteration=it, estimator=cfg.algorithm.estimator)
                 t2 = time.perf_counter()
                 stats = update_policy(policy, optimizer, cfg, table, adv, episodes, it)
                 policy.engine.policy_version += 1  # the engine shares the trained model: weights are in sync
+            critic_stats = critic_step(critic, cfg, table, all_turns) if critic is not None else []
             t3 = time.perf_counter()
             gen = sum(t.completion_ids.size for e in episodes for t in e.turns)
             metrics = _iteration_metrics(episodes, table, adv, stats,
                                          {"rollout": t1 - t0, "credit": t2 - t1, "update": t3 - t2}, gen / max(t1 - t0, 1e-9))
+            for cs in critic_stats[-1:]:
+                metrics.update({"critic/loss": cs.loss, "critic/explained_var": cs.explained_var})
             state = TrainState(iteration=it + 1, optimizer_steps=state.optimizer_steps + len(stats),
                                policy_version=policy.engine.policy_version,
                                episodes_stored=state.episodes_stored + len(episodes))
