@@ -120,10 +120,9 @@ class HFEngine:
             output_hidden_states=return_hidden,
             return_dict_in_generate=True,
             do_sample=not sampling.greedy,
-            top_k=0,
         )
-        if not sampling.greedy:
-            kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p)
+        if not sampling.greedy:  # top_k=0: no top-k cut (the model's generation_config may set one)
+            kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
         if any(t is not None for t in tries):
             from transformers import LogitsProcessorList
 
