@@ -30,6 +30,7 @@ from typing import Any, Mapping, Sequence
 import gymnasium
 
 from agentrl.env.registry import validate_id
+from agentrl.env.slots import SlotBook
 
 
 @dataclass
@@ -203,9 +204,7 @@ class EnvPool:
         self._kwargs = dict(env_kwargs or {})
         self._ctx = mp.get_context(start_method)
         self._workers = [_Worker(i, list(range(i, n, num_workers))) for i in range(num_workers)]
-        # slot -> why it has no running episode (cleared by a successful reset)
-        self._needs_reset: dict[int, str] = {s: "" for s in range(n)}
-        self._closed = False
+        self._book = SlotBook(n, "EnvPool", _error_result)  # which slots lost their episode, and why
         self._finalizer = weakref.finalize(self, _stop, self._workers)
         for w in self._workers:
             self._start(w)
@@ -240,15 +239,15 @@ class EnvPool:
         w.proc.join(5.0)
         w.conn.close()
         for s in w.slots:
-            self._needs_reset[s] = f"its worker was restarted ({reason}); call reset() on this slot"
+            self._book.lost(s, f"its worker was restarted ({reason}); call reset() on this slot")
         self._start(w)
         self.restarts += 1
 
     def close(self) -> None:
         """Stop all workers (idempotent)."""
-        if self._closed:
+        if self._book.closed:
             return
-        self._closed = True
+        self._book.closed = True
         self._finalizer()
 
     def __enter__(self) -> "EnvPool":
@@ -265,19 +264,8 @@ class EnvPool:
         Returns {slot: EnvResult} (obs, info of the reset; ``error`` set on failure).
         Raises: ValueError on mismatched lengths, bad or duplicate slots.
         """
-        options = [None] * len(slots) if options is None else list(options)
-        if not len(slots) == len(seeds) == len(options):
-            raise ValueError(f"reset needs one seed and one options entry per slot: got {len(slots)} "
-                             f"slots, {len(seeds)} seeds, {len(options)} options")
-        self._check_slots(slots)
-        items = [(int(s), None if seed is None else int(seed), opt) for s, seed, opt in zip(slots, seeds, options)]
-        results = self._dispatch("reset", items, self.reset_timeout_s)
-        for s, res in results.items():
-            if res.error is None:
-                self._needs_reset.pop(s, None)
-            else:
-                self._needs_reset[s] = f"its last reset failed: {res.error.splitlines()[0]}"
-        return dict(sorted(results.items()))
+        items = self._book.reset_items(slots, seeds, options)
+        return self._book.after_reset(self._dispatch("reset", items, self.reset_timeout_s))
 
     def step(self, actions: Mapping[int, str]) -> dict[int, EnvResult]:
         """Step the given slots with their action texts, in parallel.
@@ -287,31 +275,8 @@ class EnvPool:
         is reset. Raises: RuntimeError for a slot that was never reset; TypeError for a
         non-str action; ValueError for a bad slot.
         """
-        self._check_slots(list(actions))
-        results: dict[int, EnvResult] = {}
-        items = []
-        for s, a in actions.items():
-            if not isinstance(a, str):
-                raise TypeError(f"EnvPool.step: action for slot {s} must be str, got {type(a).__name__}")
-            reason = self._needs_reset.get(s)
-            if reason == "":
-                raise RuntimeError(f"EnvPool.step: slot {s} was never reset; call reset([{s}], [seed]) first")
-            if reason is not None:
-                results[s] = _error_result(f"slot {s} has no running episode: {reason}")
-                continue
-            items.append((int(s), a))
-        results.update(self._dispatch("step", items, self.step_timeout_s))
-        for s, res in results.items():
-            if res.error is not None and s not in self._needs_reset:
-                self._needs_reset[s] = f"its last step failed: {res.error.splitlines()[0]}"
-        return dict(sorted(results.items()))
-
-    def _check_slots(self, slots: Sequence[int]) -> None:
-        if self._closed:
-            raise RuntimeError("EnvPool is closed")
-        bad = [s for s in slots if not 0 <= int(s) < self.n]
-        if bad or len(set(slots)) != len(slots):
-            raise ValueError(f"slots must be distinct ints in [0, {self.n}); got {list(slots)}")
+        items, early = self._book.step_items(actions)
+        return self._book.after_step({**early, **self._dispatch("step", items, self.step_timeout_s)})
 
     def _dispatch(self, cmd: str, items: list[tuple], timeout: float) -> dict[int, EnvResult]:
         """Send items to their workers, collect one answer per item, kill/restart a worker

@@ -26,6 +26,7 @@ import gymnasium
 
 from agentrl.env.pool import EnvPool, EnvPoolError, EnvResult, _call_env, _error_result, _make_env
 from agentrl.env.registry import validate_id
+from agentrl.env.slots import SlotBook
 
 #: ``rollout.backend`` values understood by ``make_env_pool``.
 BACKENDS = ("local", "ray")
@@ -124,8 +125,7 @@ class RayEnvPool:
         self._cls = self._ray.remote(num_cpus=num_cpus_per_worker)(_EnvActor)
         self._slots = [list(range(i, n, num_workers)) for i in range(num_workers)]
         self._actors: list[Any] = [None] * num_workers
-        self._needs_reset: dict[int, str] = {s: "" for s in range(n)}
-        self._closed = False
+        self._book = SlotBook(n, "RayEnvPool", _error_result)  # which slots lost their episode, and why
         self.restarts = 0  # number of actor restarts so far (a health metric)
         for i in range(num_workers):
             self._actors[i] = self._cls.remote(self._spec, self._kwargs, self._slots[i])
@@ -147,15 +147,15 @@ class RayEnvPool:
         except Exception:
             pass
         for s in self._slots[w]:
-            self._needs_reset[s] = f"its worker was restarted ({reason}); call reset() on this slot"
+            self._book.lost(s, f"its worker was restarted ({reason}); call reset() on this slot")
         self._actors[w] = self._cls.remote(self._spec, self._kwargs, self._slots[w])
         self.restarts += 1
 
     def close(self) -> None:
         """Close the envs and kill the actors (idempotent); Ray itself keeps running."""
-        if self._closed:
+        if self._book.closed:
             return
-        self._closed = True
+        self._book.closed = True
         refs = []
         for a in self._actors:
             if a is not None:
@@ -185,50 +185,16 @@ class RayEnvPool:
         Returns {slot: EnvResult}; ``error`` set on failure.
         Raises: ValueError on mismatched lengths, bad or duplicate slots.
         """
-        options = [None] * len(slots) if options is None else list(options)
-        if not len(slots) == len(seeds) == len(options):
-            raise ValueError(f"reset needs one seed and one options entry per slot: got {len(slots)} "
-                             f"slots, {len(seeds)} seeds, {len(options)} options")
-        self._check_slots(slots)
-        items = [(int(s), None if seed is None else int(seed), opt) for s, seed, opt in zip(slots, seeds, options)]
-        results = self._dispatch("reset", items, self.reset_timeout_s)
-        for s, res in results.items():
-            if res.error is None:
-                self._needs_reset.pop(s, None)
-            else:
-                self._needs_reset[s] = f"its last reset failed: {res.error.splitlines()[0]}"
-        return dict(sorted(results.items()))
+        items = self._book.reset_items(slots, seeds, options)
+        return self._book.after_reset(self._dispatch("reset", items, self.reset_timeout_s))
 
     def step(self, actions: Mapping[int, str]) -> dict[int, EnvResult]:
         """Step the given slots with their action texts, in parallel (see ``EnvPool.step``).
 
         Raises: RuntimeError for a slot never reset; TypeError for a non-str action; ValueError for a bad slot.
         """
-        self._check_slots(list(actions))
-        results: dict[int, EnvResult] = {}
-        items = []
-        for s, a in actions.items():
-            if not isinstance(a, str):
-                raise TypeError(f"RayEnvPool.step: action for slot {s} must be str, got {type(a).__name__}")
-            reason = self._needs_reset.get(s)
-            if reason == "":
-                raise RuntimeError(f"RayEnvPool.step: slot {s} was never reset; call reset([{s}], [seed]) first")
-            if reason is not None:
-                results[s] = _error_result(f"slot {s} has no running episode: {reason}")
-                continue
-            items.append((int(s), a))
-        results.update(self._dispatch("step", items, self.step_timeout_s))
-        for s, res in results.items():
-            if res.error is not None and s not in self._needs_reset:
-                self._needs_reset[s] = f"its last step failed: {res.error.splitlines()[0]}"
-        return dict(sorted(results.items()))
-
-    def _check_slots(self, slots: Sequence[int]) -> None:
-        if self._closed:
-            raise RuntimeError("RayEnvPool is closed")
-        bad = [s for s in slots if not 0 <= int(s) < self.n]
-        if bad or len(set(slots)) != len(slots):
-            raise ValueError(f"slots must be distinct ints in [0, {self.n}); got {list(slots)}")
+        items, early = self._book.step_items(actions)
+        return self._book.after_step({**early, **self._dispatch("step", items, self.step_timeout_s)})
 
     def _dispatch(self, cmd: str, items: list[tuple], timeout: float) -> dict[int, EnvResult]:
         """One actor task per item; collect answers, restart an actor that died or whose next
