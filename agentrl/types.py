@@ -301,6 +301,8 @@ class TurnTable:
                 of turns in these episodes.
             trainable: optional per-row flags (length N); default: rows with at least one
                 completion token, or all rows when no turn has tokens.
+        ``tree`` / ``branch`` are filled from ``Turn.info["tree"]`` / ``Turn.info["branch"]``
+        when any turn records them (-1 on the other rows).
         """
         turns = [tr for ep in episodes for tr in ep.turns]
         ok = [ep.status == EpisodeStatus.OK and ep.return_ is not None for ep in episodes for _ in ep.turns]
@@ -313,6 +315,11 @@ class TurnTable:
         if trainable is None:
             any_tokens = any(tr.completion_ids.size for tr in turns)
             trainable = [tr.completion_ids.size > 0 or not any_tokens for tr in turns]
+        tree = branch = None  # tree rollouts (agentrl.rollout.tree / reverse) record them in Turn.info
+        if any("tree" in tr.info for tr in turns):
+            tree = [int(tr.info.get("tree", -1)) for tr in turns]
+        if any("branch" in tr.info for tr in turns):
+            branch = [int(tr.info.get("branch", -1)) for tr in turns]
         hidden = None
         if turns and all(tr.hidden is not None for tr in turns):
             hidden = np.stack([tr.hidden for tr in turns]).astype(np.float64)
@@ -332,6 +339,8 @@ class TurnTable:
             trainable=list(trainable),
             turn_id=[tr.turn_id for tr in turns],
             hidden=hidden,
+            tree=tree,
+            branch=branch,
             anchor_vocab=tuple(vocab),
         )
 

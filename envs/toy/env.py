@@ -56,28 +56,45 @@ class ToyTask:
         return east + ["take key"] + back + ["open door"]
 
 
+SPLITS = ("all", "train", "eval")
+
+
+def split_tasks(min_rooms: int, max_rooms: int, split: str) -> list[ToyTask]:
+    """Every layout with ``min_rooms..max_rooms`` rooms in a fixed order; ``eval`` keeps
+    every 4th one, ``train`` the others (disjoint), ``all`` all of them."""
+    tasks = [ToyTask(n, k, d) for n in range(min_rooms, max_rooms + 1) for k in range(1, n) for d in range(n) if d != k]
+    if split == "all":
+        return tasks
+    return [t for i, t in enumerate(tasks) if (i % 4 == 3) == (split == "eval")]
+
+
 class ToyEnv(gymnasium.Env):
     """Key-and-door corridor (see module docstring).
 
     Args:
         max_turns: turn limit (truncation), default 12.
         min_rooms / max_rooms: range of corridor lengths drawn per task (inclusive).
+        split: ``"train"`` (3 of every 4 layouts), ``"eval"`` (every 4th layout, disjoint
+            from train) or ``"all"``; the seed draws a layout of the split.
+    Raises:
+        ValueError: bad room range or unknown split.
     """
 
     metadata = {"render_modes": [], "agentrl.check_kwargs": {}}
 
-    def __init__(self, max_turns: int = 12, min_rooms: int = 3, max_rooms: int = 5) -> None:
+    def __init__(self, max_turns: int = 12, min_rooms: int = 3, max_rooms: int = 5, split: str = "all") -> None:
         if not 2 <= min_rooms <= max_rooms:
             raise ValueError(f"need 2 <= min_rooms <= max_rooms, got {min_rooms}, {max_rooms}")
+        if split not in SPLITS:
+            raise ValueError(f"unknown toy split {split!r}; choose one of {SPLITS}")
+        self.split = split
+        self._tasks = split_tasks(min_rooms, max_rooms, split)
         self.observation_space, self.action_space = text_spaces()
         self.max_turns, self.min_rooms, self.max_rooms = max_turns, min_rooms, max_rooms
         self.task: ToyTask | None = None
 
     def _draw_task(self) -> ToyTask:
-        n = int(self.np_random.integers(self.min_rooms, self.max_rooms + 1))
-        key = int(self.np_random.integers(1, n))
-        door = int(self.np_random.choice([r for r in range(n) if r != key]))
-        return ToyTask(n, key, door)
+        return self._tasks[int(self.np_random.integers(len(self._tasks)))]
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
@@ -87,6 +104,21 @@ class ToyEnv(gymnasium.Env):
         obs = self._room_text()
         return obs, {INFO_ANCHOR: obs, INFO_ADMISSIBLE: self._admissible(), INFO_WON: False,
                      INFO_TASK: self.task.task_id, INFO_WALKTHROUGH: self.task.walkthrough()}
+
+    def snapshot(self) -> dict:
+        """The full game state as a small JSON-able dict (fast branching,
+        ``agentrl.rollout.branching.snapshot_env``); ``restore`` puts it back."""
+        if self.task is None:
+            raise RuntimeError("ToyEnv.snapshot called before reset()")
+        return {"task": self.task.task_id, "room": self.room, "has_key": self.has_key, "turns": self.turns,
+                "done": self.done, "won": self._won}
+
+    def restore(self, snapshot: dict) -> None:
+        """Restore a ``snapshot()`` state (the seed's RNG stream is not part of it: the
+        toy game draws randomness only at reset)."""
+        self.task = ToyTask.parse(snapshot["task"])
+        self.room, self.has_key, self.turns = int(snapshot["room"]), bool(snapshot["has_key"]), int(snapshot["turns"])
+        self.done, self._won = bool(snapshot["done"]), bool(snapshot["won"])
 
     def _room_text(self) -> str:
         t = self.task
