@@ -1,0 +1,269 @@
+"""Config sections: one frozen dataclass per pipeline stage (``run``, ``env``, ``policy``,
+``rollout``, ``algorithm``, ``update``, ``log``) with range checks in ``__post_init__``.
+
+Loading, overrides and validation live in ``agentrl.config`` (which re-exports these
+classes). Layer L0: standard library only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+
+class ConfigError(ValueError):
+    """A config file or override is invalid; the message names the dotted key and the fix."""
+
+
+def _check(ok: bool, msg: str) -> None:
+    if not ok:
+        raise ConfigError(msg)
+
+
+# --------------------------------------------------------------------------- sections
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """``run``: identity and schedule. ``iterations``, ``eval_every`` and ``save_every`` count
+    training iterations (one rollout phase + one update phase); 0 disables eval / saving."""
+
+    name: str = "run"
+    seed: int = 0
+    out_dir: str = "runs"
+    iterations: int = 100
+    eval_every: int = 10
+    save_every: int = 10
+
+    def __post_init__(self) -> None:
+        _check(self.iterations >= 0, "run.iterations must be >= 0")
+        _check(self.eval_every >= 0 and self.save_every >= 0, "run.eval_every/save_every must be >= 0 (0 = off)")
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """``env``: which registered env (``id``, validated at parse time), its constructor
+    ``kwargs``, the task split, the turn limit and the held-out evaluation panel."""
+
+    id: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    split: str = "train"
+    max_turns: int = 8
+    eval_split: str = "eval"
+    eval_panel_size: int = 40
+
+    def __post_init__(self) -> None:
+        _check(bool(self.id), "env.id is empty; set it to a registered id such as 'agentrl/Toy-v0'")
+        _check(self.max_turns >= 1, "env.max_turns must be >= 1")
+        _check(self.eval_panel_size >= 0, "env.eval_panel_size must be >= 0")
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """``policy.lora``: LoRA adapters (peft). ``top_n_layers`` puts adapters only on the last
+    n transformer layers (None = all layers); ``alpha`` is peft's ``lora_alpha``."""
+
+    rank: int = 16
+    alpha: float = 32.0
+    dropout: float = 0.0
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    top_n_layers: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        _check(self.rank >= 1, "policy.lora.rank must be >= 1")
+        _check(0.0 <= self.dropout < 1.0, "policy.lora.dropout must be in [0, 1)")
+        _check(len(self.target_modules) > 0, "policy.lora.target_modules must name at least one module")
+        _check(self.top_n_layers is None or self.top_n_layers >= 1, "policy.lora.top_n_layers must be >= 1 or null")
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """``policy``: the model (packaged name or HF folder path), the engine, sampling
+    (``temperature``, ``top_p``, ``max_tokens`` generated tokens per turn), how the prompt is
+    built (``context``: full ``chat`` history or a ``window`` of the last ``window_k`` turns),
+    the action format (``agentrl.rollout.parsing``) and optional LoRA. ``base_url`` is the
+    server of the HTTP engines; ``max_batch`` caps prompts per engine call (None = all active
+    slots); ``return_hidden`` stores final-layer hidden states (needed by BiPACE);
+    ``action_constraint: admissible`` decodes only the env's admissible actions (a token trie,
+    logprobs renormalised over the allowed ids; ``agentrl.llm.constrained``, LEARNING.md). ``dtype`` float32
+    matches the engines' default; bfloat16 is ~2-3x faster on AVX-512-BF16 CPUs (LEARNING.md)."""
+
+    model: str = "smollm2-135m-instruct"
+    engine: Literal["hf", "vllm", "vllm_http", "openai_http", "scripted"] = "hf"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 64
+    context: Literal["chat", "window"] = "chat"
+    window_k: int = 3
+    action_format: str = "tag:action"
+    action_constraint: Literal["none", "admissible"] = "none"
+    base_url: Optional[str] = None
+    max_batch: Optional[int] = None
+    return_hidden: bool = False
+    lora: Optional[LoraSpec] = None
+
+    def __post_init__(self) -> None:
+        _check(self.temperature > 0, "policy.temperature must be > 0 (sampling; greedy eval is separate)")
+        _check(0 < self.top_p <= 1, "policy.top_p must be in (0, 1]")
+        _check(self.max_tokens >= 1 and self.window_k >= 0, "policy.max_tokens must be >= 1 and policy.window_k >= 0")
+        _check(self.engine not in ("vllm_http", "openai_http") or bool(self.base_url),
+               f"policy.engine={self.engine} needs policy.base_url (e.g. http://localhost:8000/v1)")
+        _check(self.max_batch is None or self.max_batch >= 1, "policy.max_batch must be >= 1 or null (all active slots)")
+        _check(self.action_constraint == "none" or self.action_format == "whole" or self.action_format.startswith("tag:"),
+               "policy.action_constraint=admissible renders actions in the format: use action_format 'whole' or 'tag:NAME'")
+
+
+@dataclass(frozen=True)
+class HarnessConfig:
+    """``rollout.harness``: play episodes with an external agent program through the recording
+    proxy (``agentrl.rollout.harness``). ``command`` is its argv (``{python}`` = this
+    interpreter); ``timeout_s`` the per-episode deadline in seconds; ``max_parallel`` harnesses
+    run at once; ``mode`` the proxy's prompt continuation (tito | retokenize | strict)."""
+
+    command: tuple[str, ...]
+    timeout_s: float = 300.0
+    max_parallel: int = 8
+    mode: Literal["tito", "retokenize", "strict"] = "tito"
+
+    def __post_init__(self) -> None:
+        _check(len(self.command) > 0, "rollout.harness.command must name a program, e.g. ['{python}', 'agent.py']")
+        _check(self.timeout_s > 0 and self.max_parallel >= 1, "rollout.harness.timeout_s must be > 0 and max_parallel >= 1")
+
+
+@dataclass(frozen=True)
+class TreeConfig:
+    """``rollout.tree``: tree-structured sampling (``agentrl.rollout.tree`` / ``reverse``).
+
+    Tree-GRPO (``rollout.sampler: tree``, ALGORITHMS.md §7.1, arXiv 2509.21240): ``trees`` (M)
+    trees per task, ``rounds`` (L) expansion rounds, ``branches`` (N) new branches per tree per
+    round from nodes drawn uniformly with replacement among the root and non-leaf nodes,
+    ``leaves`` (K) leaves kept per tree after pruning (null = keep all).
+    RTPO (``rollout.sampler: rtpo``, §9.2): branch points every ``stride`` (s) turns from the
+    end of each base trajectory, at most ``branch_points`` (B) of them, ``siblings`` (K)
+    continuations per branch point including the base's own."""
+
+    trees: int = 4
+    rounds: int = 1
+    branches: int = 2
+    leaves: Optional[int] = None
+    stride: int = 1
+    siblings: int = 4
+    branch_points: int = 2
+
+    def __post_init__(self) -> None:
+        _check(self.trees >= 1 and self.rounds >= 0 and self.branches >= 1,
+               "rollout.tree.trees and branches must be >= 1, rounds >= 0")
+        _check(self.leaves is None or self.leaves >= 1, "rollout.tree.leaves must be >= 1 or null (keep all)")
+        _check(self.stride >= 1 and self.branch_points >= 1, "rollout.tree.stride and branch_points must be >= 1")
+        _check(self.siblings >= 2, "rollout.tree.siblings must be >= 2 (the base continuation plus >= 1 new one)")
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """``rollout``: ``groups_per_iteration`` task instances × ``group_size`` episodes each,
+    ``num_workers`` env worker processes, ``step_timeout_s`` seconds per env step; ``harness``
+    (optional) plays the episodes with an external agent program instead of the agent loop.
+    ``sampler``: ``chain`` (independent episodes), ``tree`` (Tree-GRPO trees: ``tree.trees``
+    per task replace ``group_size``) or ``rtpo`` (``group_size`` base trajectories per task,
+    each with a sparse reverse tree, updated in reverse-turn rounds); see ``TreeConfig``.
+    ``backend``: ``local`` env worker processes (``EnvPool``) or ``ray`` actors (``RayEnvPool``,
+    same API; needs the ``ray`` extra)."""
+
+    groups_per_iteration: int = 6
+    group_size: int = 4
+    num_workers: int = 1
+    step_timeout_s: float = 60.0
+    harness: Optional[HarnessConfig] = None
+    sampler: Literal["chain", "tree", "rtpo"] = "chain"
+    tree: TreeConfig = field(default_factory=TreeConfig)
+    backend: Literal["local", "ray"] = "local"
+
+    def __post_init__(self) -> None:
+        _check(self.sampler == "chain" or self.harness is None, "rollout.sampler tree/rtpo needs the agent loop; "
+               "remove rollout.harness or set rollout.sampler: chain")
+        _check(self.groups_per_iteration >= 1 and self.group_size >= 1, "rollout.groups_per_iteration and group_size must be >= 1")
+        _check(self.num_workers >= 1, "rollout.num_workers must be >= 1")
+        _check(self.step_timeout_s > 0, "rollout.step_timeout_s must be > 0 seconds")
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    """``algorithm``: the credit estimator (``agentrl.credit`` registry name) and its keyword
+    hyperparameters, validated against the estimator's signature; after validation ``kwargs``
+    holds every keyword in effect, defaults included (PITFALLS P4)."""
+
+    estimator: str = "grpo"
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class UpdateConfig:
+    """``update``: the policy-gradient step (``agentrl.update``).
+
+    ``loss`` names a registered policy loss (``ppo_clip``, ``gspo``); ``clip_low`` /
+    ``clip_high`` bound the ratio to [1 − clip_low, 1 + clip_high] (DAPO's clip-higher,
+    arXiv 2503.14476); ``clip_c`` enables dual-clip (arXiv 1912.09729, > 1). ``epochs``
+    passes over each iteration's batch, ``minibatch`` rows per optimizer step (0 = all),
+    ``micro_batch`` rows per forward pass (gradient accumulation in between).
+    ``aggregation``: token-mean | seq-mean-token-mean | seq-mean-token-sum-norm (Dr.GRPO,
+    arXiv 2503.20783, with ``sum_norm_tokens``, defaulting to ``policy.max_tokens``).
+    ``kl_coef`` > 0 adds a KL penalty to the frozen reference (``k1`` | ``k2`` | ``k3``).
+    ``pack`` puts prefix-consistent turns of one episode into one sequence. ``critic_lr`` and
+    ``value_clip`` configure the turn-level critic of turn-PPO.
+    """
+
+    loss: str = "ppo_clip"
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    clip_c: Optional[float] = None
+    epochs: int = 1
+    minibatch: int = 0
+    micro_batch: int = 4
+    lr: float = 1e-5
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    kl_coef: float = 0.0
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    entropy_coef: float = 0.0
+    aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
+    sum_norm_tokens: Optional[int] = None
+    pack: bool = False
+    gradient_checkpointing: bool = False
+    critic_lr: float = 1e-5
+    value_clip: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        _check(0 <= self.clip_low < 1 and self.clip_high >= 0, "update.clip_low must be in [0, 1) and clip_high >= 0")
+        _check(self.clip_c is None or self.clip_c > 1, "update.clip_c (dual-clip) must be > 1 or null")
+        _check(self.epochs >= 1 and self.micro_batch >= 1 and self.minibatch >= 0,
+               "update.epochs and micro_batch must be >= 1, minibatch >= 0 (0 = whole batch)")
+        _check(self.lr > 0 and self.critic_lr > 0, "update.lr and critic_lr must be > 0")
+        _check(self.weight_decay >= 0 and self.grad_clip >= 0, "update.weight_decay and grad_clip must be >= 0 (grad_clip 0 = off)")
+        _check(self.kl_coef >= 0, "update.kl_coef must be >= 0 (0 = no reference model)")
+        _check(self.sum_norm_tokens is None or self.sum_norm_tokens >= 1, "update.sum_norm_tokens must be >= 1 or null")
+        _check(self.value_clip is None or self.value_clip > 0, "update.value_clip must be > 0 or null")
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """``log``: metrics sinks (``agentrl.log``): rich console line, ``metrics.jsonl`` in the
+    run dir, TensorBoard event files, W&B (only when ``wandb_project`` is set)."""
+
+    console: bool = True
+    jsonl: bool = True
+    tensorboard: bool = False
+    wandb_project: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole run: one section per pipeline stage. Build with ``load_config``."""
+
+    env: EnvConfig
+    run: RunConfig = field(default_factory=RunConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    update: UpdateConfig = field(default_factory=UpdateConfig)
+    log: LogConfig = field(default_factory=LogConfig)

@@ -1,0 +1,125 @@
+"""The pieces of one training iteration, used by ``agentrl.train``: the rollout of an
+iteration (chains, Tree-GRPO trees or external-harness episodes), the policy update over the
+trained rows (in the estimator's update order), and RTPO's interleaved reverse-turn rounds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import torch
+
+from agentrl.config import Config
+from agentrl.credit import compute_advantages, update_groups
+from agentrl.eval import env_kwargs, loop_config
+from agentrl.llm.base import SamplingParams
+from agentrl.llm.constrained import constraint_masks
+from agentrl.llm.policy import Policy
+from agentrl.rollout.collector import CollectConfig, collect
+from agentrl.rollout.harness import HarnessSpec, collect_harness_episodes
+from agentrl.rollout.ray_backend import make_env_pool
+from agentrl.rollout.reverse import RtpoRound, run_rtpo_iteration
+from agentrl.rollout.tree import add_linked, sample_trees
+from agentrl.store import TurnStore
+from agentrl.types import Episode, TurnTable
+from agentrl.update.batch import build_batch, minibatches
+from agentrl.update.step import update
+
+
+def collect_config(cfg: Config, iteration: int) -> CollectConfig:
+    """The ``CollectConfig`` of one iteration (see ``collect_iteration`` for the seeds)."""
+    r = cfg.rollout
+    base = cfg.run.seed * 1_000_003 + iteration * r.groups_per_iteration
+    sampling = SamplingParams(temperature=cfg.policy.temperature, top_p=cfg.policy.top_p,
+                              max_tokens=cfg.policy.max_tokens, seed=base)
+    cc = CollectConfig(env_id=cfg.env.id, n_groups=r.groups_per_iteration, group_size=r.group_size, seed=base,
+                       loop=loop_config(cfg), sampling=sampling, env_kwargs=env_kwargs(cfg, cfg.env.split),
+                       num_workers=r.num_workers, step_timeout_s=r.step_timeout_s, max_batch=cfg.policy.max_batch,
+                       return_hidden=cfg.policy.return_hidden, run_id=cfg.run.name, progress=cfg.log.console)
+    return cc
+
+
+def collect_iteration(policy: Policy, cfg: Config, iteration: int) -> list[Episode]:
+    """Play ``rollout.groups_per_iteration`` tasks × ``rollout.group_size`` episodes
+    (``rollout.sampler: tree``: Tree-GRPO trees, ``agentrl.rollout.tree``).
+
+    Task seeds are ``run.seed * 1_000_003 + iteration * groups + g``: fresh tasks each
+    iteration, identical env seeds inside a group, reproducible for a given run seed.
+    """
+    r, cc = cfg.rollout, collect_config(cfg, iteration)
+    if r.sampler == "tree":  # ids are made unique over the run by the sampler
+        return sample_trees(policy.engine, policy.renderer, cc, r.tree, iteration=iteration).episodes
+    if r.harness is not None:  # an external agent program plays through the recording proxy
+        spec = HarnessSpec.from_config(r.harness, cfg.env.id, cc.env_kwargs)
+        episodes = collect_harness_episodes(policy.engine, policy.renderer, spec, n_groups=cc.n_groups,
+                                            group_size=cc.group_size, seed=cc.seed, run_id=cc.run_id,
+                                            sampling=cc.sampling, max_parallel=r.harness.max_parallel,
+                                            mode=r.harness.mode)
+    else:
+        with make_env_pool(r.backend, cc.env_id, cc.num_slots or cc.n_episodes, env_kwargs=cc.env_kwargs,
+                           num_workers=cc.num_workers, step_timeout_s=cc.step_timeout_s) as pool:
+            episodes = collect(policy.engine, policy.renderer, cc, pool=pool)
+    offset = iteration * r.groups_per_iteration * r.group_size  # ids unique over the run
+    for ep in episodes:
+        ep.episode_id += offset
+        ep.group_id += iteration * r.groups_per_iteration
+        ep.turns[:] = [replace(t, episode_id=ep.episode_id, group_id=ep.group_id, policy_version=t.policy_version)
+                       for t in ep.turns]
+    return episodes
+
+
+def update_policy(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config, table: TurnTable,
+                  advantages: np.ndarray, episodes: list[Episode], iteration: int) -> list:
+    """``update.epochs`` passes over the trainable rows with a non-zero advantage.
+
+    Minibatches follow the estimator's update groups when it defines an order (RTPO's
+    reverse-turn ``update_order``: one group per branch, latest branch point first);
+    otherwise they are shuffled chunks of ``update.minibatch`` rows. Returns UpdateStats.
+    """
+    turns = {t.turn_id: t for ep in episodes for t in ep.turns}
+    rows = np.flatnonzero(table.episode_ok & table.trainable & (advantages != 0.0))
+    if rows.size == 0:
+        return []
+    picked = [turns[int(i)] for i in table.turn_id[rows]]
+    batch = build_batch([t.prompt_ids for t in picked], [t.completion_ids for t in picked],
+                        [t.completion_logprobs for t in picked], advantages[rows], pad_id=policy.pad_id,
+                        pack=cfg.update.pack, allowed=constraint_masks(picked, policy.renderer))
+    groups = update_groups(cfg.algorithm.estimator, table, rows)
+    stats = []
+    for epoch in range(cfg.update.epochs):
+        chunks = groups if groups is not None else minibatches(
+            batch.num_rows, cfg.update.minibatch, seed=cfg.run.seed * 7_919 + iteration * 101 + epoch)
+        for chunk in chunks:
+            stats.append(update(policy.model, optimizer, batch.select(chunk), cfg.update,
+                                temperature=1.0))
+    return stats
+
+
+def rtpo_iteration(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config, store: TurnStore,
+                   iteration: int) -> tuple[list[Episode], TurnTable, np.ndarray, list]:
+    """One RTPO iteration (``rollout.sampler: rtpo``, ALGORITHMS.md §9.2): after each reverse-turn
+    round (``agentrl.rollout.reverse``) its episodes are stored, credited with the configured
+    estimator and trained on (in its ``update_order``), and the policy version is bumped
+    before the next, earlier branch point is sampled. Each branching turn's advantage is
+    written once (in its own round). Returns (episodes, table, advantages, UpdateStats) of
+    the whole iteration."""
+    stats, written = [], {}
+    est = cfg.algorithm.estimator
+
+    def update_fn(rnd: RtpoRound) -> None:
+        add_linked(store, list(rnd.new_episodes), run_id=cfg.run.name)
+        table = store.table(run_id=cfg.run.name, episode_ids=[e.episode_id for e in rnd.episodes])
+        adv = compute_advantages(table, est, **cfg.algorithm.kwargs)
+        new = np.isin(table.turn_id, [t.turn_id for e in rnd.new_episodes for t in e.turns])
+        branch = table.branch if table.branch is not None else np.full(len(table), -1)
+        mine = np.isin(branch, rnd.branch_ids) | (new & (branch < 0))
+        store.set_advantages(cfg.run.name, table.turn_id[mine], adv[mine], iteration=iteration, estimator=est)
+        written.update(zip(table.turn_id[mine].tolist(), adv[mine].tolist()))
+        stats.extend(update_policy(policy, optimizer, cfg, table, adv, list(rnd.episodes), iteration))
+        policy.engine.policy_version += 1  # the next round samples with the updated weights
+
+    episodes = run_rtpo_iteration(policy.engine, policy.renderer, collect_config(cfg, iteration), cfg.rollout.tree,
+                                  update_fn, iteration=iteration)
+    table = store.table(run_id=cfg.run.name, episode_ids=[e.episode_id for e in episodes])
+    return episodes, table, np.array([written.get(int(t), 0.0) for t in table.turn_id]), stats
