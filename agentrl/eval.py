@@ -133,13 +133,16 @@ def load_eval_policy(cfg: Config, checkpoint: str | Path | None = None):
     """
     from agentrl.llm.policy import load_policy
     from agentrl.update.checkpoint import load_weights
-    from agentrl.update.lora import prepare_policy
+    from agentrl.update.lora import inference_state_dict, prepare_policy
 
     policy = load_policy(cfg.policy)
     if checkpoint is not None:
         policy.model = prepare_policy(policy.model, cfg.update, cfg.policy.lora)
-        policy.engine.model = policy.model
         load_weights(checkpoint, policy.model)
+        if policy.shares_weights:
+            policy.engine.model = policy.model
+        else:
+            policy.engine.update_weights(inference_state_dict(policy.model), policy.engine.policy_version)
     return policy
 
 

@@ -29,7 +29,7 @@ from agentrl.rollout.stats import rollout_stats
 from agentrl.rollout.tree import add_linked
 from agentrl.store import TurnStore
 from agentrl.train_critic import Critic, critic_step, make_critic, with_values
-from agentrl.train_steps import collect_iteration, rtpo_iteration, update_policy
+from agentrl.train_steps import collect_iteration, rtpo_iteration, sync_weights, update_policy
 from agentrl.types import TurnTable
 from agentrl.update.checkpoint import TrainState, latest_checkpoint, load_checkpoint, save_checkpoint
 from agentrl.update.lora import prepare_policy
@@ -95,7 +95,7 @@ def chain_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
     parts.store.set_advantages(cfg.run.name, table.turn_id, adv, iteration=it, estimator=cfg.algorithm.estimator)
     t2 = time.perf_counter()
     stats = update_policy(parts.policy, parts.optimizer, cfg, table, adv, episodes, it)
-    parts.policy.engine.policy_version += 1  # the engine shares the trained model: weights are in sync
+    sync_weights(parts.policy)
     critic_stats = critic_step(parts.critic, cfg, table, all_turns) if parts.critic is not None else []
     seconds = {"rollout": t1 - t0, "credit": t2 - t1, "update": time.perf_counter() - t2}
     return IterationResult(episodes, table, adv, stats, critic_stats, seconds)
@@ -144,11 +144,12 @@ def start_run(cfg: Config, run_dir: Path, resume: bool) -> tuple[RunParts, Train
     (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
     policy = load_policy(cfg.policy)
     policy.model = prepare_policy(policy.model, cfg.update, cfg.policy.lora)
-    policy.engine.model = policy.model
+    if policy.shares_weights:
+        policy.engine.model = policy.model
     optimizer = make_optimizer(policy.model, cfg.update.lr, cfg.update.weight_decay)
     ckpt = latest_checkpoint(run_dir) if resume else None
     state = load_checkpoint(ckpt, policy.model, optimizer) if ckpt else TrainState()
-    policy.engine.policy_version = state.policy_version
+    sync_weights(policy, state.policy_version)  # a resumed vLLM engine gets the checkpoint's weights
     parts = RunParts(policy, optimizer, TurnStore(run_dir / "store.sqlite"), make_critic(cfg) if needs_critic else None)
     return parts, state
 

@@ -24,6 +24,7 @@ from agentrl.rollout.tree import add_linked, sample_trees
 from agentrl.store import TurnStore
 from agentrl.types import Episode, TurnTable
 from agentrl.update.batch import build_batch, minibatches
+from agentrl.update.lora import inference_state_dict
 from agentrl.update.step import update
 
 
@@ -117,9 +118,23 @@ def rtpo_iteration(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config
         store.set_advantages(cfg.run.name, table.turn_id[mine], adv[mine], iteration=iteration, estimator=est)
         written.update(zip(table.turn_id[mine].tolist(), adv[mine].tolist()))
         stats.extend(update_policy(policy, optimizer, cfg, table, adv, list(rnd.episodes), iteration))
-        policy.engine.policy_version += 1  # the next round samples with the updated weights
+        sync_weights(policy)  # the next round samples with the updated weights
 
     episodes = run_rtpo_iteration(policy.engine, policy.renderer, collect_config(cfg, iteration), cfg.rollout.tree,
                                   update_fn, iteration=iteration)
     table = store.table(run_id=cfg.run.name, episode_ids=[e.episode_id for e in episodes])
     return episodes, table, np.array([written.get(int(t), 0.0) for t in table.turn_id]), stats
+
+
+def sync_weights(policy: Policy, version: int | None = None) -> None:
+    """Make the engine sample from the trainer's current weights, as policy ``version``
+    (default: the engine's version + 1, i.e. after one more update).
+
+    In-process HF: the engine samples from the trained model object, so only the version
+    moves. Otherwise (vLLM) the merged weights are pushed with ``engine.update_weights``.
+    """
+    version = policy.engine.policy_version + 1 if version is None else int(version)
+    if policy.shares_weights:
+        policy.engine.policy_version = version
+    else:
+        policy.engine.update_weights(inference_state_dict(policy.model), version)

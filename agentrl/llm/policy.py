@@ -18,31 +18,47 @@ class Policy:
         model: the torch model being trained; for the in-process HF engine it is the very
             object the engine samples from, so an optimizer step is a weight sync.
         pad_id: the id used for padding training batches.
+        shares_weights: True when the engine samples from ``model`` itself (in-process HF):
+            an optimizer step is the weight sync. False (vLLM): the trainer must push the
+            weights with ``engine.update_weights`` after each update.
     """
 
     engine: object
     renderer: ChatRenderer
     model: object
     pad_id: int
+    shares_weights: bool = True
 
 
 def load_policy(cfg: PolicyConfig) -> Policy:
     """Load ``cfg.model`` (a packaged name such as ``smollm2-135m-instruct`` or an HF folder)
-    with the ``hf`` engine in ``cfg.dtype``.
+    in ``cfg.dtype`` with the engine ``cfg.engine``: ``hf`` (the engine samples from the
+    trained model) or ``vllm`` (an in-process vLLM engine plus a separate HF copy that
+    trains; weights are pushed to vLLM after every update).
 
     Raises:
         FileNotFoundError: the packaged model is not prepared (names the command to run).
         KeyError: unknown model name (with suggestions).
-        ValueError: an engine other than ``hf`` (the in-process trainer needs the weights).
+        ModuleNotFoundError: ``vllm`` requested but not installed (names the fix).
+        ValueError: an engine that cannot take weight updates from an in-process trainer
+            (``vllm_http``, ``openai_http``, ``scripted``).
     """
-    if cfg.engine != "hf":
-        raise ValueError(f"policy.engine={cfg.engine!r} cannot be trained in-process yet; use policy.engine=hf")
+    if cfg.engine not in ("hf", "vllm"):
+        raise ValueError(f"policy.engine={cfg.engine!r} cannot be trained in-process; use hf or vllm "
+                         f"({cfg.engine} engines serve rollouts and evaluation: agentrl.llm.openai_http)")
     from transformers import AutoTokenizer
 
     from agentrl.llm.hf import HFEngine
     from agentrl.llm.models import resolve_model
 
     path = resolve_model(cfg.model)
-    engine = HFEngine.from_pretrained(path, dtype=cfg.dtype)
-    return Policy(engine=engine, renderer=ChatRenderer(AutoTokenizer.from_pretrained(path)), model=engine.model,
-                  pad_id=engine.pad_token_id)
+    renderer = ChatRenderer(AutoTokenizer.from_pretrained(path))
+    trainer_side = HFEngine.from_pretrained(path, dtype=cfg.dtype)
+    if cfg.engine == "hf":
+        return Policy(engine=trainer_side, renderer=renderer, model=trainer_side.model,
+                      pad_id=trainer_side.pad_token_id)
+    from agentrl.llm.vllm import VLLMEngine
+
+    engine = VLLMEngine.from_pretrained(path, dtype=cfg.dtype)
+    return Policy(engine=engine, renderer=renderer, model=trainer_side.model, pad_id=trainer_side.pad_token_id,
+                  shares_weights=False)

@@ -86,9 +86,16 @@ def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0,
     return _pad_first(ent)
 
 
+def _kept_columns(token_mask: torch.Tensor) -> torch.Tensor:
+    """Sorted token columns t ≥ 1 needed by any row of ``token_mask`` (B, T) → (K,) int64."""
+    cols = torch.nonzero(token_mask[:, 1:].any(0)).squeeze(-1) + 1
+    return cols if cols.numel() else torch.ones(1, dtype=torch.long, device=token_mask.device)
+
+
 def forward_token_stats(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
                         temperature: float = 1.0, with_entropy: bool = False,
-                        entropy_grad: bool = False, allowed_ids: torch.Tensor | None = None) -> TokenStats:
+                        entropy_grad: bool = False, allowed_ids: torch.Tensor | None = None,
+                        token_mask: torch.Tensor | None = None) -> TokenStats:
     """One forward pass of a causal LM (HF ``...ForCausalLM`` or peft-wrapped) on a batch.
 
     Args:
@@ -100,20 +107,43 @@ def forward_token_stats(model: torch.nn.Module, input_ids: torch.Tensor, attenti
             otherwise it is computed detached, for logging only.
         allowed_ids: optional (B, T, A) int64 (``TrainBatch.allowed_ids``): renormalise
             logprobs and entropy over these ids at constrained positions.
+        token_mask: optional (B, T) mask of the tokens whose stats are needed (e.g. the loss
+            mask). The LM head and the softmax then run only at the columns some row needs
+            (HF ``logits_to_keep``): for multi-turn prompts with short completions this skips
+            most of the (T, V) logits — the largest cost of a small-model update. Other
+            columns are returned as 0.
     Returns:
         ``TokenStats`` with (B, T) float32 tensors (gradients flow through ``logprobs``
         when grad mode is on).
     """
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
-    lp = logprobs_from_logits(logits, input_ids, temperature, allowed_ids)
+    if token_mask is None:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+        ids, allowed = input_ids, allowed_ids
+    else:  # logits only where a kept token t is predicted (at t - 1), then aligned as a (B, K+1) sequence
+        cols = _kept_columns(token_mask)
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
+                       logits_to_keep=cols - 1).logits  # (B, K, V)
+        logits = torch.cat([logits, logits[:, -1:]], dim=1)  # dummy last step, dropped by the shift
+        ids = torch.cat([input_ids[:, :1], input_ids[:, cols]], dim=1)
+        allowed = None if allowed_ids is None else torch.cat([allowed_ids[:, :1], allowed_ids[:, cols]], dim=1)
+    lp = logprobs_from_logits(logits, ids, temperature, allowed)
     ent = None
     if with_entropy:
         if entropy_grad:
-            ent = entropy_from_logits(logits, temperature, allowed_ids)
+            ent = entropy_from_logits(logits, temperature, allowed)
         else:
             with torch.no_grad():
-                ent = entropy_from_logits(logits.detach(), temperature, allowed_ids)
+                ent = entropy_from_logits(logits.detach(), temperature, allowed)
+    if token_mask is not None:
+        lp = _scatter_columns(lp[:, 1:], cols, input_ids.shape)
+        ent = None if ent is None else _scatter_columns(ent[:, 1:], cols, input_ids.shape)
     return TokenStats(logprobs=lp, entropy=ent)
+
+
+def _scatter_columns(values: torch.Tensor, cols: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """(B, K) values at token columns ``cols`` → (B, T) float32, 0 elsewhere (keeps grads)."""
+    out = values.new_zeros(shape)
+    return out.index_copy(1, cols, values)
 
 
 @torch.no_grad()

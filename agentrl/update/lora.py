@@ -80,3 +80,25 @@ def reference_logprobs(model: torch.nn.Module, batch: TrainBatch, *, micro_batch
         return batch_logprobs(model, batch, micro_batch=micro_batch, temperature=temperature)
     with disable():
         return batch_logprobs(model, batch, micro_batch=micro_batch, temperature=temperature)
+
+
+def inference_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The weights an inference engine needs, under the plain HF parameter names.
+
+    For a peft LoRA model the adapters are merged into a copy of each wrapped weight
+    (W + scale · B A; the training model is left unmerged) and the ``base_model.model.`` /
+    ``base_layer.`` prefixes are removed; a plain model returns its ``state_dict()``.
+    Shape: one tensor per parameter, as in the base model.
+    """
+    if not hasattr(model, "get_base_model"):
+        return dict(model.state_dict())
+    model.merge_adapter()
+    try:
+        out = {}
+        for name, t in model.get_base_model().state_dict().items():
+            if "lora_" in name:
+                continue
+            out[name.replace(".base_layer.", ".")] = t.detach().clone()
+        return out
+    finally:
+        model.unmerge_adapter()

@@ -86,7 +86,8 @@ def _micro_step(model: torch.nn.Module, mb: TrainBatch, cfg: UpdateConfig, scale
     """Forward + backward of one micro-batch; adds its share of every metric to ``sums``."""
     policy_loss, agg = LOSSES.get(cfg.loss), AGGREGATIONS.get(cfg.aggregation)
     out = forward_token_stats(model, mb.input_ids, mb.attention_mask, temperature=temperature,
-                              with_entropy=True, entropy_grad=cfg.entropy_coef != 0, allowed_ids=mb.allowed_ids)
+                              with_entropy=True, entropy_grad=cfg.entropy_coef != 0, allowed_ids=mb.allowed_ids,
+                              token_mask=mb.loss_mask > 0)  # LM head only where a trained token is predicted
     m = mb.loss_mask
     x = PolicyLossInputs(out.logprobs, mb.old_logprobs, mb.advantages, m, mb.turn_ids)
     tl = policy_loss(x, ClipSpec(cfg.clip_low, cfg.clip_high, cfg.clip_c))
@@ -180,7 +181,8 @@ def sft_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: 
     device, total = model_device(model), 0.0
     for rows in minibatches(batch.num_rows, micro_batch):
         mb = batch.select(rows).to(device)
-        lp = forward_token_stats(model, mb.input_ids, mb.attention_mask, allowed_ids=mb.allowed_ids).logprobs
+        lp = forward_token_stats(model, mb.input_ids, mb.attention_mask, allowed_ids=mb.allowed_ids,
+                                 token_mask=mb.loss_mask > 0).logprobs
         loss = -(lp * mb.loss_mask).sum() / tokens
         loss.backward()
         total += float(loss.detach())

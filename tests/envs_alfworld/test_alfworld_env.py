@@ -108,6 +108,7 @@ def test_walkthrough_wins_sample_and_is_cached(fresh_cache):
         data.load_game(SAMPLE[0].path))
 
 
+@pytest.mark.slow
 @pytest.mark.sweep
 @pytest.mark.timeout(3600)
 @pytest.mark.parametrize("grammar", ["native", "0.4.2"])

@@ -67,3 +67,36 @@ def test_packed_logprobs_equal_unpacked_on_completion_tokens() -> None:
         a, b = lp_flat[flat.turn_ids == n], lp_packed[packed.turn_ids == n]
         assert a.numel() == comps[n].size and torch.allclose(a, b, atol=1e-5)
     assert np.isclose(float(lp_flat[flat.loss_mask > 0].sum()), float(lp_packed[packed.loss_mask > 0].sum()), atol=1e-4)
+
+
+def test_token_mask_path_equals_full_logits_with_gradients():
+    """``token_mask``: the LM head runs only at the needed columns (``logits_to_keep``); the
+    logprobs, entropies and gradients at the masked tokens equal the full-logits path."""
+    import torch
+
+    from agentrl.update.logprobs import forward_token_stats
+    from update_fixtures import tiny_model
+
+    model = tiny_model(1)
+    torch.manual_seed(0)
+    b, t = 3, 24
+    ids = torch.randint(0, model.config.vocab_size, (b, t))
+    attn = torch.ones(b, t, dtype=torch.long)
+    attn[2, 18:] = 0
+    mask = torch.zeros(b, t, dtype=torch.bool)
+    mask[0, 5:8], mask[1, 12:16], mask[2, 14:18] = True, True, True
+    allowed = torch.full((b, t, 2), -1)
+    allowed[0, 6] = torch.tensor([int(ids[0, 6]), 3])
+    grads = []
+    for kw in ({}, {"token_mask": mask}):
+        model.zero_grad()
+        out = forward_token_stats(model, ids, attn, with_entropy=True, entropy_grad=True, allowed_ids=allowed, **kw)
+        ((out.logprobs + out.entropy) * mask).sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
+        if not kw:
+            full = out
+    assert torch.equal(full.logprobs * mask, out.logprobs * mask)
+    assert torch.allclose(full.entropy * mask, out.entropy * mask, atol=1e-6)
+    assert len(grads[0]) == len(grads[1])
+    for g_full, g_kept in zip(*grads):
+        assert torch.allclose(g_full, g_kept, atol=1e-6)
