@@ -39,6 +39,6 @@ if [ ! -f "$VENV/.agentrl-stamp" ] || [ "$(cat "$VENV/.agentrl-stamp")" != "$sta
 fi
 
 # 3. The packaged model (converted once into a cache dir; no-op when present).
-if [ -f "$ROOT/agentrl/llm/models.py" ] && [ "${AGENTRL_SKIP_MODEL:-0}" != 1 ]; then
+if [ "${AGENTRL_SKIP_MODEL:-0}" != 1 ]; then
   "$VENV/bin/agentrl" models prepare smollm2 --quiet
 fi
