@@ -1,7 +1,8 @@
 """agentrl — multi-turn reinforcement learning for LLM agents.
 
-Packages along the data path (DESIGN.md): env (L1), llm (L1), proxy (L2), rollout, store,
-credit, update (L3), train / eval (L4), cli (L5); types, config, registry and log are L0.
+Packages along the data path (DESIGN.md, layers enforced by import-linter in pyproject.toml):
+L0 types, config (+ config_sections), registry, log; L1 env, llm, store; L2 proxy; L3 rollout,
+credit, update; L4 eval < train_critic < train_steps < train; view; L5 cli.
 """
 
 __version__ = "0.1.0"

@@ -1,4 +1,4 @@
-"""agentrl.store — the SQLite turn store (layer L3).
+"""agentrl.store — the SQLite turn store (layer L1, beside env and llm: it depends only on types).
 
 Owns: the on-disk schema (``schema``), exact Turn encoding (``codec``), batch validation
 and id assignment (``batch``), ``TurnStore`` (``sqlite``) and Parquet export (``export``).
