@@ -170,3 +170,36 @@ def check_allowed(allowed, n: int) -> list:
     if len(allowed) != n:
         raise ValueError(f"allowed has {len(allowed)} entries for {n} prompts; pass one (or None) per prompt")
     return list(allowed)
+
+
+class PauseGate:
+    """Admission control behind ``LLMClient.pause``/``resume`` for in-process engines.
+
+    ``pause("wait")`` / ``pause("keep")``: later ``admit()`` calls block until ``resume()``;
+    ``pause("abort")``: they raise ``RuntimeError``. A call already admitted finishes.
+    """
+
+    def __init__(self) -> None:
+        import threading
+
+        self._open = threading.Event()
+        self._open.set()
+        self._abort = False
+
+    def admit(self) -> None:
+        """Wait while paused; raise ``RuntimeError`` when paused with mode ``"abort"``."""
+        self._open.wait()
+        if self._abort:
+            raise RuntimeError("engine is paused (mode=abort); call resume() first")
+
+    def pause(self, mode: str = "wait") -> None:
+        """Raises ``ValueError`` for a mode other than ``wait``, ``abort`` or ``keep``."""
+        if mode not in ("wait", "abort", "keep"):
+            raise ValueError(f"pause mode must be 'wait', 'abort' or 'keep', got {mode!r}")
+        self._abort = mode == "abort"
+        if not self._abort:
+            self._open.clear()
+
+    def resume(self) -> None:
+        self._abort = False
+        self._open.set()

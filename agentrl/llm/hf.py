@@ -11,7 +11,6 @@ SmolLM2 folder is stored in bf16; bf16 → fp32 is exact).
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -19,6 +18,7 @@ import numpy as np
 import torch
 
 from agentrl.llm.base import (
+    PauseGate,
     FINISH_LENGTH,
     FINISH_STOP,
     Completion,
@@ -63,9 +63,7 @@ class HFEngine:
         self.pad_token_id = int(self.eos_token_id if pad_token_id is None else pad_token_id)
         self.max_context = int(max_context or model.config.max_position_embeddings)
         self.policy_version = 0
-        self._admit = threading.Event()
-        self._admit.set()
-        self._abort = False
+        self._gate = PauseGate()
 
     @classmethod
     def from_pretrained(cls, path: str | Path, *, dtype: str = "float32", **kw) -> "HFEngine":
@@ -101,9 +99,7 @@ class HFEngine:
                 the wrong length.
             RuntimeError: paused with mode ``"abort"``.
         """
-        self._admit.wait()
-        if self._abort:
-            raise RuntimeError("engine is paused (mode=abort); call resume() first")
+        self._gate.admit()
         rows = check_prompts(prompts)
         tries = [None if a is None else TokenTrie(a) for a in check_allowed(allowed, len(rows))]
         budgets = [clamp_max_tokens(p.size, sampling.max_tokens, self.max_context) for p in rows]
@@ -209,16 +205,11 @@ class HFEngine:
 
     def pause(self, mode: str = "wait") -> None:
         """``wait``/``keep``: new ``generate`` calls block until ``resume``; ``abort``: they raise."""
-        if mode not in ("wait", "abort", "keep"):
-            raise ValueError(f"pause mode must be 'wait', 'abort' or 'keep', got {mode!r}")
-        self._abort = mode == "abort"
-        if not self._abort:
-            self._admit.clear()
+        self._gate.pause(mode)
 
     def resume(self) -> None:
         """Admit requests again."""
-        self._abort = False
-        self._admit.set()
+        self._gate.resume()
 
 
 class _TrieMask:

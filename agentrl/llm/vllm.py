@@ -37,6 +37,7 @@ from typing import Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from agentrl.llm.base import (
+    PauseGate,
     FINISH_ABORT,
     FINISH_LENGTH,
     FINISH_STOP,
@@ -99,9 +100,7 @@ class VLLMEngine:
         self.policy_version = 0
         self.last_seeds: list[int | None] = []  # per-request vLLM seeds of the last generate()
         self._lock = threading.Lock()  # generate / update_weights never overlap
-        self._admit = threading.Event()
-        self._admit.set()
-        self._abort = False
+        self._gate = PauseGate()
 
     @classmethod
     def from_pretrained(cls, path: str | Path, *, dtype: str = "float32", max_context: int = 2048, seed: int = 0,
@@ -159,9 +158,7 @@ class VLLMEngine:
         """
         if return_hidden:
             raise ValueError(HIDDEN_UNSUPPORTED)
-        self._admit.wait()
-        if self._abort:
-            raise RuntimeError("engine is paused (mode=abort); call resume() first")
+        self._gate.admit()
         from vllm.inputs import TokensPrompt
 
         rows = check_prompts(prompts)
@@ -259,16 +256,11 @@ class VLLMEngine:
 
         A ``generate`` already running in another thread finishes (the in-process engine is synchronous).
         """
-        if mode not in ("wait", "abort", "keep"):
-            raise ValueError(f"pause mode must be 'wait', 'abort' or 'keep', got {mode!r}")
-        self._abort = mode == "abort"
-        if not self._abort:
-            self._admit.clear()
+        self._gate.pause(mode)
 
     def resume(self) -> None:
         """Admit requests again."""
-        self._abort = False
-        self._admit.set()
+        self._gate.resume()
 
 
 _EMBED, _HEAD = "model.embed_tokens.weight", "lm_head.weight"
