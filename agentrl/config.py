@@ -193,6 +193,20 @@ def _validate_env_id(env_id: str) -> None:
         raise ConfigError(f"env.id: {exc.args[0]}") from None
 
 
+def _validate_loss(name: str) -> None:
+    """``update.loss`` must be a registered policy loss (checked before any rollout)."""
+    try:
+        losses = importlib.import_module("agentrl.update.losses")  # L3 + torch, looked up at call time
+    except ModuleNotFoundError as exc:
+        if exc.name in ("torch", "agentrl.update.losses"):
+            return  # an install without the llm extra cannot train; load_policy says so
+        raise
+    try:
+        losses.LOSSES.get(name)
+    except KeyError as exc:
+        raise ConfigError(f"update.loss: {exc.args[0]}") from None
+
+
 def _resolve_estimator_kwargs(name: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """Validate ``kwargs`` against the estimator's signature and return them with every
     default in effect filled in. Skipped (kwargs returned as given) only when the package
@@ -230,6 +244,7 @@ def validate_config(cfg: Config, *, check_registries: bool = True) -> Config:
     algorithm = cfg.algorithm
     if check_registries:
         _validate_env_id(cfg.env.id)
+        _validate_loss(update.loss)
         algorithm = dataclasses.replace(algorithm, kwargs=_resolve_estimator_kwargs(algorithm.estimator, algorithm.kwargs))
     return dataclasses.replace(cfg, update=update, algorithm=algorithm)
 

@@ -63,7 +63,7 @@ class ConsoleSink:
     def write(self, step: int, metrics: Mapping[str, float]) -> None:
         keys = [k for k in self.keys if k in metrics] if self.keys is not None else sorted(metrics)
         parts = [f"[bold cyan]it {step}[/]"] + [f"{k} [bold]{metrics[k]:.4g}[/]" for k in keys]
-        self.console.print(" │ ".join(parts), highlight=False)
+        self.console.print(" │ ".join(parts), highlight=False, soft_wrap=True)  # one line per iteration in logs
 
     def close(self) -> None:
         pass

@@ -24,7 +24,7 @@ def unknown_name_error(kind: str, name: str, known: Iterable[str]) -> KeyError:
     known = sorted(known)
     guess = closest(name, known)
     hint = f"; did you mean {' or '.join(repr(g) for g in guess)}?" if guess else ""
-    return KeyError(f"unknown {kind} {name!r}{hint} Known {kind}s: {', '.join(known) or '(none)'}")
+    return KeyError(f"unknown {kind} {name!r}{hint} Known: {', '.join(known) or '(none)'}")
 
 
 class Registry(Generic[T]):

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The main job: set-up (idempotent), then GiGPO training of SmolLM2-135M-Instruct on real
-# TextWorld games (CPU-sized budget, ~10 minutes), then the replay of what it stored.
+# TextWorld games (CPU-sized budget), then the replay of what it stored: the episode list and
+# every turn of one episode (tokens, reward, validity, advantage).
 # Extra arguments are config overrides, e.g. `bash scripts/main.sh run.iterations=2`.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/scripts/setup.sh"
 cd "$ROOT"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-.venv/bin/agentrl train examples/gigpo_textworld.yaml run.name=main --no-resume "$@"
-.venv/bin/agentrl replay runs/main/store.sqlite --run main --limit 20
+.venv/bin/agentrl train examples/gigpo_textworld.yaml run.name=main "$@" --no-resume
+.venv/bin/agentrl replay runs/main/store.sqlite --run main --limit 12
+.venv/bin/agentrl replay runs/main/store.sqlite --run main --episode 0

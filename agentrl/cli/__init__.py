@@ -25,7 +25,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # `key=value` overrides may also follow options (`train CFG --no-resume run.seed=1`)
+        if hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
+            args.overrides = [*args.overrides, *extra]
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -35,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         from rich.console import Console
 
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-        Console(stderr=True).print(f"[bold red]error:[/] {msg}", highlight=False)
+        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {msg}", highlight=False)
         return 2
 
 

@@ -48,6 +48,33 @@ def _run_id(args: argparse.Namespace, existing: list[str]) -> str:
     return f"{args.policy.replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
+def _check_policy(policy: str) -> None:
+    """Reject an unknown policy before anything is written: not random/walkthrough, not a
+    packaged model name and not a folder.
+
+    Raises:
+        KeyError: with the closest names and every valid choice.
+    """
+    from pathlib import Path
+
+    from agentrl.registry import unknown_name_error
+    from agentrl.rollout import SCRIPTED_POLICIES
+
+    if policy in SCRIPTED_POLICIES or Path(policy).is_dir():
+        return
+    try:
+        from agentrl.llm.models import lookup
+    except ImportError:
+        return  # get_runner explains the missing llm extra
+    try:
+        lookup(policy)
+    except KeyError:
+        from agentrl.llm.models import PACKAGED
+
+        names = [*SCRIPTED_POLICIES, *PACKAGED]
+        raise unknown_name_error("policy", policy, names) from None
+
+
 def run(args: argparse.Namespace) -> int:
     """Handler of ``agentrl rollout``; returns the exit code (0).
 
@@ -65,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console()
     validate_id(args.env_id)
+    _check_policy(args.policy)
     request = RolloutRequest(env_id=args.env_id, policy=args.policy, episodes=args.episodes, group=args.group,
                              seed=args.seed, max_turns=args.max_turns,
                              env_kwargs={} if args.split is None else {"split": args.split},

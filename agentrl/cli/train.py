@@ -32,5 +32,8 @@ def run(args: argparse.Namespace) -> int:
     from agentrl.train import train
 
     result = train(cfg, resume=not args.no_resume)
-    print_run_summary(Console(), result.run_dir, result.run_id, result.evals)
+    import sys
+
+    wide = None if sys.stdout.isatty() else 160  # a log file keeps the whole table, not 80 columns
+    print_run_summary(Console(width=wide), result.run_dir, result.run_id, result.evals)
     return 0

@@ -48,8 +48,15 @@ def validate_id(env_id: str) -> str:
     """Return ``env_id`` if registered, else raise ``KeyError`` naming the closest ids."""
     load_plugins()
     if env_id not in gymnasium.registry:
-        raise unknown_name_error("env id", env_id, [i for i in gymnasium.registry if "/" in i] or gymnasium.registry)
+        raise unknown_name_error("env id", env_id, text_env_ids())
     return env_id
+
+
+def text_env_ids() -> list[str]:
+    """Registered ids outside gymnasium's own built-in envs (ours and third-party plugins)."""
+    load_plugins()
+    return sorted(i for i, spec in gymnasium.registry.items()
+                  if "/" in i and not str(spec.entry_point).startswith("gymnasium."))
 
 
 def make(env_id: str, **kwargs) -> gymnasium.Env:

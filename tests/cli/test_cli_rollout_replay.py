@@ -130,3 +130,13 @@ def test_llm_policy_dispatch_error(monkeypatch):
     assert get_runner("random").__name__ == "run_scripted"
     with pytest.raises(ValueError, match="multiple of group"):
         RolloutRequest(env_id=TOY, policy="random", episodes=3, group=2)
+
+
+def test_unknown_policy_fails_before_creating_the_store(tmp_path, capsys):
+    from agentrl.cli import main
+
+    store = tmp_path / "never.sqlite"
+    assert main(["rollout", "agentrl/Toy-v0", "--policy", "walkthru", "--episodes", "2", "--store", str(store)]) == 2
+    err = capsys.readouterr().err
+    assert "did you mean 'walkthrough'" in err and "random" in err
+    assert not store.exists()

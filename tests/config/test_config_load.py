@@ -89,7 +89,7 @@ def test_unknown_env_id_fails_at_parse_time_with_suggestion() -> None:
     """P10: a misspelt env id fails in config loading, listing ids and the closest one."""
     good = _env_id()
     bad = good[:-4] + good[-3:]  # drop one character before the version suffix
-    with pytest.raises(ConfigError, match=rf"env\.id: unknown env id '{bad}'; did you mean '{good}'.*Known env ids: .*{good}"):
+    with pytest.raises(ConfigError, match=rf"env\.id: unknown env id '{bad}'; did you mean '{good}'.*Known: .*{good}"):
         config_from_dict({"env": {"id": bad}})
     assert config_from_dict({"env": {"id": good}}).env.id == good
 

@@ -22,7 +22,7 @@ EPS = 1e-6
 
 
 def test_unknown_estimator_lists_names_and_suggests():
-    with pytest.raises(KeyError, match=r"did you mean 'gigpo'.*Known estimators: .*graphgpo"):
+    with pytest.raises(KeyError, match=r"did you mean 'gigpo'.*Known: .*graphgpo"):
         validate_estimator_kwargs("gigp", {})
 
 

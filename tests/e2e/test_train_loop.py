@@ -148,6 +148,12 @@ def test_cli_eval_checkpoint_and_train_summary(finished_run, tmp_path, capsys):
     assert "run cli" in out and f"agentrl replay {tmp_path / 'cli' / 'store.sqlite'} --run cli" in out
     assert main(["train", str(result.run_dir / "config.yaml"), "updat.lr=1"]) == 2
     assert "did you mean 'update'" in capsys.readouterr().err
+    # overrides may follow options; iterations=0 trains nothing and still prints the summary
+    assert main(["train", str(result.run_dir / "config.yaml"), "--no-resume", f"run.out_dir={tmp_path}",
+                 "run.name=zero", "run.iterations=0"]) == 0
+    assert "run zero" in capsys.readouterr().out
+    assert main(["train", str(result.run_dir / "config.yaml"), "update.loss=ppo"]) == 2
+    assert "did you mean 'gspo' or 'ppo_clip'" in capsys.readouterr().err
 
 
 def test_harness_config_trains_on_proxy_recorded_episodes(tiny_dir, tmp_path):
