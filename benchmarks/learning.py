@@ -46,7 +46,8 @@ def run_one(env: str, estimator: str, seed: int, iterations: int, panel: int, ou
     name = f"learning-{env}-{estimator}-s{seed}"
     overrides = [f"run.name={name}", f"run.out_dir={out_dir}", f"run.seed={seed}", f"run.iterations={iterations}",
                  "run.eval_every=0", f"run.save_every={iterations}", f"env.id={env_id}", f"env.max_turns={max_turns}",
-                 f"env.eval_panel_size={panel}", f"algorithm.estimator={estimator}", "algorithm.kwargs={}",
+                 f"env.eval_panel_size={panel}", "rollout.groups_per_iteration=6", "rollout.group_size=4",
+                 f"algorithm.estimator={estimator}", "algorithm.kwargs={}",
                  "log.console=false"]
     cfg = load_config(Path(__file__).parents[1] / "examples" / "gigpo_textworld.yaml", overrides)
     t0 = time.perf_counter()
