@@ -1,7 +1,8 @@
 """agentrl.store — the SQLite turn store (layer L1, beside env and llm: it depends only on types).
 
 Owns: the on-disk schema (``schema``), exact Turn encoding (``codec``), batch validation
-and id assignment (``batch``), ``TurnStore`` (``sqlite``) and Parquet export (``export``).
+and id assignment (``batch``), ``TurnStore`` (``sqlite``), the columnar ``TurnTable`` build
+(``table``) and Parquet export (``export``).
 May import: ``agentrl.types``, ``agentrl.registry`` and the standard library / NumPy /
 pyarrow. It meets the rest of agentrl only through ``Episode``/``Turn`` in and
 ``TurnTable`` out; it never imports torch.

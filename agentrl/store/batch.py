@@ -7,10 +7,14 @@ objects only after the transaction commits.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from agentrl.store.schema import TURN_BITS
 from agentrl.types import Episode, EpisodeStatus
+
+_MAX_TURN_ID = 1 << TURN_BITS
 
 
 @dataclass
@@ -46,15 +50,17 @@ def group_by_run(episodes: Sequence[Episode], run_id: str | None) -> dict[str, R
     plans: dict[str, RunPlan] = {}
     for i, ep in enumerate(episodes):
         rid = run_id if run_id is not None else ep.run_id
-        where = f"episode {ep.episode_id} (batch position {i})"
         if not rid:
-            raise ValueError(f"{where} has no run_id; set Episode.run_id or pass run_id= to add_episodes")
+            raise ValueError(f"{_where(ep, i)} has no run_id; set Episode.run_id or pass run_id= to add_episodes")
         try:
             EpisodeStatus(ep.status)
         except ValueError:
-            raise ValueError(f"{where}: unknown status {ep.status!r}; use an EpisodeStatus") from None
-        _check_turns(ep, rid, where)
-        plans.setdefault(rid, RunPlan(rid)).episodes.append(i)
+            raise ValueError(f"{_where(ep, i)}: unknown status {ep.status!r}; use an EpisodeStatus") from None
+        _check_turns(ep, i, rid)
+        plan = plans.get(rid)
+        if plan is None:
+            plan = plans[rid] = RunPlan(rid)
+        plan.episodes.append(i)
     for plan in plans.values():
         ids = [tr.turn_id for i in plan.episodes for tr in episodes[i].turns if tr.turn_id >= 0]
         if len(ids) != len(set(ids)):
@@ -65,51 +71,67 @@ def group_by_run(episodes: Sequence[Episode], run_id: str | None) -> dict[str, R
     return plans
 
 
-def _check_turns(ep: Episode, run_id: str, where: str) -> None:
+def _where(ep: Episode, i: int) -> str:
+    return f"episode {ep.episode_id} (batch position {i})"
+
+
+_CHECKED = operator.attrgetter("run_id", "episode_id", "group_id", "t")
+
+
+def _check_turns(ep: Episode, i: int, run_id: str) -> None:
     last_t = None
-    for tr in ep.turns:
-        if tr.run_id not in ("", run_id):
-            raise ValueError(f"{where}: turn t={tr.t} has run_id {tr.run_id!r}, the episode {run_id!r}")
-        if ep.episode_id >= 0 and tr.episode_id != ep.episode_id:
-            raise ValueError(f"{where}: turn t={tr.t} has episode_id {tr.episode_id}; set it to the episode's id")
-        if tr.group_id != ep.group_id:
-            raise ValueError(f"{where}: turn t={tr.t} has group_id {tr.group_id}, the episode {ep.group_id}")
-        if last_t is not None and tr.t <= last_t:
-            raise ValueError(f"{where}: turns are not in increasing t order (t={tr.t} after t={last_t})")
-        last_t = tr.t
+    eid, gid = ep.episode_id, ep.group_id
+    for rid, tr_eid, tr_gid, t in map(_CHECKED, ep.turns):
+        if rid != run_id and rid != "":
+            raise ValueError(f"{_where(ep, i)}: turn t={t} has run_id {rid!r}, the episode {run_id!r}")
+        if tr_eid != eid and eid >= 0:
+            raise ValueError(f"{_where(ep, i)}: turn t={t} has episode_id {tr_eid}; set it to the episode's id")
+        if tr_gid != gid:
+            raise ValueError(f"{_where(ep, i)}: turn t={t} has group_id {tr_gid}, the episode {gid}")
+        if last_t is not None and t <= last_t:
+            raise ValueError(f"{_where(ep, i)}: turns are not in increasing t order (t={t} after t={last_t})")
+        last_t = t
 
 
 def assign_ids(plan: RunPlan, episodes: Sequence[Episode], next_episode: int, next_turn: int) -> None:
-    """Fill ``plan`` with episode ids, turn ids and parents.
+    """Fill ``plan`` with episode ids, turn ids and parents (Python ints).
 
     Episodes/turns with id -1 get ``next_episode``/``next_turn`` onwards (above every id
     given explicitly in the batch). A turn whose ``parent_turn_id`` is ``None`` and that is
     not its episode's first turn gets the previous turn as parent (the linear-episode rule
     of ``Turn.parent_turn_id``).
+
+    Raises:
+        ValueError: a turn id (given or assigned) is not below ``2**TURN_BITS``.
     """
     explicit_e = [episodes[i].episode_id for i in plan.episodes if episodes[i].episode_id >= 0]
     explicit_t = [tr.turn_id for i in plan.episodes for tr in episodes[i].turns if tr.turn_id >= 0]
-    next_episode = max([next_episode, *(e + 1 for e in explicit_e)])
-    next_turn = max([next_turn, *(t + 1 for t in explicit_t)])
+    next_episode = max(next_episode, max(explicit_e, default=-1) + 1)
+    next_turn = max(next_turn, max(explicit_t, default=-1) + 1)
+    if next_turn + sum(len(episodes[i].turns) for i in plan.episodes) - len(explicit_t) > _MAX_TURN_ID:
+        raise ValueError(f"run {plan.run_id!r}: a turn id would reach 2**{TURN_BITS} (largest given or stored: "
+                         f"{next_turn - 1}); use -1 to let the store assign ids")
     for i in plan.episodes:
         ep = episodes[i]
         if ep.episode_id >= 0:
-            plan.episode_ids[i] = ep.episode_id
+            plan.episode_ids[i] = int(ep.episode_id)
         else:
             plan.episode_ids[i] = next_episode
             next_episode += 1
         tids: list[int] = []
         parents: list[int | None] = []
-        for k, tr in enumerate(ep.turns):
-            if tr.turn_id >= 0:
-                tids.append(tr.turn_id)
+        prev = None
+        for tr in ep.turns:
+            tid = tr.turn_id
+            if tid >= 0:
+                tid = int(tid)
             else:
-                tids.append(next_turn)
+                tid = next_turn
                 next_turn += 1
-            if tr.parent_turn_id is None and k > 0:
-                parents.append(tids[k - 1])
-            else:
-                parents.append(tr.parent_turn_id)
+            parent = tr.parent_turn_id
+            parents.append(prev if parent is None else int(parent))
+            tids.append(tid)
+            prev = tid
         plan.turn_ids[i] = tids
         plan.parents[i] = parents
 

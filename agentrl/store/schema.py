@@ -11,8 +11,14 @@ Tables (all keyed by ``run_key``, the integer alias of a run id):
 - ``advantages(run_key, turn_id, iteration, estimator, value)``: written by the trainer.
 - ``metrics(run_key, iteration, name, value)``: per-iteration scalars.
 
-Connections use WAL mode, ``synchronous=NORMAL`` (a committed transaction survives a killed
-process) and a busy timeout so that several processes (trainer, proxy) can write the file.
+Connections use WAL mode, ``synchronous=NORMAL`` and a busy timeout so that several processes
+(trainer, proxy) can write the file. Durability: every committed transaction survives a crash or
+SIGKILL of the writing process (it is in the WAL, which the OS holds); only an OS crash or power
+loss can lose the last transactions committed since the last WAL sync (SQLite syncs at each
+checkpoint), and never corrupts the file — SQLite's standard WAL trade-off; ``synchronous=FULL``
+would add an fsync to every commit. Checkpoints run with SQLite's default
+``wal_autocheckpoint`` (1000 pages = 16 MiB at ``PAGE_SIZE``): larger values only defer the
+copying (measured: the same turns/s once the final checkpoint is counted).
 """
 
 from __future__ import annotations

@@ -7,7 +7,6 @@ most the uncommitted batch, and several processes (trainer, proxy) may write one
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import sqlite3
@@ -19,16 +18,18 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from agentrl.store import batch as _batch
-from agentrl.store.codec import TURN_COLUMNS, row_turn, turn_row
+from agentrl.store.codec import TURN_COLUMNS, row_turn
+from agentrl.store.codec import turn_rows as _turn_rows
 from agentrl.store.records import AdvantageRecord, EpisodeRecord, MetricRecord
 from agentrl.store.schema import TURN_BITS, StoreError, connect
+from agentrl.store.table import build_table
 from agentrl.types import Episode, EpisodeStatus, Turn, TurnTable
 
 _TURN_SELECT = ", ".join(TURN_COLUMNS)
 _EPISODE_COLS = "episode_id, group_id, env_id, task_id, seed, status, error, n_turns, return_, success, created_at"
-# Columns table() needs; the rest of a Turn is left at its default (empty tokens, "").
-_TABLE_COLS = ("turn_id, episode_id, group_id, t, parent_turn_id, anchor_obs, next_anchor_obs, action, "
-               "action_valid, reward, terminated, truncated, completion_ids, hidden, info")
+_STATUS = {s.value: s for s in EpisodeStatus}
+_INSERT_EPISODE = f"INSERT INTO episodes (run_key, {_EPISODE_COLS}) VALUES ({', '.join('?' * 12)})"
+_INSERT_TURN = f"INSERT INTO turns (uid, run_key, turn_id, {_TURN_SELECT}) VALUES ({', '.join('?' * 21)})"
 
 
 def _ids_json(ids: Iterable[int]) -> str:
@@ -131,21 +132,24 @@ class TurnStore:
             _batch.write_back(plan, episodes)
 
     def _insert_plan(self, db, key: int, plan, episodes: Sequence[Episode], now: float) -> None:
-        ep_rows, turn_rows = [], []
+        ep_rows = []
         for i in plan.episodes:
-            ep, eid = episodes[i], plan.episode_ids[i]
-            try:
-                turn_rows.extend(turn_row(tr, key, tid, eid, parent)
-                                 for tr, tid, parent in zip(ep.turns, plan.turn_ids[i], plan.parents[i]))
-            except ValueError as exc:
-                raise ValueError(f"episode {eid} (run {plan.run_id!r}), {exc}. Nothing of this batch was written") from exc
-            ret = ep.return_
-            ep_rows.append((key, eid, int(ep.group_id), ep.env_id, ep.task_id, int(ep.seed), EpisodeStatus(ep.status).value,
-                            ep.error, len(ep.turns), ret, int(ep.success), now))
+            ep = episodes[i]
+            ep_rows.append((key, plan.episode_ids[i], int(ep.group_id), ep.env_id, ep.task_id, int(ep.seed),
+                            EpisodeStatus(ep.status).value, ep.error, len(ep.turns), ep.return_, int(ep.success), now))
+
+        def turn_rows():  # lazily: executemany binds each row and drops it (no list of 100k tuples)
+            for i in plan.episodes:
+                eid = plan.episode_ids[i]
+                try:
+                    yield from _turn_rows(episodes[i].turns, key, eid, plan.turn_ids[i], plan.parents[i])
+                except ValueError as exc:
+                    raise ValueError(f"episode {eid} (run {plan.run_id!r}), {exc}. "
+                                     f"Nothing of this batch was written") from exc
+
         try:
-            db.executemany(f"INSERT INTO episodes (run_key, {_EPISODE_COLS}) VALUES ({', '.join('?' * 12)})", ep_rows)
-            db.executemany(f"INSERT INTO turns (uid, run_key, turn_id, {_TURN_SELECT}) VALUES ({', '.join('?' * 21)})",
-                           turn_rows)
+            db.executemany(_INSERT_EPISODE, ep_rows)
+            db.executemany(_INSERT_TURN, turn_rows())
         except sqlite3.IntegrityError as exc:
             raise StoreError(
                 f"run {plan.run_id!r} in {self.path}: an episode or turn id of this batch is already stored ({exc}); "
@@ -206,8 +210,8 @@ class TurnStore:
             sql += " AND episode_id IN (SELECT value FROM json_each(?))"
             params.append(_ids_json(episode_ids))
         rows = self._db().execute(sql + " ORDER BY episode_id", params)
-        return [EpisodeRecord(run_id, r[0], r[1], r[2], r[3], r[4], EpisodeStatus(r[5]), r[6], r[7], r[8],
-                              bool(r[9]), r[10]) for r in rows]
+        return [EpisodeRecord(run_id, r[0], r[1], r[2], r[3], r[4], _STATUS.get(r[5]) or EpisodeStatus(r[5]),
+                              r[6], r[7], r[8], bool(r[9]), r[10]) for r in rows]
 
     def turns(self, episode_id: int, run_id: str | None = None) -> list[Turn]:
         """Every field of the turns of one episode, in ``t`` order."""
@@ -226,25 +230,19 @@ class TurnStore:
     def table(self, run_id: str | None = None, episode_ids: Sequence[int] | None = None) -> TurnTable:
         """The estimators' ``TurnTable`` over the episodes of one run (rows by episode, then t).
 
-        Built with ``TurnTable.from_episodes`` (one anchor vocabulary; ``parent`` from
-        ``parent_turn_id``; ``episode_ok`` from status and scored rewards; ``trainable``:
-        rows with completion tokens). Prompt ids and observations are not loaded.
+        Equal to ``TurnTable.from_episodes(self.load_episodes(run_id, episode_ids))`` (one
+        anchor vocabulary; ``parent`` from ``parent_turn_id``; ``episode_ok`` from status and
+        scored rewards; ``trainable``: rows with completion tokens), built from the columns
+        (``store.table.build_table``); prompt ids and observations are not loaded.
         """
         recs = self.episodes(run_id, episode_ids)
         if not recs:
             return TurnTable.from_episodes([])
-        key, run_id = self._run_key(recs[0].run_id)
-        sql, params = f"SELECT {_TABLE_COLS} FROM turns WHERE run_key = ?", [key]
-        if episode_ids is not None:
-            sql += " AND episode_id IN (SELECT value FROM json_each(?))"
-            params.append(_ids_json(episode_ids))
-        rows = self._db().execute(sql + " ORDER BY episode_id, t", params)
-        by_episode = {eid: list(g) for eid, g in itertools.groupby(rows, key=lambda r: r[1])}
-        episodes = [Episode(episode_id=r.episode_id, group_id=r.group_id, env_id=r.env_id, task_id=r.task_id,
-                            seed=r.seed, status=r.status, run_id=run_id,
-                            turns=[_table_turn(run_id, row) for row in by_episode.get(r.episode_id, [])])
-                    for r in recs]
-        return TurnTable.from_episodes(episodes)
+        key, _ = self._run_key(recs[0].run_id)
+        if episode_ids is None:
+            return build_table(self._db(), key, recs)
+        return build_table(self._db(), key, recs, "AND episode_id IN (SELECT value FROM json_each(?))",
+                           (_ids_json(episode_ids),))
 
     def advantages(self, run_id: str | None = None, *, iteration: int | None = None,
                    estimator: str | None = None) -> list[AdvantageRecord]:
@@ -264,16 +262,6 @@ class TurnStore:
         rows = self._db().execute("SELECT iteration, name, value FROM metrics WHERE run_key = ? ORDER BY iteration, name",
                                   (key,))
         return [MetricRecord(run_id, *r) for r in rows]
-
-
-def _table_turn(run_id: str, r: Sequence) -> Turn:
-    (tid, eid, gid, t, parent, anchor, nxt, action, valid, reward, term, trunc, completion, hidden, info) = r
-    return Turn(run_id=run_id, turn_id=tid, episode_id=eid, group_id=gid, t=t, parent_turn_id=parent,
-                observation="", anchor_obs=anchor, next_anchor_obs=nxt, action=action, action_valid=bool(valid),
-                reward=reward, terminated=bool(term), truncated=bool(trunc),
-                completion_ids=np.frombuffer(completion, dtype="<i4"),  # read-only view: no copy
-                hidden=None if hidden is None else np.frombuffer(hidden, dtype="<f4"),
-                info=json.loads(info) if info and info != "{}" else {})  # tree / branch ids (tree rollouts)
 
 
 class _Transaction:
