@@ -86,7 +86,13 @@ class PolicyConfig:
     slots); ``return_hidden`` stores final-layer hidden states (needed by BiPACE);
     ``action_constraint: admissible`` decodes only the env's admissible actions (a token trie,
     logprobs renormalised over the allowed ids; ``agentrl.llm.constrained``, LEARNING.md). ``dtype`` float32
-    matches the engines' default; bfloat16 is ~2-3x faster on AVX-512-BF16 CPUs (LEARNING.md)."""
+    matches the engines' default; bfloat16 is ~2-3x faster on AVX-512-BF16 CPUs (LEARNING.md).
+    ``window_history`` (``window`` context only): ``full`` shows each of the last ``window_k``
+    actions with the observation it produced; ``actions`` shows only the actions (prompts
+    ~40 % shorter on TextWorld, and prefill dominates a CPU turn). ``num_threads``: torch
+    intra-op threads of the in-process model (1 by default so tests and servers sharing the
+    cores do not oversubscribe, MODELS.md §2.6; 0 = torch's default, i.e. ``OMP_NUM_THREADS``
+    or all cores; the main job uses 0)."""
 
     model: str = "smollm2-135m-instruct"
     engine: Literal["hf", "vllm", "vllm_http", "openai_http", "scripted"] = "hf"
@@ -102,8 +108,11 @@ class PolicyConfig:
     max_batch: Optional[int] = None
     return_hidden: bool = False
     lora: Optional[LoraSpec] = None
+    window_history: Literal["full", "actions"] = "full"
+    num_threads: int = 1
 
     def __post_init__(self) -> None:
+        _check(self.num_threads >= 0, "policy.num_threads must be >= 0 (0 = torch's default: OMP_NUM_THREADS or all cores)")
         _check(self.temperature > 0, "policy.temperature must be > 0 (sampling; greedy eval is separate)")
         _check(0 < self.top_p <= 1, "policy.top_p must be in (0, 1]")
         _check(self.max_tokens >= 1 and self.window_k >= 0, "policy.max_tokens must be >= 1 and policy.window_k >= 0")

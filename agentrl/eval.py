@@ -106,7 +106,7 @@ def env_kwargs(cfg: Config, split: str) -> dict:
 def loop_config(cfg: Config) -> LoopConfig:
     """The agent-loop settings of a config (context strategy, action format, turn limit)."""
     p = cfg.policy
-    return LoopConfig(context=p.context, window_k=p.window_k, max_turns=cfg.env.max_turns,
+    return LoopConfig(context=p.context, window_k=p.window_k, window_history=p.window_history, max_turns=cfg.env.max_turns,
                       action_format=p.action_format, action_constraint=p.action_constraint)
 
 

@@ -29,7 +29,7 @@ from agentrl.rollout.stats import rollout_stats
 from agentrl.rollout.tree import add_linked
 from agentrl.store import TurnStore
 from agentrl.train_critic import Critic, critic_step, make_critic, with_values
-from agentrl.train_steps import collect_iteration, rtpo_iteration, sync_weights, update_policy
+from agentrl.train_steps import collect_iteration, open_pool, rtpo_iteration, sync_weights, update_policy
 from agentrl.types import TurnTable
 from agentrl.update.checkpoint import TrainState, latest_checkpoint, load_checkpoint, save_checkpoint
 from agentrl.update.lora import prepare_policy
@@ -60,12 +60,29 @@ class TrainResult:
 @dataclass
 class RunParts:
     """What one run holds while it trains: the policy (engine + model), its optimizer, the
-    turn store, and the turn-level critic (turn-PPO only, else None)."""
+    turn store, the turn-level critic (turn-PPO only, else None) and the env pool of chain
+    rollouts (opened at the first iteration, kept open across iterations, closed by ``close``)."""
 
     policy: Policy
     optimizer: torch.optim.Optimizer
     store: TurnStore
     critic: Critic | None
+    pool: object | None = None
+
+    def chain_pool(self, cfg: Config):
+        """The run's env pool for plain chain rollouts (None for trees and harnesses)."""
+        if cfg.rollout.sampler != "chain" or cfg.rollout.harness is not None:
+            return None
+        if self.pool is None:
+            self.pool = open_pool(cfg)
+        return self.pool
+
+    def close(self) -> None:
+        """Close the env pool and the store."""
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+        self.store.close()
 
 
 @dataclass(frozen=True)
@@ -85,7 +102,7 @@ def chain_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
     """Collect (chains, trees or harness episodes) → store → TurnTable (+ critic values) →
     advantages → store them → update → bump the policy version → critic step."""
     t0 = time.perf_counter()
-    episodes = collect_iteration(parts.policy, cfg, it)
+    episodes = collect_iteration(parts.policy, cfg, it, pool=parts.chain_pool(cfg))
     t1 = time.perf_counter()
     add_linked(parts.store, episodes, run_id=cfg.run.name)  # tree branches after their parents
     table = parts.store.table(run_id=cfg.run.name, episode_ids=[e.episode_id for e in episodes])
@@ -164,6 +181,16 @@ def train(cfg: Config, *, resume: bool = True) -> TrainResult:
     run_dir = Path(cfg.run.out_dir) / cfg.run.name
     parts, state = start_run(cfg, run_dir, resume)
     evals: list[EvalResult] = []
+    try:
+        state = _loop(parts, state, cfg, run_dir, evals)
+    finally:
+        parts.close()
+    return TrainResult(run_dir=run_dir, store_path=run_dir / "store.sqlite", run_id=cfg.run.name, state=state,
+                       evals=tuple(evals))
+
+
+def _loop(parts: RunParts, state: TrainState, cfg: Config, run_dir: Path, evals: list[EvalResult]) -> TrainState:
+    """The iterations of ``train`` from ``state.iteration`` on; returns the final state."""
     with make_logger(cfg.log, run_dir, run_name=cfg.run.name, config=to_dict(cfg), console_keys=CONSOLE_KEYS) as logger:
         for it in range(state.iteration, cfg.run.iterations):
             out = run_iteration(parts, cfg, it)
@@ -179,6 +206,4 @@ def train(cfg: Config, *, resume: bool = True) -> TrainResult:
             parts.store.add_metrics(cfg.run.name, it, metrics)
             if (cfg.run.save_every and (it + 1) % cfg.run.save_every == 0) or it + 1 == cfg.run.iterations:
                 save_checkpoint(run_dir, parts.policy.model, parts.optimizer, state)
-    parts.store.close()
-    return TrainResult(run_dir=run_dir, store_path=run_dir / "store.sqlite", run_id=cfg.run.name, state=state,
-                       evals=tuple(evals))
+    return state

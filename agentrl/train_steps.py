@@ -41,12 +41,23 @@ def collect_config(cfg: Config, iteration: int) -> CollectConfig:
     return cc
 
 
-def collect_iteration(policy: Policy, cfg: Config, iteration: int) -> list[Episode]:
+def open_pool(cfg: Config):
+    """The env pool that chain rollouts of ``cfg`` play on (one slot per episode of an
+    iteration); the trainer keeps it open across iterations (opening one costs seconds:
+    worker processes, env imports, game loading). Close it with ``.close()``."""
+    r, cc = cfg.rollout, collect_config(cfg, 0)
+    return make_env_pool(r.backend, cc.env_id, cc.num_slots or cc.n_episodes, env_kwargs=cc.env_kwargs,
+                         num_workers=cc.num_workers, step_timeout_s=cc.step_timeout_s)
+
+
+def collect_iteration(policy: Policy, cfg: Config, iteration: int, pool=None) -> list[Episode]:
     """Play ``rollout.groups_per_iteration`` tasks × ``rollout.group_size`` episodes
     (``rollout.sampler: tree``: Tree-GRPO trees, ``agentrl.rollout.tree``).
 
     Task seeds are ``run.seed * 1_000_003 + iteration * groups + g``: fresh tasks each
     iteration, identical env seeds inside a group, reproducible for a given run seed.
+    ``pool``: an open pool from ``open_pool`` for chain rollouts (default: one is opened
+    and closed here).
     """
     r, cc = cfg.rollout, collect_config(cfg, iteration)
     if r.sampler == "tree":  # ids are made unique over the run by the sampler
@@ -57,10 +68,11 @@ def collect_iteration(policy: Policy, cfg: Config, iteration: int) -> list[Episo
                                             group_size=cc.group_size, seed=cc.seed, run_id=cc.run_id,
                                             sampling=cc.sampling, max_parallel=r.harness.max_parallel,
                                             mode=r.harness.mode)
+    elif pool is not None:
+        episodes = collect(policy.engine, policy.renderer, cc, pool=pool)
     else:
-        with make_env_pool(r.backend, cc.env_id, cc.num_slots or cc.n_episodes, env_kwargs=cc.env_kwargs,
-                           num_workers=cc.num_workers, step_timeout_s=cc.step_timeout_s) as pool:
-            episodes = collect(policy.engine, policy.renderer, cc, pool=pool)
+        with open_pool(cfg) as own:
+            episodes = collect(policy.engine, policy.renderer, cc, pool=own)
     offset = iteration * r.groups_per_iteration * r.group_size  # ids unique over the run
     for ep in episodes:
         ep.episode_id += offset

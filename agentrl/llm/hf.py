@@ -38,7 +38,8 @@ class HFEngine:
         eos_token_id: id that ends an assistant turn (e.g. ``<|im_end|>``).
         pad_token_id: id used for left padding (never attended to); default EOS.
         max_context: context length in tokens; default ``config.max_position_embeddings``.
-        num_threads: torch intra-op threads (1 on the shared 2-core machine, MODELS.md §2.6).
+        num_threads: torch intra-op threads (1 on the shared 2-core machine, MODELS.md §2.6);
+            0 or None leaves torch's setting (``OMP_NUM_THREADS`` or all cores).
     Raises:
         ValueError: no EOS id.
     """

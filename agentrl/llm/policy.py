@@ -53,7 +53,7 @@ def load_policy(cfg: PolicyConfig) -> Policy:
 
     path = resolve_model(cfg.model)
     renderer = ChatRenderer(AutoTokenizer.from_pretrained(path))
-    trainer_side = HFEngine.from_pretrained(path, dtype=cfg.dtype)
+    trainer_side = HFEngine.from_pretrained(path, dtype=cfg.dtype, num_threads=cfg.num_threads)
     if cfg.engine == "hf":
         return Policy(engine=trainer_side, renderer=renderer, model=trainer_side.model,
                       pad_id=trainer_side.pad_token_id)

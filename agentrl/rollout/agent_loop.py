@@ -4,8 +4,11 @@
 engine call per round. Context strategies build each turn's prompt ids:
 
 - ``WindowContext(k)``: every turn is a fresh render — system prompt, then one user
-  message with the task (the first observation), the last ``k`` (observation, action)
-  pairs and the current observation. Each turn is its own training segment.
+  message with the task (the first observation, without its admissible-action list), the
+  last ``k`` actions in order, each followed by the observation it produced
+  (``history="full"``) or alone (``history="actions"``), and the current observation (the
+  result of the last action, with the admissible actions). Each turn is its own training
+  segment.
 - ``ChatContext``: an append-only conversation. The next prompt is the previous prompt +
   the sampled completion ids (verbatim) + the template bridge + the new observation's
   tokens (``ChatRenderer.extend``; PITFALLS P1/P2). When the template would rewrite
@@ -37,7 +40,10 @@ class LoopConfig:
 
     Attributes:
         context: ``"chat"`` (append-only) or ``"window"``.
-        window_k: (observation, action) pairs kept by ``window`` (≥ 0).
+        window_k: past actions kept by ``window`` (≥ 0).
+        window_history: ``"full"`` (each kept action with the observation it produced) or
+            ``"actions"`` (the actions only: shorter prompts; the current observation always
+            holds the last action's result).
         max_turns: turns before the episode is cut (last turn ``truncated``).
         action_format: see ``agentrl.rollout.parsing`` (``"tag:action"``).
         system_prompt: the system message (the action-format instruction is appended).
@@ -52,6 +58,7 @@ class LoopConfig:
 
     context: str = "chat"
     window_k: int = 3
+    window_history: str = "full"
     max_turns: int = 20
     action_format: str = "tag:action"
     system_prompt: str = DEFAULT_SYSTEM
@@ -63,6 +70,8 @@ class LoopConfig:
             raise ValueError(f"LoopConfig.context must be 'chat' or 'window', got {self.context!r}")
         if self.window_k < 0 or self.max_turns < 1:
             raise ValueError(f"need window_k >= 0 and max_turns >= 1, got {self.window_k}, {self.max_turns}")
+        if self.window_history not in ("full", "actions"):
+            raise ValueError(f"LoopConfig.window_history must be 'full' or 'actions', got {self.window_history!r}")
         parse_format(self.action_format)
         check_constraint(self.action_constraint, self.action_format)
 
@@ -73,33 +82,56 @@ class ContextStrategy(Protocol):
     segment: int
     forks: int
 
-    def first(self, observation: str) -> np.ndarray: ...
+    def first(self, observation: str, task: str | None = None) -> np.ndarray: ...
 
     def next(self, completion_ids: np.ndarray, action: str, observation: str) -> np.ndarray: ...
 
 
 class WindowContext:
-    """Fresh prompt per turn: task + last ``k`` (observation, action) pairs + current observation."""
+    """Fresh prompt per turn: task + the last ``k`` actions (with or without the observations
+    they produced) + the current observation.
 
-    def __init__(self, renderer: ChatRenderer, system: str, k: int) -> None:
-        self.renderer, self.system, self.k = renderer, system, k
+    ``first(observation, task=...)`` takes the shown first observation and the task text
+    (default: the observation itself); ``next`` appends ``(action, observation)``. The
+    rendered user message (``history="full"``, k=2, after actions a1, a2, a3)::
+
+        Task:
+        <first observation>
+
+        Recent history:
+        > a2
+        <observation after a2>
+        > a3
+
+        Current observation:
+        <observation after a3, with admissible actions>
+    """
+
+    def __init__(self, renderer: ChatRenderer, system: str, k: int, history: str = "full") -> None:
+        self.renderer, self.system, self.k, self.history = renderer, system, k, history
         self.segment, self.forks = 0, 0
-        self.task, self.pairs, self.current = "", [], ""
+        self.task, self.current = "", ""
+        self.steps: list[tuple[str, str]] = []  # (action, observation it produced), oldest first
 
     def _prompt(self) -> np.ndarray:
         lines = [f"Task:\n{self.task}"]
-        recent = self.pairs[-self.k :] if self.k else []
+        recent = self.steps[-self.k :] if self.k else []
         if recent:
-            lines.append("Recent history:\n" + "\n".join(f"> {a}\n{o}" for o, a in recent))
+            shown = []
+            for i, (action, obs) in enumerate(recent):
+                shown.append(f"> {action}")
+                if self.history == "full" and i < len(recent) - 1:  # the last result is the current observation
+                    shown.append(obs)
+            lines.append("Recent history:\n" + "\n".join(shown))
         lines.append(f"Current observation:\n{self.current}")
         return self.renderer.render_ids([Message("system", self.system), Message("user", "\n\n".join(lines))])
 
-    def first(self, observation: str) -> np.ndarray:
-        self.task = self.current = observation
+    def first(self, observation: str, task: str | None = None) -> np.ndarray:
+        self.task, self.current = (observation if task is None else task), observation
         return self._prompt()
 
     def next(self, completion_ids: np.ndarray, action: str, observation: str) -> np.ndarray:
-        self.pairs.append((self.current, action or "(invalid)"))
+        self.steps.append((action or "(invalid)", observation))
         self.current = observation
         self.segment += 1
         return self._prompt()
@@ -114,7 +146,7 @@ class ChatContext:
         self.messages: tuple[Message, ...] = ()
         self.prompt_ids = np.zeros(0, np.int32)
 
-    def first(self, observation: str) -> np.ndarray:
+    def first(self, observation: str, task: str | None = None) -> np.ndarray:
         self.messages = (Message("system", self.system), Message("user", observation))
         self.prompt_ids = self.renderer.render_ids(self.messages)
         return self.prompt_ids
@@ -130,7 +162,9 @@ class ChatContext:
 
 def make_context(cfg: LoopConfig, renderer: ChatRenderer, system: str) -> ContextStrategy:
     """The strategy named by ``cfg.context``."""
-    return ChatContext(renderer, system) if cfg.context == "chat" else WindowContext(renderer, system, cfg.window_k)
+    if cfg.context == "chat":
+        return ChatContext(renderer, system)
+    return WindowContext(renderer, system, cfg.window_k, cfg.window_history)
 
 
 def shown_observation(result: EnvResult, show_admissible: bool) -> str:
@@ -169,7 +203,7 @@ class EpisodeDriver:
         self._obs = shown_observation(result, self.cfg.show_admissible)
         self._anchor = str(result.info.get(INFO_ANCHOR, result.obs))
         self._admissible = [str(a) for a in result.info.get(INFO_ADMISSIBLE) or ()]
-        self._prompt = self.context.first(self._obs)
+        self._prompt = self.context.first(self._obs, task=result.obs)
         self._check_room()
 
     def prompt(self) -> np.ndarray:

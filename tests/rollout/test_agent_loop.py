@@ -11,7 +11,7 @@ from agentrl.env.pool import EnvPool
 from agentrl.llm.base import SamplingParams
 from agentrl.llm.chat import ChatRenderer, episode_segments
 from agentrl.llm.scripted import ScriptedEngine
-from agentrl.rollout.agent_loop import LoopConfig
+from agentrl.rollout.agent_loop import LoopConfig, WindowContext
 from agentrl.rollout.collector import CollectConfig, collect
 from agentrl.types import EpisodeStatus
 
@@ -25,7 +25,7 @@ def toy_pool():
 
 
 def _cfg(**kw) -> CollectConfig:
-    loop = LoopConfig(**{k: kw.pop(k) for k in list(kw) if k in ("context", "window_k", "max_turns", "action_format")})
+    loop = LoopConfig(**{k: kw.pop(k) for k in list(kw) if k in ("context", "window_k", "window_history", "max_turns", "action_format")})
     return CollectConfig(env_id=TOY, loop=loop, progress=False, **{"n_groups": 1, "group_size": 1, **kw})
 
 
@@ -184,3 +184,31 @@ def test_property_chat_prefix_smollm2_tokenizer_random_completions(smollm2_token
             body = t.completion_ids[:-1] if t.completion_ids[-1] == r.eos_token_id else t.completion_ids
             not_self += not np.array_equal(r.encode(r.tokenizer.decode(body)), body)
     assert not_self >= 10
+
+
+class _TextRenderer:
+    """Stands in for ChatRenderer: 'renders' the messages as their text, one id per char."""
+
+    def render_ids(self, messages):
+        self.last = messages
+        return np.frombuffer("|".join(m.content for m in messages).encode(), dtype=np.uint8).astype(np.int32)
+
+
+@pytest.mark.parametrize("history, expected", [
+    ("full", "Task:\nstart room\n\nRecent history:\n> a2\nsaw 2\n> a3\n\nCurrent observation:\nsaw 3\nAdm: x"),
+    ("actions", "Task:\nstart room\n\nRecent history:\n> a2\n> a3\n\nCurrent observation:\nsaw 3\nAdm: x"),
+])
+def test_window_context_text_orders_each_action_before_its_result(history, expected):
+    r = _TextRenderer()
+    ctx = WindowContext(r, "SYS", k=2, history=history)
+    ctx.first("start room\nAdm: a1", task="start room")
+    assert r.last[1].content == "Task:\nstart room\n\nCurrent observation:\nstart room\nAdm: a1"
+    for i in (1, 2, 3):
+        ctx.next(np.zeros(1, np.int32), f"a{i}", f"saw {i}" + ("\nAdm: x" if i == 3 else ""))
+    assert r.last[0].content == "SYS" and r.last[1].content == expected
+    assert ctx.segment == 3
+
+
+def test_window_history_is_validated():
+    with pytest.raises(ValueError, match="window_history"):
+        LoopConfig(context="window", window_history="obs")
