@@ -20,10 +20,12 @@ import numpy as np
 
 from agentrl.llm.base import FINISH_ABORT, FINISH_LENGTH, Completion, LLMClient, SamplingParams
 from agentrl.llm.chat import ChatRenderer
+from agentrl.proxy.encoder import Encoder
 from agentrl.proxy.engine import EngineWorker, Gate
 from agentrl.proxy.messages import canonical, split_tool_calls
 from agentrl.proxy.sessions import EpisodeSession, SessionRegistry
-from agentrl.proxy.tito import MODES, PromptPlan, commit_thread, new_segment, plan_chat, plan_completion, thread_index
+from agentrl.proxy.tito import (MODES, PromptPlan, commit_thread, drift_of, new_segment, plan_chat, plan_completion,
+                                thread_index)
 from agentrl.proxy.wire import ChatRequest, ToolCall, WireError, WireMessage
 from agentrl.types import Turn
 
@@ -83,7 +85,8 @@ class ProxyCore:
         registry: the episode sessions.
         mode: ``tito`` | ``retokenize`` | ``strict`` (``agentrl.proxy.tito``).
         sampling: defaults for parameters a request leaves out.
-        measure_drift: compute ``token_prefix_ok`` on TITO calls (one extra render per call).
+        measure_drift: compute ``token_prefix_ok`` on TITO calls (one full re-encode per call,
+            done in ``record``, i.e. after the reply was sent).
         max_batch: most prompts per engine call.
         model_name: the id served on ``GET models``.
     Raises:
@@ -101,6 +104,7 @@ class ProxyCore:
         self.worker = EngineWorker(engine, max_batch=max_batch)
         self.gate = Gate()
         self._render_lock = threading.Lock()  # fast tokenizers are not safe under concurrent calls
+        self.encoder = Encoder(renderer)  # renderer.encode's ids, faster; incremental full re-encodes
 
     def start(self, session: EpisodeSession, req: ChatRequest) -> PendingCall:
         """Admit, build the prompt, generate (blocking). The caller must ``finish`` the result.
@@ -145,9 +149,10 @@ class ProxyCore:
         t0 = time.time()
         with self._render_lock:
             if req.prompt is not None:
-                plan = plan_completion(self.renderer, session.threads, req)
+                plan = plan_completion(self.renderer, session.threads, req, encoder=self.encoder)
             else:
-                plan = plan_chat(self.renderer, session.threads, req, mode=self.mode, measure_drift=self.measure_drift)
+                plan = plan_chat(self.renderer, session.threads, req, mode=self.mode, measure_drift=self.measure_drift,
+                                 encoder=self.encoder)
         limit = int(self.engine.max_context)
         if plan.prompt_ids.size >= limit:  # refused here, so it never fails a whole engine batch
             raise WireError(400, f"the prompt has {plan.prompt_ids.size} tokens and leaves no room in the model's "
@@ -182,6 +187,9 @@ class ProxyCore:
                 "sampling_sent": call.request.sent, "policy_version_start": call.version_start,
                 "token_faithful": bool(c.token_faithful), "logprob_mode": c.logprob_mode,
                 "latency_s": round(time.time() - call.t_start, 6), "tool_calls": len(call.tool_calls)}
+        if plan.drift_head is not None:  # pending (tito): measured now, after the reply went out
+            with self._render_lock:
+                plan = call.plan = drift_of(plan, self.encoder, s.threads)
         if plan.token_prefix_ok is not None:
             info["token_prefix_ok"] = plan.token_prefix_ok
             if plan.first_mismatch is not None:

@@ -12,16 +12,28 @@ re-rendered and a new segment starts; that is a *fork*, counted per episode.
 
 Modes: ``tito`` (default), ``retokenize`` (every call re-rendered and its own segment: what
 a plain server does; for A/B), ``strict`` (any drift or rewrite is refused with 400).
+
+In ``tito`` mode the drift metric does not change the ids fed, so ``plan_chat`` leaves it
+pending (``PromptPlan.drift_head``) and the caller measures it with ``drift_of`` when the
+turn is recorded, after the reply was sent. ``retokenize`` and ``strict`` need it before
+generating and measure it at once. Either way the full re-encode reuses the thread's last
+one (``ThreadState.rendered``, ``Encoder.render``): only the new tail of the conversation is
+encoded, not all of it.
+
+Every function that encodes takes ``encoder`` (an ``agentrl.proxy.encoder.Encoder``; a new
+one for ``renderer`` when None): its ids equal ``renderer.encode``'s.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from agentrl.llm.chat import ChatRenderer
+from agentrl.proxy.encoder import Encoder, Rendered
 from agentrl.proxy.messages import canonical, thread_key, to_template
 from agentrl.proxy.wire import ChatRequest, WireError
 from agentrl.types import Message
@@ -42,6 +54,8 @@ class ThreadState:
         completion_ids: int32[C], the last completion as sampled.
         completion_text: its decoded text (trailing EOS dropped).
         segment: the segment of the last call.
+        rendered: the full encode of ``prompt_text`` when one was made (the base of the
+            next call's incremental re-encode), else None.
     """
 
     index: int
@@ -52,6 +66,7 @@ class ThreadState:
     completion_ids: np.ndarray
     completion_text: str
     segment: int
+    rendered: Rendered | None = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +84,10 @@ class PromptPlan:
         token_prefix_ok: a full re-render agrees with the canonical ids up to the new
             messages (the drift metric); None when not measured or not applicable.
         first_mismatch: first differing token position when ``token_prefix_ok`` is False.
+        drift_head: tito mode with drift measured later: the number of leading
+            ``prompt_ids`` (the canonical ids) that ``drift_of`` compares with the
+            re-encoded ``prompt_text``; None when nothing is pending.
+        rendered: the full encode of ``prompt_text`` when it was made, else None.
     """
 
     prompt_ids: np.ndarray
@@ -80,6 +99,8 @@ class PromptPlan:
     fork: bool
     token_prefix_ok: bool | None = None
     first_mismatch: int | None = None
+    drift_head: int | None = None
+    rendered: Rendered | None = None
 
 
 def _drift(canonical_ids: np.ndarray, rendered: np.ndarray) -> tuple[bool, int | None]:
@@ -92,13 +113,27 @@ def _drift(canonical_ids: np.ndarray, rendered: np.ndarray) -> tuple[bool, int |
     return False, int(diff[0]) if diff.size else m
 
 
-def _fresh(renderer: ChatRenderer, msgs: tuple[Message, ...], key: bytes, cause: str, fork: bool) -> PromptPlan:
+def drift_of(plan: PromptPlan, encoder: Encoder, threads: dict[bytes, ThreadState]) -> PromptPlan:
+    """The plan with its pending drift measured (``drift_head`` set: the full re-encode of
+    ``prompt_text``, incremental from the thread's last one); other plans unchanged.
+    Call before ``commit_thread`` (it reads the thread's previous state)."""
+    if plan.drift_head is None:
+        return plan
+    th = threads.get(plan.key)
+    rendered = encoder.render(plan.prompt_text, th.rendered if th else None)
+    ok, mismatch = _drift(plan.prompt_ids[: plan.drift_head], rendered.ids)
+    return dataclasses.replace(plan, token_prefix_ok=ok, first_mismatch=mismatch, drift_head=None, rendered=rendered)
+
+
+def _fresh(renderer: ChatRenderer, msgs: tuple[Message, ...], key: bytes, cause: str, fork: bool,
+           encoder: Encoder) -> PromptPlan:
     text = renderer.render_text(msgs, add_generation_prompt=True)
-    return PromptPlan(renderer.encode(text), msgs, text, key, "rendered", cause, fork)
+    r = encoder.render(text)
+    return PromptPlan(r.ids, msgs, text, key, "rendered", cause, fork, rendered=r)
 
 
 def plan_chat(renderer: ChatRenderer, threads: dict[bytes, ThreadState], req: ChatRequest, *, mode: str = "tito",
-              measure_drift: bool = True) -> PromptPlan:
+              measure_drift: bool = True, encoder: Encoder | None = None) -> PromptPlan:
     """The prompt for a chat request given the episode's threads.
 
     One template render per call: the conversation (history + our reply + new messages)
@@ -108,49 +143,57 @@ def plan_chat(renderer: ChatRenderer, threads: dict[bytes, ThreadState], req: Ch
     also catches templates that render an earlier assistant turn differently (e.g. strip
     ``<think>``): then the prompt is re-rendered and the call forks.
 
+    With ``measure_drift`` in ``tito`` mode the drift is left pending (``drift_head``; see
+    ``drift_of``).
+
     Raises:
         WireError: 400 in ``strict`` mode when the history was rewritten or the re-render
             drifts from the canonical ids.
     """
+    encoder = encoder or Encoder(renderer)
     key = thread_key(req.messages, req.tools)
     th = threads.get(key)
     if th is None:
         return _fresh(renderer, to_template(req.messages, req.tools), key, "new_thread" if threads else "first_call",
-                      False)
+                      False, encoder)
     k = len(th.history)
     if len(req.messages) < k or tuple(canonical(m) for m in req.messages[:k]) != th.history:
         if mode == "strict":
             raise WireError(400, "strict mode: the messages rewrite the episode's history (they do not extend the "
                                  "previous request + reply); send the full history or use mode=tito", param="messages")
-        return _fresh(renderer, to_template(req.messages, req.tools), key, "rewritten", True)
+        return _fresh(renderer, to_template(req.messages, req.tools), key, "rewritten", True, encoder)
     conv = (*th.template_messages, Message("assistant", th.completion_text), *to_template(req.messages[k:], ()))
     text = renderer.render_text(conv, add_generation_prompt=True)
     hist = th.prompt_text + th.completion_text + renderer.eos_text + renderer.tail_text
     if not text.startswith(hist):
         if mode == "strict":
             raise WireError(400, "strict mode: the chat template rewrites history; use mode=tito", param="messages")
-        return PromptPlan(renderer.encode(text), conv, text, key, "rendered", "template", True)
+        r = encoder.render(text)
+        return PromptPlan(r.ids, conv, text, key, "rendered", "template", True, rendered=r)
     head = np.concatenate([th.prompt_ids, th.completion_ids, renderer.bridge_ids(th.completion_ids)]).astype(np.int32)
-    ok, mismatch = None, None
-    if measure_drift or mode != "tito":
-        rendered = renderer.encode(text)
-        ok, mismatch = _drift(head, rendered)
+    ok, mismatch, r = None, None, None
+    if mode != "tito":
+        r = encoder.render(text, th.rendered)
+        ok, mismatch = _drift(head, r.ids)
         if mode == "strict" and not ok:
             raise WireError(400, f"strict mode: re-rendering the history changes token {mismatch} of the canonical "
                                  "ids (re-tokenization drift); use mode=tito", param="messages")
         if mode == "retokenize":
-            return PromptPlan(rendered, conv, text, key, "rendered", "retokenize", False, ok, mismatch)
-    ids = np.concatenate([head, renderer.encode(text[len(hist):])]).astype(np.int32)
-    return PromptPlan(ids, conv, text, key, "tito", "extends", False, ok, mismatch)
+            return PromptPlan(r.ids, conv, text, key, "rendered", "retokenize", False, ok, mismatch, rendered=r)
+    ids = np.concatenate([head, encoder(text[len(hist):])]).astype(np.int32)
+    pending = int(head.size) if mode == "tito" and measure_drift else None
+    return PromptPlan(ids, conv, text, key, "tito", "extends", False, ok, mismatch, drift_head=pending, rendered=r)
 
 
-def plan_completion(renderer: ChatRenderer, threads: dict[bytes, ThreadState], req: ChatRequest) -> PromptPlan:
+def plan_completion(renderer: ChatRenderer, threads: dict[bytes, ThreadState], req: ChatRequest, *,
+                    encoder: Encoder | None = None) -> PromptPlan:
     """The prompt of a legacy ``completions`` request: token ids verbatim, or the text
     encoded without special tokens. It continues the segment when it starts with the last
     completions call's prompt + completion; otherwise a new segment starts (a fork when an
     earlier completions call exists)."""
     key = b"<completions>"
-    ids = np.asarray(req.prompt if isinstance(req.prompt, tuple) else renderer.encode(req.prompt), np.int32)
+    encode = encoder or renderer.encode
+    ids = np.asarray(req.prompt if isinstance(req.prompt, tuple) else encode(req.prompt), np.int32)
     th = threads.get(key)
     if th is None:
         return PromptPlan(ids, (), "", key, "rendered", "completions", fork=False)
@@ -168,10 +211,12 @@ def commit_thread(threads: dict[bytes, ThreadState], plan: PromptPlan, req: Chat
     ``completions`` calls).
     """
     old = threads.get(plan.key)
-    history = tuple(canonical(m) for m in req.messages) + ((reply_key,) if reply_key is not None else ())
+    k = len(old.history) if old is not None and plan.source == "tito" else 0  # plan_chat checked that prefix
+    history = ((old.history if k else ()) + tuple(canonical(m) for m in req.messages[k:])
+               + ((reply_key,) if reply_key is not None else ()))
     th = ThreadState(old.index if old else len(threads), history, plan.template_messages, plan.prompt_text,
                      np.asarray(plan.prompt_ids, np.int32), np.asarray(completion_ids, np.int32), completion_text,
-                     segment)
+                     segment, plan.rendered)
     threads[plan.key] = th
     return th
 
@@ -192,5 +237,5 @@ def thread_index(threads: dict[bytes, ThreadState], key: bytes) -> int:
     return th.index if th else len(threads)
 
 
-__all__: Sequence[str] = ("MODES", "PromptPlan", "ThreadState", "commit_thread", "new_segment", "plan_chat",
-                          "plan_completion", "thread_index")
+__all__: Sequence[str] = ("MODES", "PromptPlan", "ThreadState", "commit_thread", "drift_of",
+                          "new_segment", "plan_chat", "plan_completion", "thread_index")

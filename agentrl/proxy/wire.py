@@ -157,12 +157,16 @@ def parse_messages(raw: Any) -> tuple[WireMessage, ...]:
         raise bad("'messages' must be a non-empty list of {role, content} objects", "messages")
     out = []
     for i, m in enumerate(raw):
+        sent = m.get("role") if isinstance(m, dict) else m
+        role = _ROLES.get(sent) if isinstance(m, dict) and isinstance(sent, str) else None
+        if role is None:
+            raise bad(f"messages[{i}].role is {sent!r}; use one of {sorted(_ROLES)}", f"messages[{i}].role")
+        content = m.get("content")
+        if type(content) is str and not m.get("tool_calls") and not m.get("tool_call_id"):  # the common case
+            out.append(WireMessage(role, content))
+            continue
         where = f"messages[{i}]"
-        if not isinstance(m, dict) or m.get("role") not in _ROLES:
-            role = m.get("role") if isinstance(m, dict) else m
-            raise bad(f"{where}.role is {role!r}; use one of {sorted(_ROLES)}", f"{where}.role")
-        out.append(WireMessage(_ROLES[m["role"]], _text(m.get("content"), where),
-                               _tool_calls(m.get("tool_calls"), where),
+        out.append(WireMessage(role, _text(content, where), _tool_calls(m.get("tool_calls"), where),
                                str(m.get("tool_call_id") or "")))
     return tuple(out)
 

@@ -53,6 +53,9 @@ def _post(url, body=None, *, content=None, token=None, timeout=10.0):
     (b'{"messages": [{"role": "user", "content": "hi"}], "temperature": -1}', "temperature", ">= 0"),
     (b'{"messages": []}', "messages", "non-empty"),
     (b'{"messages": [{"role": "wizard", "content": "hi"}]}', "messages[0].role", "wizard"),
+    (b'{"messages": ["system"]}', "messages[0].role", "'system'"),  # not an object
+    (b'{"messages": [{"role": "user", "content": "a"}, {"role": ["user"], "content": "b"}]}', "messages[1].role",
+     "['user']"),  # unhashable role
     (b'{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}', "messages[0].content",
      "image_url"),
 ])
