@@ -243,6 +243,11 @@ class EnvPool:
         self._start(w)
         self.restarts += 1
 
+    @property
+    def closed(self) -> bool:
+        """True once ``close`` has run."""
+        return self._book.closed
+
     def close(self) -> None:
         """Stop all workers (idempotent)."""
         if self._book.closed:

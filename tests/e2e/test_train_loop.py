@@ -193,3 +193,22 @@ def test_ray_backend_trains_like_local(tiny_dir, tmp_path, finished_run):
         ta, tb = a.table(run_id=reference.run_id, episode_ids=first), b.table(run_id=ray_run.run_id)
         for col in ("group", "episode", "t", "reward", "action_key", "anchor_key"):
             assert np.array_equal(getattr(ta, col), getattr(tb, col)), col
+
+
+def test_one_env_pool_serves_every_iteration_and_is_closed(tiny_dir, tmp_path, monkeypatch):
+    """The trainer opens the chain-rollout pool once (not per iteration) and closes it at the end."""
+    import agentrl.train_steps as steps
+    from agentrl.train import train
+
+    opened = []
+    real = steps.make_env_pool
+
+    def counting(*args, **kwargs):
+        opened.append(real(*args, **kwargs))
+        return opened[-1]
+
+    monkeypatch.setattr(steps, "make_env_pool", counting)
+    result = train(_cfg(tiny_dir, tmp_path, iterations=3, run__eval_every=0), resume=False)
+    assert result.state.iteration == 3 and result.state.episodes_stored == 3 * 2 * 4
+    assert len(opened) == 1
+    assert opened[0].closed
