@@ -97,7 +97,8 @@ def merge(rows: list[dict], row: dict) -> list[dict]:
     return [r for r in rows if tuple(r.get(k) for k in KEY) != key] + [row]
 
 
-def _pct(r: dict) -> str:
+def pct(r: dict) -> str:
+    """'62.5% [43%, 79%] (15/24)': success rate, 95 % Wilson interval, counts of an EvalResult dict."""
     lo, hi = r["wilson"]
     return f"{r['success_rate']:.1%} [{lo:.0%}, {hi:.0%}] ({r['successes']}/{r['n']})"
 
@@ -111,8 +112,8 @@ def summary(rows: list[dict]) -> str:
     for r in sorted(rows, key=lambda r: (r["env"], r["estimator"], r["seed"])):
         b, a = r["before"], r["after"]
         wall = r["seconds"]["train"] + r["seconds"]["eval_after"]
-        lines.append(f"| {r['env']} | {r['estimator']} | {r['seed']} | {_pct(b['greedy'])} | {_pct(a['greedy'])} | "
-                     f"{_pct(b['sampled'])} | {_pct(a['sampled'])} | {b['greedy']['mean_turns']:.2f} → "
+        lines.append(f"| {r['env']} | {r['estimator']} | {r['seed']} | {pct(b['greedy'])} | {pct(a['greedy'])} | "
+                     f"{pct(b['sampled'])} | {pct(a['sampled'])} | {b['greedy']['mean_turns']:.2f} → "
                      f"{a['greedy']['mean_turns']:.2f} | {wall:.0f} s |")
     lines += ["", "| env | estimator | seeds | greedy after (mean) | greedy rise (mean ± sd, points) | "
               "sampled rise (mean ± sd, points) |", "|---|---|---|---|---|---|"]

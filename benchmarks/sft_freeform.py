@@ -37,6 +37,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from learning import pct  # benchmarks/ is on sys.path when this script runs
+
 ENV_ID, MAX_TURNS = "agentrl/TextWorld-CU1-v0", 8
 OUT = Path(__file__).parent / "results" / "sft_freeform.json"
 EXAMPLE = Path(__file__).parents[1] / "examples" / "gigpo_textworld.yaml"
@@ -91,18 +93,13 @@ def train_metrics(run_dir: Path, since: float) -> list[dict]:
     return [{k: r.get(k) for k in keep} for r in rows if r.get("time", 0) >= since and "rollout/success_rate" in r]
 
 
-def _pct(r: dict) -> str:
-    lo, hi = r["wilson"]
-    return f"{r['success_rate']:.1%} [{lo:.0%}, {hi:.0%}] ({r['successes']}/{r['n']})"
-
-
 def table(stages: list[dict]) -> str:
     """Markdown: stage | greedy success | greedy invalid rate | sampled success | sampled invalid rate."""
     lines = ["| stage | greedy success | greedy invalid rate | sampled success | sampled invalid rate | "
              "mean turns (greedy / sampled) | stage wall |", "|---|---|---|---|---|---|---|"]
     for s in stages:
         g, p = s["eval"]["greedy"], s["eval"]["sampled"]
-        lines.append(f"| {s['stage']} | {_pct(g)} | {g['invalid_rate']:.1%} | {_pct(p)} | {p['invalid_rate']:.1%} | "
+        lines.append(f"| {s['stage']} | {pct(g)} | {g['invalid_rate']:.1%} | {pct(p)} | {p['invalid_rate']:.1%} | "
                      f"{g['mean_turns']:.2f} / {p['mean_turns']:.2f} | {s['seconds']['wall']:.0f} s |")
     return "\n".join(lines)
 
