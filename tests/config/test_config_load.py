@@ -128,3 +128,19 @@ def test_config_import_is_light() -> None:
     code = "import sys, agentrl.config; print(sorted(m for m in ('torch', 'numpy', 'gymnasium') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_every_example_config_loads_and_validates(path: Path) -> None:
+    """Each shipped example is a valid standalone config (keys, types, estimator kwargs)."""
+    cfg = load_config(path)
+    assert cfg.env.id.startswith("agentrl/") and cfg.run.iterations >= 1
+    if cfg.policy.context == "window":
+        assert cfg.policy.num_threads == 0
+
+
+def test_examples_are_found() -> None:
+    assert len(EXAMPLES) >= 14
