@@ -91,8 +91,8 @@ class PolicyConfig:
     actions with the observation it produced; ``actions`` shows only the actions (prompts
     ~40 % shorter on TextWorld, and prefill dominates a CPU turn). ``num_threads``: torch
     intra-op threads of the in-process model (1 by default so tests and servers sharing the
-    cores do not oversubscribe, MODELS.md §2.6; 0 = torch's default, i.e. ``OMP_NUM_THREADS``
-    or all cores; the main job uses 0)."""
+    cores do not oversubscribe, MODELS.md §2.6; 0 = ``OMP_NUM_THREADS`` when set, else all
+    cores; the examples use 0 and the main job sets ``OMP_NUM_THREADS=2``)."""
 
     model: str = "smollm2-135m-instruct"
     engine: Literal["hf", "vllm", "vllm_http", "openai_http", "scripted"] = "hf"
@@ -112,7 +112,7 @@ class PolicyConfig:
     num_threads: int = 1
 
     def __post_init__(self) -> None:
-        _check(self.num_threads >= 0, "policy.num_threads must be >= 0 (0 = torch's default: OMP_NUM_THREADS or all cores)")
+        _check(self.num_threads >= 0, "policy.num_threads must be >= 0 (0 = OMP_NUM_THREADS when set, else all cores)")
         _check(self.temperature > 0, "policy.temperature must be > 0 (sampling; greedy eval is separate)")
         _check(0 < self.top_p <= 1, "policy.top_p must be in (0, 1]")
         _check(self.max_tokens >= 1 and self.window_k >= 0, "policy.max_tokens must be >= 1 and policy.window_k >= 0")

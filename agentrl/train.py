@@ -11,6 +11,7 @@ panel; every ``run.save_every`` iterations (and at the end) a checkpoint is writ
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,11 +79,13 @@ class RunParts:
         return self.pool
 
     def close(self) -> None:
-        """Close the env pool and the store."""
-        if self.pool is not None:
-            self.pool.close()
-            self.pool = None
-        self.store.close()
+        """Close the env pool and the store (the store even when closing the pool fails)."""
+        try:
+            if self.pool is not None:
+                self.pool.close()
+                self.pool = None
+        finally:
+            self.store.close()
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,8 @@ def start_run(cfg: Config, run_dir: Path, resume: bool) -> tuple[RunParts, Train
                          "does not support; use rollout.sampler=chain or an estimator without 'value'")
     torch.manual_seed(cfg.run.seed)
     np.random.seed(cfg.run.seed)
+    if not (resume and latest_checkpoint(run_dir)):
+        set_aside(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
     policy = load_policy(cfg.policy)
@@ -171,8 +176,28 @@ def start_run(cfg: Config, run_dir: Path, resume: bool) -> tuple[RunParts, Train
     return parts, state
 
 
+def set_aside(run_dir: Path) -> Path | None:
+    """A fresh start in a run folder that already holds a store or checkpoints: rename the
+    folder to ``<name>.prev-<YYYYmmdd-HHMMSS>`` (nothing stored is lost; the store is
+    append-only, so the new run's episode ids would collide with the old ones). Returns
+    the new path, or None when there was nothing to set aside."""
+    if not ((run_dir / "store.sqlite").exists() or (run_dir / "checkpoints").exists()):
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    target = run_dir.with_name(f"{run_dir.name}.prev-{stamp}")
+    n = 1
+    while target.exists():
+        target, n = run_dir.with_name(f"{run_dir.name}.prev-{stamp}-{n}"), n + 1
+    run_dir.rename(target)
+    logging.getLogger(__name__).warning("fresh run: the previous contents of %s were moved to %s", run_dir, target)
+    return target
+
+
 def train(cfg: Config, *, resume: bool = True) -> TrainResult:
     """Run (or resume) the training described by ``cfg``; see the module docstring.
+
+    ``resume=False`` (or no checkpoint to resume from) starts fresh: an existing store or
+    checkpoints in the run folder are first moved to ``<run>.prev-<timestamp>`` (``set_aside``).
 
     Raises:
         ConfigError / KeyError / FileNotFoundError: bad config, unknown names, missing model.

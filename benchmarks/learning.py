@@ -10,8 +10,8 @@ everything (success rates, 95 % Wilson intervals, panel hash, wall times, the ex
 to ``benchmarks/results/learning.json``.
 
 The "before" evaluation does not depend on the estimator: it is computed once per (env,
-panel, seed) and shared by the estimators of that seed (the greedy one once per (env,
-panel): greedy decoding ignores the seed). Rows are merged into the JSON by (env,
+panel, seed, hash of the env and policy config) and shared by the estimators of that seed
+(the greedy one once per (env, panel, hash): greedy decoding ignores the seed). Rows are merged into the JSON by (env,
 estimator, seed, iterations, panel), so a grid can be run in pieces; ``--summary`` prints
 the Markdown table of what the JSON holds (per-run rows, then means over seeds).
 
@@ -25,6 +25,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import time
@@ -74,9 +75,11 @@ def run_one(env: str, estimator: str, seed: int, iterations: int, panel: int, ou
     from agentrl.train import train
 
     cfg = config_for(env, estimator, seed, iterations, panel, out_dir)
+    d = to_dict(cfg)  # the cache key: everything the before-eval depends on (env and policy sections)
+    tag = hashlib.sha256(json.dumps({"env": d["env"], "policy": d["policy"]}, sort_keys=True).encode()).hexdigest()[:10]
     cache = out_dir / "before"
-    greedy_b, s_gb = _cached(cache / f"{env}-p{panel}-greedy.json", lambda: _eval(cfg, True))
-    sampled_b, s_sb = _cached(cache / f"{env}-p{panel}-s{seed}-sampled.json", lambda: _eval(cfg, False))
+    greedy_b, s_gb = _cached(cache / f"{env}-p{panel}-{tag}-greedy.json", lambda: _eval(cfg, True))
+    sampled_b, s_sb = _cached(cache / f"{env}-p{panel}-{tag}-s{seed}-sampled.json", lambda: _eval(cfg, False))
     t1 = time.perf_counter()
     result = train(cfg, resume=False)
     t2 = time.perf_counter()

@@ -39,7 +39,7 @@ class HFEngine:
         pad_token_id: id used for left padding (never attended to); default EOS.
         max_context: context length in tokens; default ``config.max_position_embeddings``.
         num_threads: torch intra-op threads (1 on the shared 2-core machine, MODELS.md §2.6);
-            0 or None leaves torch's setting (``OMP_NUM_THREADS`` or all cores).
+            0 = ``OMP_NUM_THREADS`` when set, else all cores; None leaves torch's setting.
     Raises:
         ValueError: no EOS id.
     """
@@ -57,6 +57,8 @@ class HFEngine:
     ) -> None:
         if eos_token_id is None:
             raise ValueError("HFEngine needs eos_token_id (the token that ends an assistant message)")
+        if num_threads == 0:
+            num_threads = _default_threads()
         if num_threads:
             torch.set_num_threads(num_threads)
         self.model = model.eval()
@@ -246,6 +248,16 @@ def _restricted_logprobs(logits: torch.Tensor, new: torch.Tensor, trie: TokenTri
         z = logits[k, torch.from_numpy(ids)]
         out[k] = logits[k, toks[k]] - torch.logsumexp(z, dim=0)
     return out
+
+
+def _default_threads() -> int:
+    """``OMP_NUM_THREADS`` when it is a positive integer, else the number of usable cores."""
+    import os
+
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def _device(model: torch.nn.Module) -> torch.device:

@@ -84,7 +84,7 @@ class ContextStrategy(Protocol):
 
     def first(self, observation: str, task: str | None = None) -> np.ndarray: ...
 
-    def next(self, completion_ids: np.ndarray, action: str, observation: str) -> np.ndarray: ...
+    def next(self, completion_ids: np.ndarray, action: str, observation: str, past: str | None = None) -> np.ndarray: ...
 
 
 class WindowContext:
@@ -130,8 +130,10 @@ class WindowContext:
         self.task, self.current = (observation if task is None else task), observation
         return self._prompt()
 
-    def next(self, completion_ids: np.ndarray, action: str, observation: str) -> np.ndarray:
-        self.steps.append((action or "(invalid)", observation))
+    def next(self, completion_ids: np.ndarray, action: str, observation: str, past: str | None = None) -> np.ndarray:
+        """``past``: how ``observation`` is shown once it is history (default: as is; the
+        driver passes it without the admissible-action list, which is stale by then)."""
+        self.steps.append((action or "(invalid)", observation if past is None else past))
         self.current = observation
         self.segment += 1
         return self._prompt()
@@ -151,7 +153,7 @@ class ChatContext:
         self.prompt_ids = self.renderer.render_ids(self.messages)
         return self.prompt_ids
 
-    def next(self, completion_ids: np.ndarray, action: str, observation: str) -> np.ndarray:
+    def next(self, completion_ids: np.ndarray, action: str, observation: str, past: str | None = None) -> np.ndarray:
         ext = self.renderer.extend(self.prompt_ids, self.messages, completion_ids, [Message("user", observation)])
         if ext.forked:
             self.segment += 1
@@ -271,7 +273,7 @@ class EpisodeDriver:
         self._obs = shown_observation(result, self.cfg.show_admissible)
         self._anchor = turn.next_anchor_obs
         self._admissible = [str(a) for a in result.info.get(INFO_ADMISSIBLE) or ()]
-        self._prompt = self.context.next(self._completion, turn.action, self._obs)
+        self._prompt = self.context.next(self._completion, turn.action, self._obs, past=result.obs)
         return self._check_room()
 
     def _check_room(self) -> bool:

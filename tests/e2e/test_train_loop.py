@@ -212,3 +212,18 @@ def test_one_env_pool_serves_every_iteration_and_is_closed(tiny_dir, tmp_path, m
     assert result.state.iteration == 3 and result.state.episodes_stored == 3 * 2 * 4
     assert len(opened) == 1
     assert opened[0].closed
+
+
+def test_fresh_start_in_a_used_run_folder_sets_the_old_run_aside(tiny_dir, tmp_path):
+    """--no-resume twice in one folder: the second run starts fresh (its explicit episode ids
+    would collide in the append-only store) and the first run's store is kept beside it."""
+    from agentrl.train import train
+
+    cfg = _cfg(tiny_dir, tmp_path, iterations=1, run__eval_every=0)
+    first = train(cfg, resume=False)
+    second = train(cfg, resume=False)
+    (old,) = [p for p in tmp_path.iterdir() if p.name.startswith("run.prev-")]
+    for path in (second.store_path, old / "store.sqlite"):
+        with TurnStore(path, readonly=True) as store:
+            assert len(store.episodes(first.run_id)) == 2 * 4
+    assert second.state.iteration == 1

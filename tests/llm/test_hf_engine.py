@@ -121,3 +121,23 @@ def test_logprobs_equal_teacher_forced_forward_smollm2(smollm2_engine, smollm2_t
     comps = smollm2_engine.generate(prompts, SamplingParams(max_tokens=16, seed=0))
     for p, c in zip(prompts, comps):
         assert np.max(np.abs(smollm2_engine.score(p, c.token_ids) - c.logprobs)) <= 1e-4
+
+
+@pytest.mark.parametrize("env, expected", [("3", 3), ("", None), ("junk", None)])
+def test_num_threads_zero_follows_omp_num_threads(tiny_dir, monkeypatch, env, expected):
+    """num_threads=0: OMP_NUM_THREADS when it is a positive integer, else every usable core."""
+    import os
+
+    from agentrl.llm.hf import HFEngine
+
+    monkeypatch.setenv("OMP_NUM_THREADS", env)
+    before = torch.get_num_threads()
+    try:
+        HFEngine.from_pretrained(tiny_dir, num_threads=0)
+        want = expected if expected is not None else len(os.sched_getaffinity(0))
+        assert torch.get_num_threads() == want
+        torch.set_num_threads(1)
+        HFEngine.from_pretrained(tiny_dir, num_threads=None)  # None leaves the setting alone
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

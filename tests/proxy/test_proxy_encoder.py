@@ -145,3 +145,102 @@ def test_multi_turn_drift_equals_full_rerender(serve, renderer):
             assert b.info["first_mismatch"] == (int(diff[0]) if diff.size else m)
         oks.append(ok)
     assert oks == [True, False, False, False, False]  # drift persists once a non-canonical split is in the ids
+
+
+CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>'"
+          " + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+def test_template_without_system_role_still_starts(tiny_tokenizer, reply_ids):
+    """A Gemma-2 / old-Mistral style template that raises on a system message: the encoder
+    probes without one (or falls back to ``renderer.encode``) and the proxy serves."""
+    from agentrl.proxy import RecordingProxy
+
+    tok = copy.deepcopy(tiny_tokenizer)
+    tok.chat_template = ("{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+                         "{% endif %}" + CHATML)
+    renderer = ChatRenderer(tok)
+    enc = Encoder(renderer)
+    for text in TEXTS:
+        assert enc(text).tolist() == renderer.encode(text).tolist(), text
+    prev = None
+    for conv in _conversation(4):
+        text = renderer.render_text(conv[1:], add_generation_prompt=True)
+        prev = enc.render(text, prev)
+        assert prev.ids.tolist() == renderer.encode(text).tolist()
+    engine = ScriptedEngine([reply_ids("look")], eos_token_id=renderer.eos_token_id)
+    with RecordingProxy(engine, renderer).serve() as proxy:
+        h = proxy.create_episode()
+        out = openai.OpenAI(base_url=h.base_url, api_key=h.api_key, max_retries=0).chat.completions.create(
+            model="p", messages=[{"role": "user", "content": "hi"}])
+        assert out.choices[0].message.content == "look"
+        assert proxy.close_episode(h.episode_id).turns[0].completion_ids.tolist() == reply_ids("look")
+
+
+def test_failing_probe_falls_back_to_renderer_encode(renderer, monkeypatch):
+    from jinja2.exceptions import TemplateError
+
+    import agentrl.proxy.encoder as encoder_mod
+
+    def reject(_renderer):
+        raise TemplateError("this template renders none of the probe conversations")
+    monkeypatch.setattr(encoder_mod, "renderer_probe", reject)
+    enc = Encoder(renderer)
+    assert not enc.direct and not enc.incremental
+    text = renderer.render_text(_conversation(2)[-1], add_generation_prompt=True)
+    assert enc(text).tolist() == renderer.encode(text).tolist()
+    assert enc.render(text + "x", enc.render(text)).ids.tolist() == renderer.encode(text + "x").tolist()
+
+
+def _metaspace_unk_tokenizer():
+    """A sentencepiece-style BPE (Metaspace ``▁``, prepended to the first piece only, no
+    byte fallback: an unknown character encodes to the added token ``<unk>``) with ChatML
+    special tokens. The probe texts are all known characters; "☃" is not."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from agentrl.proxy.encoder import renderer_probe
+
+    tk = Tokenizer(models.BPE(unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
+    tk.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first")
+    corpus = ["You are an agent. Héllo wörld — 你好 🙂 look <tool_call>{\"a\": 1}</tool_call> ok spaced leading "
+              "trailing space", "system user assistant tool go east take the key room door hello more words here"]
+    alphabet = sorted(set("".join(corpus)) | set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.:\n\t "))
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<|im_start|>", "<|im_end|>"],
+                                  initial_alphabet=alphabet, show_progress=False)
+    tk.train_from_iterator(corpus * 20, trainer)
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", eos_token="<|im_end|>")
+    tok.chat_template = CHATML
+    renderer = ChatRenderer(tok)
+    assert all("☃" not in t for t in renderer_probe(renderer))
+    return renderer
+
+
+def test_model_produced_added_token_is_no_restart_point():
+    """``<unk>`` stands for an unknown character, not for its own text: restarting the
+    encode there would prepend a Metaspace ``▁`` that the full encode does not have."""
+    renderer = _metaspace_unk_tokenizer()
+    enc = Encoder(renderer)
+    assert enc.direct and enc.incremental
+    text = "hello x☃y and more words here"
+    unk = renderer.tokenizer.unk_token_id
+    assert unk in renderer.encode(text).tolist()
+    prev = enc.render(text)
+    assert prev.cut_tokens.size == 0  # the <unk> is not a cut: text "☃" is not "<unk>"
+    for tail in (" more", "<|im_end|>\n<|im_start|>user\nok<|im_end|>\n"):
+        got = enc.render(text + tail, prev)
+        assert got.ids.tolist() == renderer.encode(text + tail).tolist(), tail
+    # the real special tokens still are: a conversation with unknown characters re-encodes from its last one
+    prev = None
+    for conv in _conversation(6):
+        conv = [Message(m.role, m.content + " ☃x") for m in conv]
+        text = renderer.render_text(conv, add_generation_prompt=True)
+        prev = enc.render(text, prev)
+        assert prev.ids.tolist() == renderer.encode(text).tolist()
+        starts = [i for i, t in enumerate(prev.ids.tolist()) if t == renderer.tokenizer.convert_tokens_to_ids("<|im_start|>")]
+        assert prev.cut_tokens.tolist() == sorted(starts + [i for i, t in enumerate(prev.ids.tolist())
+                                                            if t == renderer.eos_token_id])
+    # and a literal "<unk>" in the text is an added-token match like any other
+    lit = enc.render("say <unk> please, more words here")
+    assert lit.cut_tokens.tolist() == [renderer.encode("say ").size] and lit.cut_chars.tolist() == [4]

@@ -135,6 +135,7 @@ def test_window_context_is_fresh_render_with_last_k_pairs(tiny_tokenizer, toy_po
         text = r.tokenizer.decode(turn.prompt_ids)
         np.testing.assert_array_equal(turn.prompt_ids, r.encode(text))  # a fresh (canonical) render
         assert text.count("\n> ") == min(turn.t, 2)
+        assert text.count("Admissible actions:") == 1  # only the current observation lists them
         assert "segment" not in turn.info
         assert text.rstrip("\n").endswith("<|im_start|>assistant")
     assert len(episode_segments(ep.turns)) == len(ep.turns)
@@ -203,8 +204,8 @@ def test_window_context_text_orders_each_action_before_its_result(history, expec
     ctx = WindowContext(r, "SYS", k=2, history=history)
     ctx.first("start room\nAdm: a1", task="start room")
     assert r.last[1].content == "Task:\nstart room\n\nCurrent observation:\nstart room\nAdm: a1"
-    for i in (1, 2, 3):
-        ctx.next(np.zeros(1, np.int32), f"a{i}", f"saw {i}" + ("\nAdm: x" if i == 3 else ""))
+    for i in (1, 2, 3):  # past observations are shown without their admissible-action list
+        ctx.next(np.zeros(1, np.int32), f"a{i}", f"saw {i}\nAdm: x", past=f"saw {i}")
     assert r.last[0].content == "SYS" and r.last[1].content == expected
     assert ctx.segment == 3
 
