@@ -14,9 +14,11 @@ The app is a plain ``Starlette`` app (raw ``Request``, ``orjson``, plain ``Respo
 §5.6): no route needs FastAPI's validation, and FastAPI adds three middleware layers per
 call. Parsing and prompt building run inline on the event loop (~0.1 ms: one template
 render, the new messages encoded), the engine on the ``EngineWorker`` thread, blocking
-waits in a thread pool. A call is recorded (``PendingCall.finish``: the turn and the
-deferred drift measurement) right after its reply was written, while the harness reads it,
-instead of before.
+waits in a thread pool. A call's turn is recorded just before its reply is written
+(``PendingCall.commit``: it exists once the harness has the reply, for ``set_reward(turn=t)``
+and ``GET /admin/episodes``); the deferred drift measurement runs right after the reply was
+written (``PendingCall.finish``), while the harness reads it, and before the episode's next
+call is admitted.
 """
 
 from __future__ import annotations
@@ -113,11 +115,13 @@ def build_app(core: ProxyCore, *, admin_token: str, base_url: Callable[[], str],
 
 
 def _deliver(call: PendingCall, make_body):
-    """A JSON response that records the call once the body was handed to the server
-    (in memory, brief locks; the next request of the episode waits for it, never races it).
-    A response that fails to build or send records an aborted, non-trainable turn."""
+    """A JSON response that records the call before the body is sent and finishes it (drift
+    metric, episode released) once the body was handed to the server; the next request of
+    the episode waits for that, never races it. A response that fails to build or send
+    records an aborted, non-trainable turn."""
     try:
         response = Response(orjson.dumps(make_body(call)), media_type=JSON)
+        call.commit()
     except BaseException:
         call.finish(False)
         raise

@@ -3,15 +3,23 @@
 ``ProxyCore.start_async`` (event loop) / ``start`` (any thread) takes the episode (calls of an
 episode are serialised), passes the pause gate, builds the prompt and waits for the engine
 worker.
-The returned ``PendingCall`` is *finished* once the reply was delivered (or the client hung
-up): only then is the turn recorded, so a client that disconnects mid-stream yields a turn
-with ``info["trainable"] = False``, ``finish_reason = "abort"`` and no completion ids (the
-sampled ids are dropped from training and the thread's history is not advanced).
+The returned ``PendingCall`` is *committed* just before the reply's last bytes are sent
+(``commit``: the turn is appended and the thread advanced, so ``set_reward(turn=t)`` and
+``list_episodes`` see it as soon as the client has the reply) and *finished* once the reply
+was delivered or the client hung up (``finish``: the deferred drift metric, then the
+episode is released for its next call). A client that disconnects before the end of the
+reply (mid-stream, or before a non-streamed body went out) yields a turn with
+``info["trainable"] = False``, ``finish_reason = "abort"`` and no completion ids: the
+sampled ids are dropped from training and the thread's history is put back where it was.
+A failing drift measurement never loses the turn: ``token_prefix_ok`` is None and
+``info["drift_error"]`` says why (also logged with the episode id).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -29,6 +37,8 @@ from agentrl.proxy.tito import (MODES, PromptPlan, commit_thread, drift_of, new_
 from agentrl.proxy.wire import ChatRequest, ToolCall, WireError, WireMessage
 from agentrl.types import Turn
 
+log = logging.getLogger(__name__)
+
 
 @dataclass
 class PendingCall:
@@ -40,7 +50,7 @@ class PendingCall:
         finish_reason: OpenAI finish reason (``stop | length | tool_calls``).
         text: the decoded completion (EOS dropped). sampling: the effective sampling
             parameters. version_start: policy version at admission.
-        turn: the recorded turn (after ``finish``).
+        turn: the recorded turn (after ``commit`` or ``finish``).
     """
 
     core: "ProxyCore"
@@ -57,19 +67,35 @@ class PendingCall:
     t_start: float
     turn: Turn | None = None
     _done: bool = field(default=False, repr=False)
+    _prev: object = field(default=None, repr=False)  # the thread's last full encode (drift base)
+    _thread: object = field(default=None, repr=False)  # the ThreadState this call committed
+    _undo: tuple | None = field(default=None, repr=False)  # (segment, n_segments, forks, old thread)
+
+    def commit(self) -> Turn:
+        """Record the turn as delivered, before the reply's last bytes are sent (idempotent;
+        the episode stays held until ``finish``)."""
+        if self.turn is None:
+            self.turn = self.core.record(self, True)
+        return self.turn
 
     def finish(self, delivered: bool) -> Turn:
-        """Record the turn (idempotent), then release the gate and the episode.
+        """Complete the call (idempotent): record the turn unless ``commit`` did, measure the
+        deferred drift metric, then release the gate and the episode.
 
         Args:
             delivered: the client received the whole reply; False records an aborted,
-                non-trainable turn and keeps the thread's history where it was.
+                non-trainable turn (or turns the committed one into it) and keeps the
+                thread's history where it was.
         """
         if self._done:
             return self.turn
         self._done = True
         try:
-            self.turn = self.core.record(self, delivered)
+            if self.turn is None:
+                self.turn = self.core.record(self, delivered)
+            elif not delivered:
+                self.turn = self.core.unrecord(self)
+            self.core.measure(self)
         finally:
             self.core.gate.leave()
             self.session.release()
@@ -86,7 +112,7 @@ class ProxyCore:
         mode: ``tito`` | ``retokenize`` | ``strict`` (``agentrl.proxy.tito``).
         sampling: defaults for parameters a request leaves out.
         measure_drift: compute ``token_prefix_ok`` on TITO calls (one full re-encode per call,
-            done in ``record``, i.e. after the reply was sent).
+            done in ``measure``, i.e. after the reply was sent).
         max_batch: most prompts per engine call.
         model_name: the id served on ``GET models``.
     Raises:
@@ -177,9 +203,13 @@ class ProxyCore:
         return PendingCall(self, session, plan, req, completion, text, content, calls, reason, sampling, version, t0)
 
     def record(self, call: PendingCall, delivered: bool) -> Turn:
-        """Append the call's ``Turn`` to its episode (see the module docstring)."""
+        """Append the call's ``Turn`` to its episode and, when delivered, advance its thread
+        (see the module docstring). Drift measured before generating (``retokenize``,
+        ``strict``) goes into ``info`` here; a pending one is left to ``measure``."""
         s, plan, c = call.session, call.plan, call.completion
         aborted = not delivered or c.finish_reason == FINISH_ABORT
+        old = s.threads.get(plan.key)
+        call._prev = old.rendered if old is not None else None
         info = {"call": s.calls, "thread": thread_index(s.threads, plan.key), "prompt_source": plan.source,
                 "cause": plan.cause, "fork": plan.fork and not aborted,
                 "finish_reason": "abort" if aborted else call.finish_reason,
@@ -187,9 +217,6 @@ class ProxyCore:
                 "sampling_sent": call.request.sent, "policy_version_start": call.version_start,
                 "token_faithful": bool(c.token_faithful), "logprob_mode": c.logprob_mode,
                 "latency_s": round(time.time() - call.t_start, 6), "tool_calls": len(call.tool_calls)}
-        if plan.drift_head is not None:  # pending (tito): measured now, after the reply went out
-            with self._render_lock:
-                plan = call.plan = drift_of(plan, self.encoder, s.threads)
         if plan.token_prefix_ok is not None:
             info["token_prefix_ok"] = plan.token_prefix_ok
             if plan.first_mismatch is not None:
@@ -199,6 +226,7 @@ class ProxyCore:
             info["aborted_completion_tokens"] = int(ids.size)
             ids, lps = np.zeros(0, np.int32), np.zeros(0, np.float32)
         else:
+            call._undo = (s.segment, s.n_segments, s.forks, old)
             if new_segment(plan, s.threads, s.segment) or s.segment is None:
                 s.segment = s.n_segments
                 s.n_segments += 1
@@ -206,7 +234,7 @@ class ProxyCore:
             reply = None
             if call.request.prompt is None:
                 reply = canonical(WireMessage("assistant", call.content, call.tool_calls))
-            commit_thread(s.threads, plan, call.request, reply, c.token_ids, call.text, s.segment)
+            call._thread = commit_thread(s.threads, plan, call.request, reply, c.token_ids, call.text, s.segment)
             info["segment"], info["forks"] = s.segment, s.forks
         ep = s.episode
         obs = _observation(call.request)
@@ -217,6 +245,51 @@ class ProxyCore:
         ep.turns.append(turn)
         s.calls += 1
         return turn
+
+    def unrecord(self, call: PendingCall) -> Turn:
+        """Turn a call recorded as delivered whose reply did not go out into an aborted,
+        non-trainable turn (same ``t``, reward kept): the thread and the segment counters
+        go back to where they were before the call."""
+        s, t = call.session, call.turn
+        if call._undo is None:  # recorded as aborted already
+            return t
+        s.segment, s.n_segments, s.forks, old = call._undo
+        if old is None:
+            s.threads.pop(call.plan.key, None)
+        else:
+            s.threads[call.plan.key] = old
+        call._undo = call._thread = None
+        info = {k: v for k, v in t.info.items() if k not in ("segment", "forks")}
+        info.update(fork=False, finish_reason="abort", trainable=False,
+                    aborted_completion_tokens=int(t.completion_ids.size))
+        with s.cv:  # atomic for set_reward
+            new = dataclasses.replace(t, action_valid=False, completion_ids=np.zeros(0, np.int32),
+                                      completion_logprobs=np.zeros(0, np.float32), info=info)
+            s.episode.turns[t.t] = new
+        return new
+
+    def measure(self, call: PendingCall) -> None:
+        """The deferred drift metric of a recorded call (``tito`` mode): fills the turn's
+        ``token_prefix_ok`` / ``first_mismatch`` and keeps the full encode as the thread's
+        base for the next call's. Never raises: a failure sets ``token_prefix_ok = None``
+        and ``info["drift_error"]`` (``"Type: message"``) and is logged with the episode id."""
+        plan, info = call.plan, call.turn.info
+        if plan.drift_head is None:
+            return
+        try:
+            with self._render_lock:
+                plan = call.plan = drift_of(plan, self.encoder, call._prev)
+        except Exception as exc:  # noqa: BLE001 - the turn is recorded; only its metric is missing
+            info["token_prefix_ok"] = None
+            info["drift_error"] = f"{type(exc).__name__}: {exc}"
+            log.warning("episode %d turn %d: drift measurement failed (%s); turn kept without it",
+                        call.session.episode.episode_id, call.turn.t, info["drift_error"], exc_info=True)
+            return
+        info["token_prefix_ok"] = plan.token_prefix_ok
+        if plan.first_mismatch is not None:
+            info["first_mismatch"] = plan.first_mismatch
+        if call._thread is not None:
+            call._thread.rendered = plan.rendered
 
     def renderer_text(self, call: PendingCall) -> str:
         """The action text of a call: the reply content, or its tool calls as JSON lines."""

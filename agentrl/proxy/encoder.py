@@ -15,12 +15,16 @@ MODELS.md §5.5 step 3) reusing ``prev``, the full encode of an earlier prefix o
 The ``tokenizers`` pipeline first splits the text at added tokens (leftmost-longest match),
 then normalises, pre-tokenises and encodes each piece on its own. So with an *anchor* — an
 added token in ``prev`` that starts at least ``max added-token length`` characters before
-the end of ``prev.text`` (no match decided there can change when text is appended) and has
-no ``lstrip``/``rstrip``/``single_word``/``normalized`` flag — ``encode(text) ==
+the end of ``prev.text`` (no match decided there can change when text is appended), has
+no ``lstrip``/``rstrip``/``single_word``/``normalized`` flag, and whose characters in the
+text are its own content (a split at an added-token match; not, e.g., ``<unk>`` that the
+model produced for an unknown character inside a piece) — ``encode(text) ==
 prev.ids[:j] + encode(text[a:])`` where the anchor is token ``j`` at character ``a``. Only
 the new tail of the conversation is encoded per call, instead of all of it. Used only when
 every added token lacks those flags and special tokens are not split, and when a probe
-conversation re-encodes identically both ways; otherwise ``render`` encodes in full.
+conversation re-encodes identically both ways; otherwise ``render`` encodes in full. A
+chat template that renders none of the probe conversations (e.g. one that rejects every
+role but ``user``/``assistant`` *and* the generation prompt) leaves only ``renderer.encode``.
 """
 
 from __future__ import annotations
@@ -86,15 +90,18 @@ class Encoder:
         self.renderer = renderer
         self._split = bool(getattr(renderer.tokenizer, "split_special_tokens", False))
         self._backend = _direct_backend(renderer.tokenizer)
-        self.direct = self._backend is not None and self._probe_direct()
-        self._anchor_ids, self._max_added = frozenset(), 0
-        if self.direct and not self._split:
-            added = self._backend.get_added_tokens_decoder()
-            if added and not any(t.lstrip or t.rstrip or t.single_word for t in added.values()):
-                self._anchor_ids = frozenset(i for i, t in added.items() if not t.normalized)
-                self._max_added = max(len(t.content) for t in added.values())
-        self.incremental = bool(self._anchor_ids)
-        self.incremental = self.incremental and self._probe_incremental()
+        self._anchors, self._max_added = {}, 0
+        self.direct = self.incremental = False
+        try:  # a template that renders no probe conversation (TemplateError): renderer.encode only
+            self.direct = self._backend is not None and self._probe_direct()
+            if self.direct and not self._split:
+                added = self._backend.get_added_tokens_decoder()
+                if added and not any(t.lstrip or t.rstrip or t.single_word for t in added.values()):
+                    self._anchors = {i: t.content for i, t in added.items() if not t.normalized}
+                    self._max_added = max(len(t.content) for t in added.values())
+            self.incremental = bool(self._anchors) and self._probe_incremental()
+        except Exception:  # noqa: BLE001 - any probe failure means: do not trust the fast paths
+            self.direct = self.incremental = False
 
     def _probe_direct(self) -> bool:
         for text in renderer_probe(self.renderer):
@@ -141,10 +148,19 @@ class Encoder:
         enc = self._encoding(text[a:]) if self.direct else None
         if enc is None:
             return Rendered(text, self.renderer.encode(text), _NO_CUTS, _NO_CUTS)
-        ids, anchors = enc.ids, self._anchor_ids
+        ids, anchors = enc.ids, self._anchors
         tail = np.asarray(ids, np.int32)
-        cuts = np.asarray([c for c, i in enumerate(ids) if i in anchors], np.int64)
-        chars = np.asarray([enc.token_to_chars(int(c))[0] for c in cuts], np.int64) + a
+        cut_list, char_list = [], []
+        for c, i in enumerate(ids):
+            content = anchors.get(i)
+            if content is not None:
+                s, e = enc.token_to_chars(c)
+                # an anchor only where the text is the token's own content (an added-token
+                # match), not where the model produced it (e.g. <unk> for an unknown char)
+                if e - s == len(content) and text.startswith(content, a + s):
+                    cut_list.append(c)
+                    char_list.append(a + s)
+        cuts, chars = np.asarray(cut_list, np.int64), np.asarray(char_list, np.int64)
         if a == 0 and j == 0:
             return Rendered(text, tail, cuts, chars)
         return Rendered(text, np.concatenate([prev.ids[:j], tail]), np.concatenate([prev.cut_tokens[:k - 1], cuts + j]),
@@ -153,12 +169,21 @@ class Encoder:
 
 def renderer_probe(renderer: ChatRenderer) -> list[str]:
     """Texts the fast path must encode exactly as ``renderer.encode``: a rendered
-    conversation with every role, the template tail, EOS, and non-ASCII text."""
+    conversation with every role (with fewer roles when the template rejects some: no tool
+    message, then no system message), the template tail, EOS, and non-ASCII text.
+
+    Raises:
+        Exception: the template's error (``jinja2.TemplateError``) when it renders none of them.
+    """
     conv = [Message("system", "You are an agent."), Message("user", "Héllo wörld — 你好 🙂\n\tx  y"),
             Message("assistant", 'look <tool_call>{"a": 1}</tool_call>'), Message("tool", "ok"),
             Message("user", "  spaced  ")]
-    try:
-        rendered = renderer.render_text(conv, add_generation_prompt=True)
-    except Exception:  # noqa: BLE001 - a template that rejects these roles: probe the rest
-        rendered = renderer.render_text(conv[:2], add_generation_prompt=True)
+    for probe in (conv, conv[:2], conv[1:2]):  # templates that reject tool / system roles: fewer
+        try:
+            rendered = renderer.render_text(probe, add_generation_prompt=True)
+            break
+        except Exception as exc:  # noqa: BLE001 - jinja2 TemplateError, or any raise_exception
+            error = exc
+    else:
+        raise error
     return [rendered, renderer.tail_text, renderer.eos_text, " leading space", "trailing space ", ""]

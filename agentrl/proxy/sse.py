@@ -5,8 +5,10 @@ A stream carries the role delta, content deltas (one per decoded token step; a s
 text is an incomplete UTF-8 character waits for the next), one tool-call delta after
 parsing, the final chunk with ``finish_reason``, ``usage`` when
 ``stream_options.include_usage`` is set, then ``data: [DONE]``. Concatenated deltas equal
-the non-streamed content. The call is recorded when the stream ends: normally → a
-delivered turn; closed early (client gone) → an aborted, non-trainable turn.
+the non-streamed content. The turn is recorded (``PendingCall.commit``) just before the
+final chunk is sent, so it exists once the client has that chunk; the call is finished
+when the stream ends: normally → the delivered turn stays; closed early (client gone
+before ``[DONE]``) → an aborted, non-trainable turn.
 """
 
 from __future__ import annotations
@@ -88,7 +90,8 @@ def _event(obj) -> bytes:
 
 
 async def sse_chat(call: PendingCall) -> AsyncIterator[bytes]:
-    """SSE stream of a chat call; records the call when the stream ends (see module doc)."""
+    """SSE stream of a chat call; records the turn before the final chunk and finishes the
+    call when the stream ends (see module doc)."""
     delivered = False
     try:
         head = {"id": f"chatcmpl-{secrets.token_hex(12)}", "object": "chat.completion.chunk",
@@ -113,7 +116,9 @@ async def sse_chat(call: PendingCall) -> AsyncIterator[bytes]:
             calls = [{"index": i, **tc} for i, tc in enumerate(msg["tool_calls"])]
             yield chunk({"tool_calls": calls}, 0 if not call.content else ids.size, ids.size)
         last = deltas[-1][2] if deltas and not call.tool_calls else ids.size
-        yield chunk({}, last, ids.size, finish=call.finish_reason)
+        final = chunk({}, last, ids.size, finish=call.finish_reason)
+        call.commit()
+        yield final
         if req.include_usage:
             yield _event({**head, "choices": [], "usage": _usage(call)})
         yield b"data: [DONE]\n\n"
@@ -130,8 +135,10 @@ async def sse_completion(call: PendingCall) -> AsyncIterator[bytes]:
                 "model": call.request.model or call.core.model_name}
         for text, _, _ in text_deltas(call.core.renderer.tokenizer, _content_ids(call), call.content):
             yield _event({**head, "choices": [{"index": 0, "text": text, "finish_reason": None, "logprobs": None}]})
-        yield _event({**head, "choices": [{"index": 0, "text": "", "finish_reason": call.finish_reason,
-                                            "logprobs": None}]})
+        final = _event({**head, "choices": [{"index": 0, "text": "", "finish_reason": call.finish_reason,
+                                             "logprobs": None}]})
+        call.commit()
+        yield final
         if call.request.include_usage:
             yield _event({**head, "choices": [], "usage": _usage(call)})
         yield b"data: [DONE]\n\n"

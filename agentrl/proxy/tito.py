@@ -14,8 +14,8 @@ Modes: ``tito`` (default), ``retokenize`` (every call re-rendered and its own se
 a plain server does; for A/B), ``strict`` (any drift or rewrite is refused with 400).
 
 In ``tito`` mode the drift metric does not change the ids fed, so ``plan_chat`` leaves it
-pending (``PromptPlan.drift_head``) and the caller measures it with ``drift_of`` when the
-turn is recorded, after the reply was sent. ``retokenize`` and ``strict`` need it before
+pending (``PromptPlan.drift_head``) and the caller measures it with ``drift_of`` after the
+turn was recorded and the reply sent. ``retokenize`` and ``strict`` need it before
 generating and measure it at once. Either way the full re-encode reuses the thread's last
 one (``ThreadState.rendered``, ``Encoder.render``): only the new tail of the conversation is
 encoded, not all of it.
@@ -113,14 +113,13 @@ def _drift(canonical_ids: np.ndarray, rendered: np.ndarray) -> tuple[bool, int |
     return False, int(diff[0]) if diff.size else m
 
 
-def drift_of(plan: PromptPlan, encoder: Encoder, threads: dict[bytes, ThreadState]) -> PromptPlan:
+def drift_of(plan: PromptPlan, encoder: Encoder, prev: Rendered | None) -> PromptPlan:
     """The plan with its pending drift measured (``drift_head`` set: the full re-encode of
-    ``prompt_text``, incremental from the thread's last one); other plans unchanged.
-    Call before ``commit_thread`` (it reads the thread's previous state)."""
+    ``prompt_text``, incremental from ``prev``, the thread's ``rendered`` before this call
+    was committed); other plans unchanged."""
     if plan.drift_head is None:
         return plan
-    th = threads.get(plan.key)
-    rendered = encoder.render(plan.prompt_text, th.rendered if th else None)
+    rendered = encoder.render(plan.prompt_text, prev)
     ok, mismatch = _drift(plan.prompt_ids[: plan.drift_head], rendered.ids)
     return dataclasses.replace(plan, token_prefix_ok=ok, first_mismatch=mismatch, drift_head=None, rendered=rendered)
 

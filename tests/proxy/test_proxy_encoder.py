@@ -161,6 +161,7 @@ def test_template_without_system_role_still_starts(tiny_tokenizer, reply_ids):
                          "{% endif %}" + CHATML)
     renderer = ChatRenderer(tok)
     enc = Encoder(renderer)
+    assert enc.direct and enc.incremental  # probed on a conversation without the system message
     for text in TEXTS:
         assert enc(text).tolist() == renderer.encode(text).tolist(), text
     prev = None
@@ -206,7 +207,8 @@ def _metaspace_unk_tokenizer():
     tk.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first")
     corpus = ["You are an agent. Héllo wörld — 你好 🙂 look <tool_call>{\"a\": 1}</tool_call> ok spaced leading "
               "trailing space", "system user assistant tool go east take the key room door hello more words here"]
-    alphabet = sorted(set("".join(corpus)) | set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.:\n\t "))
+    ascii_ = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.:\n\t "
+    alphabet = sorted(set("".join(corpus)) | set(ascii_))
     trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<|im_start|>", "<|im_end|>"],
                                   initial_alphabet=alphabet, show_progress=False)
     tk.train_from_iterator(corpus * 20, trainer)
@@ -232,15 +234,13 @@ def test_model_produced_added_token_is_no_restart_point():
         got = enc.render(text + tail, prev)
         assert got.ids.tolist() == renderer.encode(text + tail).tolist(), tail
     # the real special tokens still are: a conversation with unknown characters re-encodes from its last one
-    prev = None
+    prev, special = None, {renderer.tokenizer.convert_tokens_to_ids("<|im_start|>"), renderer.eos_token_id}
     for conv in _conversation(6):
         conv = [Message(m.role, m.content + " ☃x") for m in conv]
         text = renderer.render_text(conv, add_generation_prompt=True)
         prev = enc.render(text, prev)
         assert prev.ids.tolist() == renderer.encode(text).tolist()
-        starts = [i for i, t in enumerate(prev.ids.tolist()) if t == renderer.tokenizer.convert_tokens_to_ids("<|im_start|>")]
-        assert prev.cut_tokens.tolist() == sorted(starts + [i for i, t in enumerate(prev.ids.tolist())
-                                                            if t == renderer.eos_token_id])
+        assert prev.cut_tokens.tolist() == [i for i, t in enumerate(prev.ids.tolist()) if t in special]
     # and a literal "<unk>" in the text is an added-token match like any other
     lit = enc.render("say <unk> please, more words here")
     assert lit.cut_tokens.tolist() == [renderer.encode("say ").size] and lit.cut_chars.tolist() == [4]
