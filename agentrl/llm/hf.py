@@ -11,6 +11,7 @@ SmolLM2 folder is stored in bf16; bf16 → fp32 is exact).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -252,8 +253,6 @@ def _restricted_logprobs(logits: torch.Tensor, new: torch.Tensor, trie: TokenTri
 
 def _default_threads() -> int:
     """``OMP_NUM_THREADS`` when it is a positive integer, else the number of usable cores."""
-    import os
-
     env = os.environ.get("OMP_NUM_THREADS", "")
     if env.isdigit() and int(env) > 0:
         return int(env)

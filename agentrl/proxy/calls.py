@@ -223,7 +223,7 @@ class ProxyCore:
                 info["first_mismatch"] = plan.first_mismatch
         ids, lps = c.token_ids, c.logprobs
         if aborted:
-            info["aborted_completion_tokens"] = int(ids.size)
+            _mark_aborted(info, int(ids.size))
             ids, lps = np.zeros(0, np.int32), np.zeros(0, np.float32)
         else:
             call._undo = (s.segment, s.n_segments, s.forks, old)
@@ -260,8 +260,7 @@ class ProxyCore:
             s.threads[call.plan.key] = old
         call._undo = call._thread = None
         info = {k: v for k, v in t.info.items() if k not in ("segment", "forks")}
-        info.update(fork=False, finish_reason="abort", trainable=False,
-                    aborted_completion_tokens=int(t.completion_ids.size))
+        _mark_aborted(info, int(t.completion_ids.size))
         with s.cv:  # atomic for set_reward
             new = dataclasses.replace(t, action_valid=False, completion_ids=np.zeros(0, np.int32),
                                       completion_logprobs=np.zeros(0, np.float32), info=info)
@@ -301,6 +300,11 @@ class ProxyCore:
     def close(self) -> None:
         """Stop the engine worker."""
         self.worker.close()
+
+
+def _mark_aborted(info: dict, n_tokens: int) -> None:
+    """Mark a turn's ``info`` as an aborted call whose ``n_tokens`` sampled ids are dropped."""
+    info.update(fork=False, finish_reason="abort", trainable=False, aborted_completion_tokens=n_tokens)
 
 
 def _sampling_info(s: SamplingParams) -> dict:

@@ -71,11 +71,6 @@ else:  # pure-Python json build
         return [_encode_py(o)]
 
 
-def _info_error(exc: Exception) -> str:
-    return (f"info is not JSON-serialisable ({exc.__class__.__name__}: {exc}); keep Turn.info to small JSON "
-            f"values (str, int, float, bool, None, lists, dicts with str keys)")
-
-
 def encode_info(info: dict) -> str:
     """Compact JSON text of a turn's ``info``; NaN/inf are refused so the text stays valid JSON.
 
@@ -87,7 +82,8 @@ def encode_info(info: dict) -> str:
     try:
         return "".join(_encode_chunks(info, 0))
     except (TypeError, ValueError, RecursionError) as exc:
-        raise ValueError(_info_error(exc)) from exc
+        raise ValueError(f"info is not JSON-serialisable ({exc.__class__.__name__}: {exc}); keep Turn.info to small "
+                         f"JSON values (str, int, float, bool, None, lists, dicts with str keys)") from exc
 
 
 _FIELDS = operator.attrgetter(
@@ -98,14 +94,10 @@ _FIELDS = operator.attrgetter(
 # The sqlite3 module binds int, float, str and bytearray directly; bytes, bool and None first
 # go through its adapter registry (~0.5 µs each), so rows carry bytearray blobs and 0/1 flags.
 def _bind_i32(a: np.ndarray) -> bytearray:
-    if a.__class__ is _NDARRAY and a.dtype is _I32:
-        return bytearray(a.tobytes())
     return bytearray(blob_i32(a))
 
 
 def _bind_f32(a: np.ndarray) -> bytearray:
-    if a.__class__ is _NDARRAY and a.dtype is _F32:
-        return bytearray(a.tobytes())
     return bytearray(blob_f32(a))
 
 
@@ -133,9 +125,9 @@ def turn_rows(turns: Iterable[Turn], run_key: int, episode_id: int, turn_ids: It
             if not isfinite(reward):
                 raise ValueError(f"turn t={t}: reward is {reward}; use None for an unscored turn")
         try:
-            info = "".join(_encode_chunks(info, 0)) if info else "{}"
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise ValueError(f"turn t={t}: {_info_error(exc)}") from exc
+            info = encode_info(info)
+        except ValueError as exc:
+            raise ValueError(f"turn t={t}: {exc}") from exc
         yield (base | tid, run_key, tid, episode_id, int(gid), int(t), parent, int(version), obs, anchor, nxt, action,
                1 if valid else 0, reward, 1 if term else 0, 1 if trunc else 0, _bind_i32(prompt),
                _bind_i32(completion), _bind_f32(logprobs), None if hidden is None else _bind_f32(hidden), info)
