@@ -173,7 +173,26 @@ def start_run(cfg: Config, run_dir: Path, resume: bool) -> tuple[RunParts, Train
     state = load_checkpoint(ckpt, policy.model, optimizer) if ckpt else TrainState()
     sync_weights(policy, state.policy_version)  # a resumed vLLM engine gets the checkpoint's weights
     parts = RunParts(policy, optimizer, TurnStore(run_dir / "store.sqlite"), make_critic(cfg) if needs_critic else None)
+    if ckpt:
+        set_aside_interrupted(parts.store, cfg.run.name, state)
     return parts, state
+
+
+def set_aside_interrupted(store: TurnStore, run_id: str, state: TrainState) -> list[int]:
+    """On resume: episodes stored after the checkpoint ``state`` (sampled at policy version
+    ``>= state.policy_version``; the run died before their update was checkpointed) move to
+    the run ``<run_id>.interrupted-<YYYYmmdd-HHMMSS>`` of the same store, so the resumed run
+    re-plays those iterations under the same ids (PITFALLS P7). Returns the moved episode ids."""
+    to_run = f"{run_id}.interrupted-{time.strftime('%Y%m%d-%H%M%S')}"
+    n = 1
+    while to_run in store.runs():
+        to_run, n = f"{run_id}.interrupted-{time.strftime('%Y%m%d-%H%M%S')}-{n}", n + 1
+    moved = store.split_off(run_id, since_policy_version=state.policy_version, to_run_id=to_run)
+    if moved:
+        logging.getLogger(__name__).warning(
+            "resume from iteration %d: %d episode(s) stored after that checkpoint (ids %d..%d) were moved to run %r "
+            "of %s; they are re-played now", state.iteration, len(moved), moved[0], moved[-1], to_run, store.path)
+    return moved
 
 
 def set_aside(run_dir: Path) -> Path | None:

@@ -17,7 +17,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("replay", help="show the episodes and turns of a turn store",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("store", metavar="PATH", help="SQLite turn store file")
-    p.add_argument("--run", default=None, help="run id (default: the latest run of the store)")
+    p.add_argument("--run", default=None, help="run id (default: the latest run of the store that is not a resume's <run>.interrupted-<time>)")
     p.add_argument("--episode", type=int, default=None, help="show every turn of this episode id")
     p.add_argument("--limit", type=int, default=200, help="episodes shown in the summary table (default: 200)")
     p.set_defaults(func=run)
@@ -37,8 +37,8 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     with TurnStore(args.store, readonly=True) as store:
         run_id, runs = args.run, store.runs()
-        if run_id is None and len(runs) > 1:
-            run_id = runs[-1]
+        if run_id is None and len(runs) > 1:  # the latest run, not a resume's split-off attempt
+            run_id = ([r for r in runs if ".interrupted-" not in r] or runs)[-1]
             console.print(f"showing run {run_id}, the latest of {len(runs)} runs ({', '.join(runs)}); "
                           f"pick one with --run", highlight=False, markup=False)
         if args.episode is None:

@@ -156,6 +156,51 @@ class TurnStore:
                 f"the store is append-only: use new ids or -1 to let the store assign them. Nothing was written"
             ) from exc
 
+    def split_off(self, run_id: str, *, since_policy_version: int, to_run_id: str) -> list[int]:
+        """Move the episodes of ``run_id`` sampled at policy version ``>= since_policy_version``
+        (with their turns and advantages) to the new run ``to_run_id``, in one transaction.
+
+        Used on resume (``agentrl.train``): episodes stored after the last checkpoint were
+        sampled by a policy whose update was lost; the resumed run re-plays them under the
+        same ids, so the old ones move to a sibling run (nothing is deleted; ``agentrl
+        replay --run TO_RUN_ID`` shows them). Turn ids are kept. Turnless episodes (e.g. a
+        failed reset) stored with or after the first moved episode move too.
+
+        Returns:
+            the moved episode ids, ascending (empty, and nothing written, when none match or
+            ``run_id`` is not in the store).
+        Raises:
+            StoreError: ``to_run_id`` already exists, or a moved turn's parent stays behind.
+        """
+        if run_id not in self.runs():
+            return []
+        key, run_id = self._run_key(run_id)
+        with self._write() as db:
+            since = db.execute("SELECT min(created_at) FROM episodes WHERE run_key = ? AND episode_id IN "
+                               "(SELECT episode_id FROM turns WHERE run_key = ? AND policy_version >= ?)",
+                               (key, key, int(since_policy_version))).fetchone()[0]
+            if since is None:
+                return []
+            ids = [r[0] for r in db.execute("SELECT episode_id FROM episodes WHERE run_key = ? AND created_at >= ? "
+                                            "ORDER BY episode_id", (key, since))]
+            if db.execute("SELECT 1 FROM runs WHERE run_id = ?", (to_run_id,)).fetchone():
+                raise StoreError(f"split_off: run {to_run_id!r} already exists in {self.path}; pick a new run id")
+            db.execute("CREATE TEMP TABLE IF NOT EXISTS moving (episode_id INTEGER PRIMARY KEY)")
+            db.execute("DELETE FROM moving")
+            db.executemany("INSERT INTO moving VALUES (?)", ((i,) for i in ids))
+            mine = "run_key = ? AND episode_id IN (SELECT episode_id FROM moving)"
+            orphans = db.execute(f"SELECT count(*) FROM turns WHERE {mine} AND parent_turn_id IS NOT NULL AND "
+                                 f"parent_turn_id NOT IN (SELECT turn_id FROM turns WHERE {mine})", (key, key)).fetchone()[0]
+            if orphans:
+                raise StoreError(f"split_off: {orphans} turn(s) of run {run_id!r} at policy version >= "
+                                 f"{since_policy_version} branch from older turns; nothing was moved")
+            new = db.execute("INSERT INTO runs (run_id, created_at) VALUES (?, ?)", (to_run_id, time.time())).lastrowid
+            db.execute(f"UPDATE advantages SET run_key = ? WHERE run_key = ? AND turn_id IN "
+                       f"(SELECT turn_id FROM turns WHERE {mine})", (new, key, key))
+            db.execute(f"UPDATE turns SET run_key = ?, uid = uid + ? WHERE {mine}", (new, (new - key) << TURN_BITS, key))
+            db.execute(f"UPDATE episodes SET run_key = ? WHERE {mine}", (new, key))
+        return ids
+
     def set_advantages(self, run_id: str, turn_ids: Sequence[int], values: Sequence[float], iteration: int,
                        estimator: str, *, overwrite: bool = False) -> None:
         """Store one advantage per turn, keyed by ``(run, turn_id, iteration, estimator)``.

@@ -227,3 +227,50 @@ def test_fresh_start_in_a_used_run_folder_sets_the_old_run_aside(tiny_dir, tmp_p
         with TurnStore(path, readonly=True) as store:
             assert len(store.episodes(first.run_id)) == 2 * 4
     assert second.state.iteration == 1
+
+
+def test_resume_after_a_crash_between_storing_and_checkpointing(tiny_dir, tmp_path, finished_run, monkeypatch,
+                                                                capsys):
+    """PITFALLS P7: the run dies after iteration 1's episodes are stored but before its checkpoint
+    is written. Resuming re-plays iteration 1 from the iteration-0 checkpoint: the interrupted
+    attempt's episodes are moved (not deleted) to the run ``<name>.interrupted-<time>`` of the
+    same store, and the resumed run equals an uninterrupted one (weights, turns, advantages)."""
+    import agentrl.train as train_mod
+
+    reference, _ = finished_run
+    real_save = train_mod.save_checkpoint
+
+    def dies_at_iteration_2(run_dir, model, optimizer, state):
+        if state.iteration == 2:
+            raise KeyboardInterrupt("killed before the checkpoint")
+        return real_save(run_dir, model, optimizer, state)
+
+    monkeypatch.setattr(train_mod, "save_checkpoint", dies_at_iteration_2)
+    with pytest.raises(KeyboardInterrupt):
+        train_mod.train(_cfg(tiny_dir, tmp_path, name="crash"), resume=False)
+    monkeypatch.setattr(train_mod, "save_checkpoint", real_save)
+    resumed = train_mod.train(_cfg(tiny_dir, tmp_path, name="crash"), resume=True)
+    assert resumed.state == reference.state
+    w_ref, _ = _weights(reference.run_dir)
+    w_new, _ = _weights(resumed.run_dir)
+    for k in w_ref:
+        assert torch.equal(w_ref[k], w_new[k]), k
+    with TurnStore(reference.store_path, readonly=True) as a, TurnStore(resumed.store_path, readonly=True) as b:
+        ta, tb = a.table(run_id=reference.run_id), b.table(run_id="crash")
+        for col in ("turn_id", "group", "episode", "t", "reward", "action_key", "parent"):
+            assert np.array_equal(getattr(ta, col), getattr(tb, col)), col
+        assert [x.value for x in a.advantages(reference.run_id)] == [x.value for x in b.advantages("crash")]
+        (lost,) = [r for r in b.runs() if r.startswith("crash.interrupted-")]
+        lost_eps = b.episodes(lost)
+        assert [e.episode_id for e in lost_eps] == list(range(8, 16))  # iteration 1: 2 groups x 4
+        lost_table = b.table(run_id=lost)
+        again = ta.episode >= 8
+        assert np.array_equal(lost_table.turn_id, ta.turn_id[again])  # same turns as the re-played iteration
+        assert np.array_equal(lost_table.action_key.size, int(again.sum()))
+        assert len(b.advantages(lost)) == int(again.sum())  # its advantages moved with it
+    from agentrl.cli import main
+
+    capsys.readouterr()
+    assert main(["replay", str(resumed.store_path)]) == 0  # the default run is the resumed one
+    out = capsys.readouterr().out
+    assert "showing run crash," in out and "run crash: 16 episodes" in out
