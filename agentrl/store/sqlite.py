@@ -78,6 +78,10 @@ class TurnStore:
             raise StoreError(f"turn store {self.path} was opened read-only; open it with readonly=False to write")
         return _Transaction(self._db(), self._lock)
 
+    def _snapshot(self):
+        """A read transaction: every query inside sees one committed state of the file."""
+        return _Transaction(self._db(), self._lock, begin="BEGIN")
+
     # -- runs ----------------------------------------------------------------------------
     def runs(self) -> list[str]:
         """Run ids in the store, oldest first."""
@@ -266,7 +270,11 @@ class TurnStore:
         return [row_turn(run_id, r[0], r[1:]) for r in rows]
 
     def load_episodes(self, run_id: str | None = None, episode_ids: Sequence[int] | None = None) -> list[Episode]:
-        """Full episodes (every turn field) of one run."""
+        """Full episodes (every turn field) of one run, read from one snapshot."""
+        with self._snapshot():
+            return self._load_episodes(run_id, episode_ids)
+
+    def _load_episodes(self, run_id: str | None, episode_ids: Sequence[int] | None) -> list[Episode]:
         recs = self.episodes(run_id, episode_ids)
         return [Episode(episode_id=r.episode_id, group_id=r.group_id, env_id=r.env_id, task_id=r.task_id, seed=r.seed,
                         status=r.status, turns=self.turns(r.episode_id, r.run_id), error=r.error, run_id=r.run_id)
@@ -280,14 +288,15 @@ class TurnStore:
         scored rewards; ``trainable``: rows with completion tokens), built from the columns
         (``store.table.build_table``); prompt ids and observations are not loaded.
         """
-        recs = self.episodes(run_id, episode_ids)
-        if not recs:
-            return TurnTable.from_episodes([])
-        key, _ = self._run_key(recs[0].run_id)
-        if episode_ids is None:
-            return build_table(self._db(), key, recs)
-        return build_table(self._db(), key, recs, "AND episode_id IN (SELECT value FROM json_each(?))",
-                           (_ids_json(episode_ids),))
+        with self._snapshot():  # episodes and turns from one snapshot, even with a writer running
+            recs = self.episodes(run_id, episode_ids)
+            if not recs:
+                return TurnTable.from_episodes([])
+            key, _ = self._run_key(recs[0].run_id)
+            if episode_ids is None:
+                return build_table(self._db(), key, recs)
+            return build_table(self._db(), key, recs, "AND episode_id IN (SELECT value FROM json_each(?))",
+                               (_ids_json(episode_ids),))
 
     def advantages(self, run_id: str | None = None, *, iteration: int | None = None,
                    estimator: str | None = None) -> list[AdvantageRecord]:
@@ -310,15 +319,15 @@ class TurnStore:
 
 
 class _Transaction:
-    """``BEGIN IMMEDIATE`` … ``COMMIT`` (``ROLLBACK`` on any exception)."""
+    """``BEGIN IMMEDIATE`` (or ``begin``) … ``COMMIT`` (``ROLLBACK`` on any exception)."""
 
-    def __init__(self, conn: sqlite3.Connection, lock: threading.RLock) -> None:
-        self.conn, self.lock = conn, lock
+    def __init__(self, conn: sqlite3.Connection, lock: threading.RLock, begin: str = "BEGIN IMMEDIATE") -> None:
+        self.conn, self.lock, self.begin = conn, lock, begin
 
     def __enter__(self) -> sqlite3.Connection:
         self.lock.acquire()
         try:
-            self.conn.execute("BEGIN IMMEDIATE")
+            self.conn.execute(self.begin)
         except BaseException:
             self.lock.release()
             raise

@@ -82,3 +82,25 @@ def test_readonly_store_refuses(tmp_path):
     _store_two_iterations(tmp_path / "s.sqlite").close()
     with TurnStore(tmp_path / "s.sqlite", readonly=True) as store, pytest.raises(StoreError, match="read-only"):
         store.split_off("r", since_policy_version=1, to_run_id="r.x")
+
+
+def test_table_reads_one_snapshot_while_another_process_writes(tmp_path, monkeypatch):
+    """A writer commits between ``table()``'s episode query and its turn query: the table is
+    still the state of the first query (before: the new episode's turns leaked in, unscored)."""
+    import agentrl.store.sqlite as sqlite_mod
+
+    path = tmp_path / "s.sqlite"
+    _store_two_iterations(path).close()
+    real = sqlite_mod.build_table
+
+    def write_in_between(*args, **kwargs):
+        with TurnStore(path) as other:
+            other.add_episodes([_episode(9, 5)], run_id="r")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sqlite_mod, "build_table", write_in_between)
+    with TurnStore(path) as store:
+        table = store.table(run_id="r")
+        assert table.episode.tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+        monkeypatch.setattr(sqlite_mod, "build_table", real)
+        assert store.table(run_id="r").episode.tolist()[-2:] == [9, 9]  # the next read sees it
