@@ -47,140 +47,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import multiprocessing as mp
 import os
 import platform
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-REPLY = "go east"
+try:  # run as a script (``python benchmarks/proxy.py``): ``benchmarks/`` is on sys.path
+    from _proxy_servers import Server, scripted_engine, serve_direct, serve_proxy, tiny_renderer
+except ModuleNotFoundError:  # imported as ``benchmarks.proxy`` from the repository root
+    from benchmarks._proxy_servers import Server, scripted_engine, serve_direct, serve_proxy, tiny_renderer
+
 JSON_HEADERS = {"Content-Type": "application/json"}
-
-
-def _renderer():
-    from transformers import AutoTokenizer
-
-    from agentrl.llm.chat import ChatRenderer
-    from agentrl.llm.tiny import tiny_model_dir
-
-    return ChatRenderer(AutoTokenizer.from_pretrained(tiny_model_dir(Path(tempfile.gettempdir()) / "agentrl-test-cache")))
-
-
-def _engine(renderer):
-    from agentrl.llm.scripted import ScriptedEngine
-
-    ids = renderer.encode(" ".join([REPLY] * 4)).tolist()[:7] + [renderer.eos_token_id]
-    return ScriptedEngine([ids], eos_token_id=renderer.eos_token_id, max_context=1 << 20)
-
-
-def _cpu_between_messages(conn) -> None:
-    """Wait for "mark", then for "stop"; send the CPU seconds of this process in between."""
-    conn.recv()
-    c0 = time.process_time()
-    conn.recv()
-    conn.send(time.process_time() - c0)
-
-
-def _serve_proxy(conn, measure_drift: bool, src: str | None = None) -> None:
-    """Child process: serve a proxy until the parent stops it (``src``: import ``agentrl``
-    from this source tree instead)."""
-    if src:
-        import sys
-
-        sys.path.insert(0, src)
-    from agentrl.proxy import RecordingProxy
-
-    r = _renderer()
-    proxy = RecordingProxy(_engine(r), r, admin_token="bench", measure_drift=measure_drift, max_batch=32)
-    conn.send(proxy.start())
-    _cpu_between_messages(conn)
-    proxy.stop()
-
-
-def _serve_direct(conn, hop: bool) -> None:
-    """Child process: the engine behind the thinnest OpenAI-compatible chat server (``hop``:
-    the engine runs in the default thread pool, else on the event loop)."""
-    import asyncio
-    import socket
-    import threading
-
-    import orjson
-    import uvicorn
-    from starlette.applications import Starlette
-    from starlette.responses import Response
-
-    from agentrl.llm.base import SamplingParams
-    from agentrl.types import Message
-
-    r = _renderer()
-    engine = _engine(r)
-
-    async def chat(request):
-        data = orjson.loads(await request.body())
-        prompt = r.render_ids([Message(m["role"], m.get("content") or "") for m in data["messages"]])
-        sp = SamplingParams(max_tokens=int(data.get("max_tokens") or 256))
-        if hop:
-            out = (await asyncio.get_running_loop().run_in_executor(None, engine.generate, [prompt], sp))[0]
-        else:
-            out = engine.generate([prompt], sp)[0]
-        n_p, n_c = int(prompt.size), int(out.token_ids.size)
-        body = {"id": "chatcmpl-direct", "object": "chat.completion", "created": int(time.time()),
-                "model": data.get("model", "policy"), "usage": {"prompt_tokens": n_p, "completion_tokens": n_c,
-                                                                "total_tokens": n_p + n_c},
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": r.completion_text(out.token_ids)},
-                             "finish_reason": "stop", "logprobs": None}]}
-        return Response(orjson.dumps(body), media_type="application/json")
-
-    async def echo(request):  # the HTTP + JSON floor: parse the request, answer a canned reply
-        data = orjson.loads(await request.body())
-        return Response(orjson.dumps({**canned, "model": data.get("model", "policy"), "created": int(time.time())}),
-                        media_type="application/json")
-
-    canned = {"id": "chatcmpl-echo", "object": "chat.completion", "usage": {"prompt_tokens": 0, "completion_tokens": 8,
-                                                                            "total_tokens": 8},
-              "choices": [{"index": 0, "message": {"role": "assistant", "content": " ".join([REPLY] * 2)},
-                           "finish_reason": "stop", "logprobs": None}]}
-    app = Starlette()
-    app.add_route("/v1/chat/completions", chat, methods=["POST"])
-    app.add_route("/echo/v1/chat/completions", echo, methods=["POST"])
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
-    threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True).start()
-    while not server.started:
-        time.sleep(0.01)
-    conn.send(f"http://127.0.0.1:{sock.getsockname()[1]}")
-    _cpu_between_messages(conn)
-    server.should_exit = True
-
-
-class _Server:
-    """A server child process: ``url`` once started; ``stop()`` returns its CPU seconds
-    since ``mark()`` (0.0 when never marked)."""
-
-    def __init__(self, target, *args) -> None:
-        ctx = mp.get_context("spawn")
-        self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=target, args=(child, *args), daemon=True)
-        self._proc.start()
-        self.url = self._conn.recv()
-        self._marked = False
-
-    def mark(self) -> None:
-        self._conn.send("mark")
-        self._marked = True
-
-    def stop(self) -> float:
-        marked = self._marked
-        if not marked:
-            self.mark()
-        self._conn.send("stop")
-        cpu = self._conn.recv()
-        self._proc.join(30)
-        return cpu if marked else 0.0
 
 
 def _messages() -> list[dict]:
@@ -254,8 +133,8 @@ class _EngineTarget:
         from agentrl.llm.base import SamplingParams
         from agentrl.types import Message
 
-        self.r, self.turns, self.engine, self.sp, self.lat, self.i = renderer, turns, _engine(renderer), \
-            SamplingParams(max_tokens=16), [], 0
+        self.r, self.turns, self.engine, self.sp, self.lat, self.i = \
+            renderer, turns, scripted_engine(renderer), SamplingParams(max_tokens=16), [], 0
         self.first = renderer.render_ids([Message(m["role"], m["content"]) for m in _messages()])
         self.prompt, self.obs = self.first, renderer.encode("obs")
 
@@ -278,7 +157,7 @@ def core_latency(renderer, calls: int, turns: int) -> list[float]:
     from agentrl.proxy.sse import chat_body
     from agentrl.proxy.wire import loads, parse_chat
 
-    proxy, h, lat = RecordingProxy(_engine(renderer), renderer), _Harness(turns), []
+    proxy, h, lat = RecordingProxy(scripted_engine(renderer), renderer), _Harness(turns), []
     session = proxy.registry.by_key(proxy.create_episode().key)
     for _ in range(calls):
         body = h.next_body()
@@ -349,12 +228,12 @@ def _added(p: dict, base: dict, **others: dict) -> dict:
 
 def latency(renderer, calls: int, warmup: int, turns: int, rounds: int, baseline_src: str | None = None) -> dict:
     """Every latency target, interleaved in ``rounds`` rounds in one run (see the module docstring)."""
-    servers = {"drift_on": _Server(_serve_proxy, True), "drift_off": _Server(_serve_proxy, False),
-               "direct_http": _Server(_serve_direct, True), "direct_http_inline": _Server(_serve_direct, False),
-               "http_floor_models_route": _Server(_serve_proxy, True)}
+    servers = {"drift_on": Server(serve_proxy, True), "drift_off": Server(serve_proxy, False),
+               "direct_http": Server(serve_direct, True), "direct_http_inline": Server(serve_direct, False),
+               "http_floor_models_route": Server(serve_proxy, True)}
     if baseline_src:
-        servers |= {"baseline_drift_on": _Server(_serve_proxy, True, baseline_src),
-                    "baseline_drift_off": _Server(_serve_proxy, False, baseline_src)}
+        servers |= {"baseline_drift_on": Server(serve_proxy, True, baseline_src),
+                    "baseline_drift_off": Server(serve_proxy, False, baseline_src)}
     try:
         targets = {"direct_engine": _EngineTarget(renderer, turns),
                    **{k: _ChatTarget(turns, direct_url=servers[k].url) for k in ("direct_http", "direct_http_inline")},
@@ -389,7 +268,7 @@ def latency(renderer, calls: int, warmup: int, turns: int, rounds: int, baseline
 def throughput(harnesses: int, episodes: int, turns: int, rounds: int, srcs: dict[str, str | None]) -> dict:
     """``harnesses`` concurrent harnesses on one proxy (drift measured) per entry of ``srcs``
     (name → source tree, None: this one), the proxies taking turns in ``rounds`` rounds."""
-    servers = {k: _Server(_serve_proxy, True, src) for k, src in srcs.items()}
+    servers = {k: Server(serve_proxy, True, src) for k, src in srcs.items()}
     walls, lats, client_cpu = {k: 0.0 for k in srcs}, {k: [] for k in srcs}, {k: 0.0 for k in srcs}
     try:
         for s in servers.values():  # warm-up: one episode per harness
@@ -422,12 +301,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "proxy.json"))
     args = ap.parse_args(argv)
 
-    renderer = _renderer()
+    renderer = tiny_renderer()
     t_wall, t_cpu = time.perf_counter(), time.process_time()
     lat = latency(renderer, args.calls, args.warmup, args.turns, args.rounds, args.baseline_src)
     base = lat["direct_engine"]
     core = _pct(core_latency(renderer, args.calls + args.warmup, args.turns)[args.warmup:])
-    srv = _Server(_serve_proxy, True)
+    srv = Server(serve_proxy, True)
     try:
         sdk = _pct(sdk_latency(srv.url, args.calls // 2, args.warmup))
     finally:
