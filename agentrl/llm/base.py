@@ -108,7 +108,8 @@ class LLMClient(Protocol):
     ) -> list[Completion]:
         """Sample one completion per prompt (a batch of B int id sequences).
 
-        Engines that support constrained decoding (``HFEngine``) also take
+        Engines that support constrained decoding (``HFEngine``, ``VLLMEngine`` built with
+        ``constrained=True``) also take
         ``allowed=[seqs | None] * B``: per prompt, the allowed completions as id sequences
         ending with EOS (``agentrl.llm.constrained``); callers pass it only when needed.
 

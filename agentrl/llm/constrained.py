@@ -23,7 +23,7 @@ completion, the allowed ids at each position (int64 arrays); the engine
 from __future__ import annotations
 
 import re
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -156,6 +156,21 @@ class TokenTrie:
             node = node[tok]
         return out
 
+    def branching_ids(self, cap: int) -> list[int]:
+        """Sorted ids allowed at the trie's branching nodes (>= 2 children), nodes taken
+        breadth-first and whole, while the union stays <= ``cap`` ids (nodes that do not
+        fit are skipped). Used by ``VLLMEngine`` to ask for the raw logprobs it renormalises."""
+        out: set[int] = set()
+        level = [self.root]
+        while level:
+            nxt = []
+            for node in level:
+                if len(node) >= 2 and len(out | node.keys()) <= cap:
+                    out |= node.keys()
+                nxt.extend(node.values())
+            level = nxt
+        return sorted(out)
+
 
 def allowed_token_ids(actions: Sequence[str], action_format: str, encode: Encode, eos_token_id: int,
                       completion_ids: Sequence[int]) -> list[np.ndarray]:
@@ -194,3 +209,11 @@ def constraint_masks(turns: Sequence[Turn], renderer) -> list[list[np.ndarray] |
     """
     out = [turn_allowed_ids(t, renderer.encode, renderer.eos_token_id) for t in turns]
     return out if any(a is not None for a in out) else None
+
+
+def renormalised_logprob(raw: Mapping[int, float], tok: int) -> float:
+    """``raw[tok] - logsumexp(raw.values())``: the logprob of ``tok`` renormalised over the ids
+    of ``raw`` (id -> raw logprob, nats), as constrained decoding reports it."""
+    v = np.asarray(list(raw.values()), dtype=np.float64)
+    m = v.max()
+    return float(raw[tok] - (m + np.log(np.exp(v - m).sum())))

