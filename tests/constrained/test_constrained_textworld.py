@@ -5,22 +5,19 @@ from __future__ import annotations
 
 import importlib.util
 
-import numpy as np
 import pytest
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("textworld") is None,
                                 reason="textworld extra not installed (pip install 'agentrl[textworld]')")
 
 
-def test_constrained_tiny_policy_only_plays_admissible_textworld_commands(tiny_engine, tiny_tokenizer):
-    torch = pytest.importorskip("torch")
+def test_constrained_tiny_policy_only_plays_admissible_textworld_commands(tiny_engine, tiny_tokenizer,
+                                                                         update_logprob_gap):
+    pytest.importorskip("torch")
     from agentrl.llm.base import SamplingParams
     from agentrl.llm.chat import ChatRenderer
-    from agentrl.llm.constrained import constraint_masks
     from agentrl.rollout.agent_loop import LoopConfig
     from agentrl.rollout.collector import CollectConfig, collect
-    from agentrl.update.batch import build_batch
-    from agentrl.update.logprobs import forward_token_stats
 
     r = ChatRenderer(tiny_tokenizer)
     cfg = CollectConfig(env_id="agentrl/TextWorld-CU1-v0", n_groups=2, group_size=2, seed=0, num_workers=1,
@@ -34,10 +31,4 @@ def test_constrained_tiny_policy_only_plays_admissible_textworld_commands(tiny_e
     for t in turns:
         assert t.info["finish_reason"] == "stop"
         assert t.action in t.info["allowed_actions"] and t.action_valid
-    batch = build_batch([t.prompt_ids for t in turns], [t.completion_ids for t in turns],
-                        [t.completion_logprobs for t in turns], np.ones(len(turns)), pad_id=tiny_engine.pad_token_id,
-                        allowed=constraint_masks(turns, r))
-    with torch.no_grad():
-        st = forward_token_stats(tiny_engine.model, batch.input_ids, batch.attention_mask, allowed_ids=batch.allowed_ids)
-    m = batch.loss_mask.bool()
-    assert torch.max(torch.abs(st.logprobs[m] - batch.old_logprobs[m])) <= 1e-4
+    assert update_logprob_gap(tiny_engine.model, turns, r, tiny_engine.pad_token_id) <= 1e-4

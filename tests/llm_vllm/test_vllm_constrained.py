@@ -173,14 +173,12 @@ def test_errors_name_the_fix(vllm_constrained, vllm_tiny, setup):
         allowed_of(VSP(max_tokens=1, extra_args={EXTRA_KEY: [[1, "x"]]}))
 
 
-def test_collector_and_update_with_the_constrained_vllm_engine(vllm_constrained, hf_tiny, renderer):
+def test_collector_and_update_with_the_constrained_vllm_engine(vllm_constrained, hf_tiny, renderer,
+                                                              update_logprob_gap):
     """Through the collector on Toy-v0: every action admissible, the stored constraint
     rebuilds the update's masks and the recomputed logprobs match (≤ 1e-4)."""
-    from agentrl.llm.constrained import constraint_masks
     from agentrl.rollout.agent_loop import LoopConfig
     from agentrl.rollout.collector import CollectConfig, collect
-    from agentrl.update.batch import build_batch
-    from agentrl.update.logprobs import forward_token_stats
 
     cfg = CollectConfig(env_id="agentrl/Toy-v0", n_groups=2, group_size=2, seed=1, num_workers=1, progress=False,
                         env_kwargs=dict(max_turns=3),
@@ -191,13 +189,7 @@ def test_collector_and_update_with_the_constrained_vllm_engine(vllm_constrained,
     assert len(turns) >= 6
     for t in turns:
         assert t.action in t.info["allowed_actions"] and t.action_valid
-    batch = build_batch([t.prompt_ids for t in turns], [t.completion_ids for t in turns],
-                        [t.completion_logprobs for t in turns], np.ones(len(turns)), pad_id=hf_tiny.pad_token_id,
-                        allowed=constraint_masks(turns, renderer))
-    with torch.no_grad():
-        st = forward_token_stats(hf_tiny.model, batch.input_ids, batch.attention_mask, allowed_ids=batch.allowed_ids)
-    m = batch.loss_mask.bool()
-    assert torch.max(torch.abs(st.logprobs[m] - batch.old_logprobs[m])) <= 1e-4
+    assert update_logprob_gap(hf_tiny.model, turns, renderer, hf_tiny.pad_token_id) <= 1e-4
 
 
 def test_policy_builds_the_vllm_engine_for_the_constraint(tiny32_dir, monkeypatch):
