@@ -44,15 +44,16 @@ OUT = Path(__file__).parent / "results" / "sft_freeform.json"
 EXAMPLE = Path(__file__).parents[1] / "examples" / "gigpo_textworld.yaml"
 
 
-def config_for(model: str, iterations: int, panel: int, out_dir: Path, seed: int = 0):
-    """The free-form GiGPO config (the example config + learning.py's budget), policy ``model``."""
+def config_for(model: str, iterations: int, panel: int, out_dir: Path, seed: int = 0, extra: tuple = ()):
+    """The free-form GiGPO config (the example config + learning.py's budget), policy ``model``,
+    plus ``extra`` ``key=value`` overrides."""
     from agentrl.config import load_config
 
     overrides = ["run.name=rl", f"run.out_dir={out_dir}", f"run.seed={seed}", f"run.iterations={iterations}",
                  "run.eval_every=0", f"run.save_every={iterations}", f"env.id={ENV_ID}", f"env.max_turns={MAX_TURNS}",
                  f"env.eval_panel_size={panel}", "rollout.groups_per_iteration=6", "rollout.group_size=4",
                  "algorithm.estimator=gigpo", "algorithm.kwargs={}", "log.console=false",
-                 "policy.action_constraint=none", f"policy.model={model}"]
+                 "policy.action_constraint=none", f"policy.model={model}", *extra]
     return load_config(EXAMPLE, overrides)
 
 
@@ -124,30 +125,43 @@ def run(args) -> list[dict]:
               flush=True)
 
     base = config_for("smollm2-135m-instruct", args.iterations, args.panel, out_dir)
-    t = _clock()
-    ev = eval_stage(base)
-    save({"stage": "zero-shot", "eval": ev, "seconds": _since(t), "config": to_dict(base)})
+    if args.reuse_sft:  # the zero-shot and sft stages of an earlier run (same panel), and its SFT folder
+        for stage in json.loads(Path(args.reuse_sft).read_text())["stages"][:2]:
+            stages.append(stage)
+        sft_dir = stages[1]["sft"]["out_dir"]
+    else:
+        t = _clock()
+        ev = eval_stage(base)
+        save({"stage": "zero-shot", "eval": ev, "seconds": _since(t), "config": to_dict(base)})
 
-    t = _clock()
-    sft = SFTConfig(episodes=args.sft_episodes, epochs=args.sft_epochs, lr=args.sft_lr, seed=0, out=str(out_dir / "sft"))
-    res = train_sft(base, sft, log=lambda m: print(m, flush=True))
-    train_s = _since(t)
-    sft_cfg = config_for(str(res.out_dir), args.iterations, args.panel, out_dir)
-    ev = eval_stage(sft_cfg)
-    save({"stage": "sft", "eval": ev, "seconds": _since(t),
-          "sft": {**{k: v for k, v in asdict(res).items() if k != "out_dir"}, "out_dir": str(res.out_dir),
-                  "seconds": train_s}, "config": {**to_dict(base), "sft": asdict(sft)}})
+        t = _clock()
+        sft = SFTConfig(episodes=args.sft_episodes, epochs=args.sft_epochs, lr=args.sft_lr, seed=0,
+                        out=str(out_dir / "sft"))
+        res = train_sft(base, sft, log=lambda m: print(m, flush=True))
+        train_s = _since(t)
+        sft_dir = str(res.out_dir)
+        sft_cfg = config_for(sft_dir, args.iterations, args.panel, out_dir)
+        ev = eval_stage(sft_cfg)
+        save({"stage": "sft", "eval": ev, "seconds": _since(t),
+              "sft": {**{k: v for k, v in asdict(res).items() if k != "out_dir"}, "out_dir": sft_dir,
+                      "seconds": train_s}, "config": {**to_dict(base), "sft": asdict(sft)}})
+    sft_cfg = config_for(sft_dir, args.iterations, args.panel, out_dir)
+    rl_cfg = sft_cfg
+    if args.rl_tasks:  # RL draws from a larger training pool than the SFT walkthroughs covered
+        rl_cfg = config_for(sft_dir, args.iterations, args.panel, out_dir,
+                            extra=[f"env.kwargs={{n_tasks: {args.rl_tasks}}}"])
 
     t = _clock()
     since = time.time()
-    result = train(sft_cfg, resume=False)
+    result = train(rl_cfg, resume=False)
     train_s = _since(t)
     ckpt_dir = result.run_dir / "checkpoints"
     ckpt = ckpt_dir / (ckpt_dir / "latest").read_text().strip()
     ev = eval_stage(sft_cfg, ckpt)
     save({"stage": "sft+rl", "eval": ev, "seconds": _since(t),
           "rl": {"optimizer_steps": result.state.optimizer_steps, "checkpoint": str(ckpt), "seconds": train_s,
-                 "iterations": train_metrics(result.run_dir, since)}, "config": to_dict(sft_cfg)})
+                 "rl_tasks": args.rl_tasks, "iterations": train_metrics(result.run_dir, since)},
+          "config": to_dict(rl_cfg)})
     return stages
 
 
@@ -158,6 +172,12 @@ def main() -> None:
     ap.add_argument("--sft-episodes", type=int, default=128, help="training walkthroughs, env seeds 0..N-1 (default: 128)")
     ap.add_argument("--sft-epochs", type=int, default=4, help="SFT passes over the expert turns (default: 4)")
     ap.add_argument("--sft-lr", type=float, default=1e-3, help="SFT AdamW lr on the LoRA adapters (default: 1e-3)")
+    ap.add_argument("--rl-tasks", type=int, default=None,
+                    help="n_tasks of the RL training pool (default: the env's 64, the pool the SFT walkthroughs "
+                         "were drawn from; a larger pool gives RL mostly games SFT never saw)")
+    ap.add_argument("--reuse-sft", default=None, metavar="JSON",
+                    help="take the zero-shot and sft stages (and the SFT folder) from an earlier run's JSON; "
+                         "run only the RL stage")
     ap.add_argument("--out-dir", default="runs/sft_freeform")
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args()
