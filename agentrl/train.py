@@ -28,7 +28,7 @@ from agentrl.llm.policy import Policy, load_policy
 from agentrl.log import make_logger
 from agentrl.rollout.stats import rollout_stats
 from agentrl.rollout.tree import add_linked
-from agentrl.store import TurnStore
+from agentrl.store import INTERRUPTED, TurnStore
 from agentrl.train_critic import Critic, critic_step, make_critic, with_values
 from agentrl.train_steps import collect_iteration, open_pool, rtpo_iteration, sync_weights, update_policy
 from agentrl.types import TurnTable
@@ -183,10 +183,8 @@ def set_aside_interrupted(store: TurnStore, run_id: str, state: TrainState) -> l
     ``>= state.policy_version``; the run died before their update was checkpointed) move to
     the run ``<run_id>.interrupted-<YYYYmmdd-HHMMSS>`` of the same store, so the resumed run
     re-plays those iterations under the same ids (PITFALLS P7). Returns the moved episode ids."""
-    to_run = f"{run_id}.interrupted-{time.strftime('%Y%m%d-%H%M%S')}"
-    n = 1
-    while to_run in store.runs():
-        to_run, n = f"{run_id}.interrupted-{time.strftime('%Y%m%d-%H%M%S')}-{n}", n + 1
+    runs = set(store.runs())
+    to_run = _stamped(f"{run_id}{INTERRUPTED}", lambda name: name in runs)
     moved = store.split_off(run_id, since_policy_version=state.policy_version, to_run_id=to_run)
     if moved:
         logging.getLogger(__name__).warning(
@@ -202,14 +200,19 @@ def set_aside(run_dir: Path) -> Path | None:
     the new path, or None when there was nothing to set aside."""
     if not ((run_dir / "store.sqlite").exists() or (run_dir / "checkpoints").exists()):
         return None
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    target = run_dir.with_name(f"{run_dir.name}.prev-{stamp}")
-    n = 1
-    while target.exists():
-        target, n = run_dir.with_name(f"{run_dir.name}.prev-{stamp}-{n}"), n + 1
+    target = run_dir.with_name(_stamped(f"{run_dir.name}.prev-", lambda name: run_dir.with_name(name).exists()))
     run_dir.rename(target)
     logging.getLogger(__name__).warning("fresh run: the previous contents of %s were moved to %s", run_dir, target)
     return target
+
+
+def _stamped(prefix: str, taken) -> str:
+    """``<prefix><YYYYmmdd-HHMMSS>``, with ``-1``, ``-2``, ... appended while ``taken(name)``."""
+    name = stamp = f"{prefix}{time.strftime('%Y%m%d-%H%M%S')}"
+    n = 1
+    while taken(name):
+        name, n = f"{stamp}-{n}", n + 1
+    return name
 
 
 def train(cfg: Config, *, resume: bool = True) -> TrainResult:

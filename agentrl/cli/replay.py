@@ -32,13 +32,13 @@ def run(args: argparse.Namespace) -> int:
     """
     from rich.console import Console
 
-    from agentrl.store import TurnStore
+    from agentrl.store import INTERRUPTED, TurnStore
 
     console = Console()
     with TurnStore(args.store, readonly=True) as store:
         run_id, runs = args.run, store.runs()
         if run_id is None and len(runs) > 1:  # the latest run, not a resume's split-off attempt
-            run_id = ([r for r in runs if ".interrupted-" not in r] or runs)[-1]
+            run_id = ([r for r in runs if INTERRUPTED not in r] or runs)[-1]
             console.print(f"showing run {run_id}, the latest of {len(runs)} runs ({', '.join(runs)}); "
                           f"pick one with --run", highlight=False, markup=False)
         if args.episode is None:

@@ -11,11 +11,12 @@ pyarrow. It meets the rest of agentrl only through ``Episode``/``Turn`` in and
 from agentrl.store.export import export_parquet
 from agentrl.store.records import AdvantageRecord, EpisodeRecord, MetricRecord
 from agentrl.store.schema import SchemaVersionError, StoreError, StorePathError
-from agentrl.store.sqlite import TurnStore
+from agentrl.store.sqlite import INTERRUPTED, TurnStore
 
 __all__ = [
     "AdvantageRecord",
     "EpisodeRecord",
+    "INTERRUPTED",
     "MetricRecord",
     "SchemaVersionError",
     "StoreError",

@@ -29,6 +29,8 @@ _TURN_SELECT = ", ".join(TURN_COLUMNS)
 _EPISODE_COLS = "episode_id, group_id, env_id, task_id, seed, status, error, n_turns, return_, success, created_at"
 _STATUS = {s.value: s for s in EpisodeStatus}
 _INSERT_EPISODE = f"INSERT INTO episodes (run_key, {_EPISODE_COLS}) VALUES ({', '.join('?' * 12)})"
+#: Marks the run id a resume splits an interrupted attempt off to: ``<run>.interrupted-<time>``.
+INTERRUPTED = ".interrupted-"
 _INSERT_TURN = f"INSERT INTO turns (uid, run_key, turn_id, {_TURN_SELECT}) VALUES ({', '.join('?' * 21)})"
 
 
@@ -176,9 +178,10 @@ class TurnStore:
         Raises:
             StoreError: ``to_run_id`` already exists, or a moved turn's parent stays behind.
         """
-        if run_id not in self.runs():
+        row = self._db().execute("SELECT run_key FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        if row is None:
             return []
-        key, run_id = self._run_key(run_id)
+        key = row[0]
         with self._write() as db:
             since = db.execute("SELECT min(created_at) FROM episodes WHERE run_key = ? AND episode_id IN "
                                "(SELECT episode_id FROM turns WHERE run_key = ? AND policy_version >= ?)",
@@ -272,13 +275,10 @@ class TurnStore:
     def load_episodes(self, run_id: str | None = None, episode_ids: Sequence[int] | None = None) -> list[Episode]:
         """Full episodes (every turn field) of one run, read from one snapshot."""
         with self._snapshot():
-            return self._load_episodes(run_id, episode_ids)
-
-    def _load_episodes(self, run_id: str | None, episode_ids: Sequence[int] | None) -> list[Episode]:
-        recs = self.episodes(run_id, episode_ids)
-        return [Episode(episode_id=r.episode_id, group_id=r.group_id, env_id=r.env_id, task_id=r.task_id, seed=r.seed,
-                        status=r.status, turns=self.turns(r.episode_id, r.run_id), error=r.error, run_id=r.run_id)
-                for r in recs]
+            return [Episode(episode_id=r.episode_id, group_id=r.group_id, env_id=r.env_id, task_id=r.task_id,
+                            seed=r.seed, status=r.status, turns=self.turns(r.episode_id, r.run_id), error=r.error,
+                            run_id=r.run_id)
+                    for r in self.episodes(run_id, episode_ids)]
 
     def table(self, run_id: str | None = None, episode_ids: Sequence[int] | None = None) -> TurnTable:
         """The estimators' ``TurnTable`` over the episodes of one run (rows by episode, then t).
