@@ -7,12 +7,17 @@ classes). Layer L0: standard library only.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
 
 class ConfigError(ValueError):
     """A config file or override is invalid; the message names the dotted key and the fix."""
+
+
+#: The accepted forms of ``policy.device`` (resolved to a torch device by ``agentrl.llm.device``).
+DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
 
 
 def _check(ok: bool, msg: str) -> None:
@@ -92,7 +97,14 @@ class PolicyConfig:
     ~40 % shorter on TextWorld, and prefill dominates a CPU turn). ``num_threads``: torch
     intra-op threads of the in-process model (1 by default so tests and servers sharing the
     cores do not oversubscribe, MODELS.md §2.6; 0 = ``OMP_NUM_THREADS`` when set, else all
-    cores; the examples use 0 and the main job sets ``OMP_NUM_THREADS=2``)."""
+    cores; the examples use 0 and the main job sets ``OMP_NUM_THREADS=2``).
+    ``device``: where the trained model, the in-process engine's model, the critic and every
+    training batch live: ``auto`` (default; the current CUDA device when
+    ``torch.cuda.is_available()``, else ``cpu``), ``cpu``, ``cuda`` (the current CUDA device,
+    ``torch.cuda.current_device()``, e.g. the one a distributed launcher set per rank) or
+    ``cuda:N``. Only the form is checked here (no torch at parse time); it is resolved by
+    ``agentrl.llm.device.resolve_device`` when the policy is loaded, which raises a
+    ``ConfigError`` naming the fix when CUDA is asked for and absent, or N is out of range."""
 
     model: str = "smollm2-135m-instruct"
     engine: Literal["hf", "vllm", "vllm_http", "openai_http", "scripted"] = "hf"
@@ -110,8 +122,11 @@ class PolicyConfig:
     lora: Optional[LoraSpec] = None
     window_history: Literal["full", "actions"] = "full"
     num_threads: int = 1
+    device: str = "auto"
 
     def __post_init__(self) -> None:
+        _check(isinstance(self.device, str) and DEVICE_PATTERN.fullmatch(self.device) is not None,
+               f"policy.device={self.device!r} is not a device; use auto, cpu, cuda or cuda:N (N = 0, 1, ...)")
         _check(self.num_threads >= 0, "policy.num_threads must be >= 0 (0 = OMP_NUM_THREADS when set, else all cores)")
         _check(self.temperature > 0, "policy.temperature must be > 0 (sampling; greedy eval is separate)")
         _check(0 < self.top_p <= 1, "policy.top_p must be in (0, 1]")

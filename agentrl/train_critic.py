@@ -32,16 +32,24 @@ class Critic:
     optimizer: torch.optim.Optimizer
 
 
-def make_critic(cfg: Config) -> Critic:
+def make_critic(cfg: Config, device: torch.device | str | None = None) -> Critic:
     """A fresh critic: the policy's model loaded again (``policy.model``, ``policy.dtype``)
-    plus a zero-initialised value head."""
+    plus a zero-initialised value head, backbone and head on ``device`` (default
+    ``policy.device``, resolved like the policy's, so both live on the same device; pass
+    the policy model's device to be explicit).
+
+    Raises:
+        ConfigError: ``policy.device`` asks for CUDA that is not there (names the fix).
+    """
     from transformers import AutoModelForCausalLM
 
+    from agentrl.llm.device import resolve_device
     from agentrl.llm.models import resolve_model
 
+    target = resolve_device(cfg.policy.device if device is None else device)
     backbone = AutoModelForCausalLM.from_pretrained(resolve_model(cfg.policy.model),
                                                     dtype=getattr(torch, cfg.policy.dtype))
-    model = TurnCritic(backbone)
+    model = TurnCritic(backbone).to(target)
     return Critic(model, torch.optim.AdamW(model.parameters(), lr=cfg.update.critic_lr))
 
 

@@ -1,4 +1,4 @@
-"""``HFEngine``: a transformers causal LM in-process (the CPU default backend).
+"""``HFEngine``: a transformers causal LM in-process (the default backend, CPU or GPU).
 
 Batched sampling with left padding; temperature / top-p / max-tokens / stop ids; seeded
 (``torch.random.fork_rng`` so the global stream is untouched). Logprobs of the sampled
@@ -6,7 +6,8 @@ tokens come from the **raw** logits (``generate(output_logits=True)``), never fr
 processed scores (MODELS.md §2.5). With ``allowed`` (constrained decoding,
 ``agentrl.llm.constrained``) each row follows a token trie and its logprobs are
 renormalised over the allowed ids at each step. Loads weights in fp32 by default (the packaged
-SmolLM2 folder is stored in bf16; bf16 → fp32 is exact).
+SmolLM2 folder is stored in bf16; bf16 → fp32 is exact). The engine follows its model's device:
+inputs go to it, and every returned array (token ids, logprobs, hidden states) is CPU numpy.
 """
 
 from __future__ import annotations
@@ -70,18 +71,25 @@ class HFEngine:
         self._gate = PauseGate()
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, *, dtype: str = "float32", **kw) -> "HFEngine":
-        """Load an HF folder (model + tokenizer ids) as fp32 by default.
+    def from_pretrained(cls, path: str | Path, *, dtype: str = "float32", device: str | torch.device = "cpu",
+                        **kw) -> "HFEngine":
+        """Load an HF folder (model + tokenizer ids) in ``dtype`` (fp32 by default) on
+        ``device`` (a ``policy.device`` form: ``auto | cpu | cuda | cuda:N``, or a
+        ``torch.device``; CPU by default). The device is resolved before the weights are read.
 
         Raises:
             FileNotFoundError: ``path`` is not a model folder.
+            ConfigError: ``device`` names CUDA that is not there (``agentrl.llm.device``).
         """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from agentrl.llm.device import resolve_device
+
         if not (Path(path) / "config.json").is_file():
             raise FileNotFoundError(f"{path} is not a Hugging Face model folder (no config.json)")
+        target = resolve_device(device)
         tok = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(target)
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         return cls(model, eos_token_id=tok.eos_token_id, pad_token_id=pad, **kw)
 
@@ -242,11 +250,11 @@ def _restricted_logprobs(logits: torch.Tensor, new: torch.Tensor, trie: TokenTri
                          stops: set[int]) -> torch.Tensor:
     """float32[T] logprobs of one row's sampled ids, renormalised over the trie's allowed ids
     at each step (raw logits (T, V); positions after the completion ends are left as 0)."""
-    out = torch.zeros(new.shape[0], dtype=torch.float32)
+    out = torch.zeros(new.shape[0], dtype=torch.float32, device=logits.device)
     toks = new[:budget].tolist()
     end = next((k + 1 for k, t in enumerate(toks) if t in stops), len(toks))
     for k, ids in enumerate(trie.walk(toks[:end])):
-        z = logits[k, torch.from_numpy(ids)]
+        z = logits[k, torch.from_numpy(ids).to(logits.device)]
         out[k] = logits[k, toks[k]] - torch.logsumexp(z, dim=0)
     return out
 
@@ -275,11 +283,12 @@ def _left_pad(rows: list[np.ndarray], pad: int) -> tuple[torch.Tensor, torch.Ten
     return torch.from_numpy(ids), torch.from_numpy(mask)
 
 
-def load_hf_policy(name_or_path: str, *, max_context: int | None = None):
+def load_hf_policy(name_or_path: str, *, max_context: int | None = None, device: str | torch.device = "cpu"):
     """Engine and chat renderer for a policy name (``smollm2-135m-instruct``) or HF folder.
 
     Returns:
-        ``(HFEngine, ChatRenderer)``; the model in fp32, 1 torch thread.
+        ``(HFEngine, ChatRenderer)``; the model in fp32 on ``device`` (CPU by default; the
+        forms of ``policy.device``), 1 torch thread.
     Raises:
         FileNotFoundError: the packaged model is not prepared (names the command).
         KeyError: neither a packaged name nor a folder ("did you mean").
@@ -290,4 +299,4 @@ def load_hf_policy(name_or_path: str, *, max_context: int | None = None):
     from agentrl.llm.models import resolve_model
 
     path = resolve_model(name_or_path)
-    return HFEngine.from_pretrained(path, max_context=max_context), ChatRenderer(AutoTokenizer.from_pretrained(path))
+    return HFEngine.from_pretrained(path, max_context=max_context, device=device), ChatRenderer(AutoTokenizer.from_pretrained(path))

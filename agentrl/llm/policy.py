@@ -13,10 +13,11 @@ class Policy:
     """The policy of a training run.
 
     Attributes:
-        engine: the ``LLMClient`` that samples rollouts (``HFEngine`` on CPU).
+        engine: the ``LLMClient`` that samples rollouts (``HFEngine`` on ``policy.device``).
         renderer: the chat renderer of the policy's tokenizer.
-        model: the torch model being trained; for the in-process HF engine it is the very
-            object the engine samples from, so an optimizer step is a weight sync.
+        model: the torch model being trained, on ``policy.device`` in ``policy.dtype``; for the
+            in-process HF engine it is the very object the engine samples from, so an
+            optimizer step is a weight sync.
         pad_id: the id used for padding training batches.
         shares_weights: True when the engine samples from ``model`` itself (in-process HF):
             an optimizer step is the weight sync. False (vLLM): the trainer must push the
@@ -32,12 +33,14 @@ class Policy:
 
 def load_policy(cfg: PolicyConfig) -> Policy:
     """Load ``cfg.model`` (a packaged name such as ``smollm2-135m-instruct`` or an HF folder)
-    in ``cfg.dtype`` with the engine ``cfg.engine``: ``hf`` (the engine samples from the
+    in ``cfg.dtype`` on ``cfg.device`` (``agentrl.llm.device.resolve_device``, checked
+    before anything is read) with the engine ``cfg.engine``: ``hf`` (the engine samples from the
     trained model) or ``vllm`` (an in-process vLLM engine plus a separate HF copy that
     trains; weights are pushed to vLLM after every update; with ``action_constraint:
     admissible`` the vLLM engine is built for constrained decoding).
 
     Raises:
+        ConfigError: ``policy.device`` asks for CUDA that is not there (names the fix).
         FileNotFoundError: the packaged model is not prepared (names the command to run).
         KeyError: unknown model name (with suggestions).
         ModuleNotFoundError: ``vllm`` requested but not installed (names the fix).
@@ -49,12 +52,14 @@ def load_policy(cfg: PolicyConfig) -> Policy:
                          f"({cfg.engine} engines serve rollouts and evaluation: agentrl.llm.openai_http)")
     from transformers import AutoTokenizer
 
+    from agentrl.llm.device import resolve_device
     from agentrl.llm.hf import HFEngine
     from agentrl.llm.models import resolve_model
 
+    device = resolve_device(cfg.device)  # a missing GPU fails here, before any weights or rollouts
     path = resolve_model(cfg.model)
     renderer = ChatRenderer(AutoTokenizer.from_pretrained(path))
-    trainer_side = HFEngine.from_pretrained(path, dtype=cfg.dtype, num_threads=cfg.num_threads)
+    trainer_side = HFEngine.from_pretrained(path, dtype=cfg.dtype, device=device, num_threads=cfg.num_threads)
     if cfg.engine == "hf":
         return Policy(engine=trainer_side, renderer=renderer, model=trainer_side.model,
                       pad_id=trainer_side.pad_token_id)
