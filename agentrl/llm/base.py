@@ -33,6 +33,11 @@ class SamplingParams:
         seed: seed of the sampler (int) or None for the engine's own stream. The same
             seed and the same batch give the same tokens.
         greedy: take the argmax token (ignores temperature and top_p).
+        row_seeds: one seed per prompt of the batch, or None. When given (and not greedy),
+            prompt i samples from its own generator seeded with ``row_seeds[i]``, so its
+            tokens do not depend on the other prompts of the batch (engine workers use it
+            for rollouts that are the same whatever the number of workers;
+            ``agentrl.llm.row_sampling``); ``seed`` is then unused.
     Raises:
         ValueError: a field is out of range.
     """
@@ -43,6 +48,7 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     seed: int | None = None
     greedy: bool = False
+    row_seeds: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.temperature > 0:
@@ -52,6 +58,8 @@ class SamplingParams:
         if self.max_tokens < 1:
             raise ValueError(f"SamplingParams.max_tokens must be >= 1, got {self.max_tokens}")
         object.__setattr__(self, "stop_token_ids", tuple(int(i) for i in self.stop_token_ids))
+        if self.row_seeds is not None:
+            object.__setattr__(self, "row_seeds", tuple(int(s) for s in self.row_seeds))
 
 
 @dataclass

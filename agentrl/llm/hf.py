@@ -106,6 +106,8 @@ class HFEngine:
         None (unconstrained); constrained rows follow the trie, greedy or sampled
         (temperature / top-p apply to the restricted distribution), and their logprobs are
         the raw-logit log-softmax restricted to the allowed ids of each step.
+        ``sampling.row_seeds``: each row samples from its own seeded generator
+        (``agentrl.llm.row_sampling``; the same distribution, batch-independent draws).
         Raises:
             ValueError: empty prompt, a prompt that fills the context, or ``allowed`` of
                 the wrong length.
@@ -129,12 +131,17 @@ class HFEngine:
             return_dict_in_generate=True,
             do_sample=not sampling.greedy,
         )
-        if not sampling.greedy:  # top_k=0: no top-k cut (the model's generation_config may set one)
+        row_seeded = sampling.row_seeds is not None and not sampling.greedy
+        if not sampling.greedy and not row_seeded:  # top_k=0: no top-k cut (the model's generation_config may set one)
             kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
-        if any(t is not None for t in tries):
+        procs = [_TrieMask(tries, ids.shape[1], set(stops))] if any(t is not None for t in tries) else []
+        if row_seeded:  # each row samples from its own generator: Gumbel-max over the warped scores, argmax
+            procs.append(_row_sampler(sampling, len(rows), ids.device))
+            kwargs["do_sample"] = False
+        if procs:
             from transformers import LogitsProcessorList
 
-            kwargs["logits_processor"] = LogitsProcessorList([_TrieMask(tries, ids.shape[1], set(stops))])
+            kwargs["logits_processor"] = LogitsProcessorList(procs)
         was_training = self.model.training  # the trainer may share this model object
         self.model.eval()
         try:
@@ -257,6 +264,15 @@ def _restricted_logprobs(logits: torch.Tensor, new: torch.Tensor, trie: TokenTri
         z = logits[k, torch.from_numpy(ids).to(logits.device)]
         out[k] = logits[k, toks[k]] - torch.logsumexp(z, dim=0)
     return out
+
+
+def _row_sampler(sampling: SamplingParams, n: int, device: torch.device):
+    """``RowGumbelSampler`` for ``sampling.row_seeds`` (one per prompt; ``ValueError`` otherwise)."""
+    from agentrl.llm.row_sampling import RowGumbelSampler
+
+    if len(sampling.row_seeds) != n:
+        raise ValueError(f"SamplingParams.row_seeds has {len(sampling.row_seeds)} seeds for {n} prompts; pass one per prompt")
+    return RowGumbelSampler(sampling.row_seeds, sampling.temperature, sampling.top_p, device)
 
 
 def _default_threads() -> int:

@@ -15,6 +15,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
+import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from agentrl.env.pool import EnvPool
@@ -43,8 +44,15 @@ class CollectConfig:
         return_hidden: store the final-layer hidden state per turn (BiPACE).
         run_id: stamped on episodes and turns.
         progress: show a rich progress bar.
+        groups: play only these group indices (a shard; ids and seeds as in the full plan),
+            or None for all ``n_groups``.
+        turn_seeds: sample every (episode, turn) from its own seed ``turn_seed(sampling.seed,
+            episode_id, t)`` (``SamplingParams.row_seeds``) instead of one seed per batch, so
+            an episode's tokens do not depend on the batch it was generated in (the same
+            episodes whatever the sharding over engine workers). Needs ``sampling.seed``.
     Raises:
-        ValueError: non-positive counts.
+        ValueError: non-positive counts, group indices out of range, ``turn_seeds`` without
+            a sampling seed.
     """
 
     env_id: str
@@ -62,26 +70,50 @@ class CollectConfig:
     return_hidden: bool = False
     run_id: str = ""
     progress: bool = True
+    groups: tuple[int, ...] | None = None
+    turn_seeds: bool = False
 
     def __post_init__(self) -> None:
         if self.n_groups < 1 or self.group_size < 1:
             raise ValueError(f"n_groups and group_size must be >= 1, got {self.n_groups}, {self.group_size}")
         if self.num_slots is not None and self.num_slots < 1 or self.max_batch is not None and self.max_batch < 1:
             raise ValueError("num_slots and max_batch must be >= 1 when given")
+        if self.groups is not None:
+            object.__setattr__(self, "groups", tuple(int(g) for g in self.groups))
+            if not self.groups or any(not 0 <= g < self.n_groups for g in self.groups):
+                raise ValueError(f"groups must be a non-empty subset of range({self.n_groups}), got {self.groups}")
+        if self.turn_seeds and self.sampling.seed is None:
+            raise ValueError("turn_seeds needs a sampling seed (SamplingParams.seed)")
 
     @property
     def n_episodes(self) -> int:
+        """Episodes of the full plan (``n_groups × group_size``)."""
         return self.n_groups * self.group_size
+
+    @property
+    def n_played(self) -> int:
+        """Episodes this config plays (those of ``groups`` when given)."""
+        return self.n_episodes if self.groups is None else len(self.groups) * self.group_size
 
 
 def plan_episodes(cfg: CollectConfig, env_id: str) -> list[Episode]:
-    """Empty episodes in id order: group g, member j → id ``g*G + j``, seed ``seed + g``."""
+    """Empty episodes in id order: group g, member j → id ``g*G + j``, seed ``seed + g``
+    (only the groups of ``cfg.groups`` when given)."""
+    groups = range(cfg.n_groups) if cfg.groups is None else sorted(set(cfg.groups))
     return [
         Episode(episode_id=g * cfg.group_size + j, group_id=g, env_id=env_id, task_id="", seed=cfg.seed + g,
                 run_id=cfg.run_id)
-        for g in range(cfg.n_groups)
+        for g in groups
         for j in range(cfg.group_size)
     ]
+
+
+def turn_seed(seed: int, episode_id: int, t: int) -> int:
+    """The sampling seed of turn ``t`` of episode ``episode_id`` under base seed ``seed``
+    (``CollectConfig.turn_seeds``): a non-negative int < 2**63 from
+    ``numpy.random.SeedSequence([seed, episode_id, t])``."""
+    words = np.random.SeedSequence([int(seed) & 0xFFFFFFFFFFFFFFFF, int(episode_id), int(t)]).generate_state(2)
+    return int((int(words[0]) << 32 | int(words[1])) >> 1)
 
 
 def collect(
@@ -103,14 +135,14 @@ def collect(
     Returns:
         ``list[Episode]`` sorted by ``episode_id``; failed episodes carry their status.
     """
-    n_slots = min(cfg.num_slots or cfg.n_episodes, cfg.n_episodes)
+    n_slots = min(cfg.num_slots or cfg.n_played, cfg.n_played)
     own = pool is None
     if own:
         pool = EnvPool(cfg.env_id, n_slots, env_kwargs=cfg.env_kwargs, num_workers=cfg.num_workers,
                        step_timeout_s=cfg.step_timeout_s, reset_timeout_s=cfg.reset_timeout_s)
     try:
         with _progress(cfg) as bar:
-            task = bar.add_task("rollout", total=cfg.n_episodes, turns=0)
+            task = bar.add_task("rollout", total=cfg.n_played, turns=0)
             return _run(engine, renderer, cfg, pool, min(n_slots, pool.n), on_episode, lambda n, k: bar.update(task, advance=n, turns=k))
     finally:
         if own:
@@ -155,7 +187,8 @@ def _run(engine, renderer, cfg, pool, n_slots, on_episode, tick) -> list[Episode
     while active:
         slots = sorted(active)
         completions = _generate(engine, [active[s].prompt() for s in slots], cfg, rnd,
-                                [active[s].allowed() for s in slots])
+                                [active[s].allowed() for s in slots],
+                                [(active[s].episode.episode_id, len(active[s].episode.turns)) for s in slots])
         rnd += 1
         actions = {s: active[s].act(c) for s, c in zip(slots, completions)}
         results = pool.step(actions)
@@ -168,10 +201,12 @@ def _run(engine, renderer, cfg, pool, n_slots, on_episode, tick) -> list[Episode
     return episodes
 
 
-def _generate(engine: LLMClient, prompts: list, cfg: CollectConfig, rnd: int, allowed: list | None = None):
-    """Batched generation in chunks; the sampler seed is derived from (seed, round, chunk).
-    ``allowed`` (one entry per prompt, None = unconstrained) is passed to the engine only
-    when some prompt is constrained."""
+def _generate(engine: LLMClient, prompts: list, cfg: CollectConfig, rnd: int, allowed: list | None = None,
+              keys: list[tuple[int, int]] | None = None):
+    """Batched generation in chunks; the sampler seed is derived from (seed, round, chunk),
+    or with ``cfg.turn_seeds`` each prompt gets ``turn_seed`` of its (episode id, t) in
+    ``keys``. ``allowed`` (one entry per prompt, None = unconstrained) is passed to the
+    engine only when some prompt is constrained."""
     step = cfg.max_batch or len(prompts)
     constrained = allowed is not None and any(a is not None for a in allowed)
     if constrained:
@@ -180,8 +215,10 @@ def _generate(engine: LLMClient, prompts: list, cfg: CollectConfig, rnd: int, al
     for i in range(0, len(prompts), step):
         seed = None if cfg.sampling.seed is None else cfg.sampling.seed * 1_000_003 + rnd * 1_009 + i
         kw = {"allowed": allowed[i : i + step]} if constrained else {}
-        out += engine.generate(prompts[i : i + step], replace(cfg.sampling, seed=seed), return_hidden=cfg.return_hidden,
-                               **kw)
+        sampling = replace(cfg.sampling, seed=seed)
+        if cfg.turn_seeds:
+            sampling = replace(sampling, row_seeds=tuple(turn_seed(cfg.sampling.seed, e, t) for e, t in keys[i : i + step]))
+        out += engine.generate(prompts[i : i + step], sampling, return_hidden=cfg.return_hidden, **kw)
     return out
 
 

@@ -1,0 +1,73 @@
+"""Weight transport from the trainer to engine workers (torch; ``agentrl.rollout`` stays torch-free).
+
+``SharedWeights`` holds one copy of the inference state dict that every local engine
+worker process can read: CPU tensors are allocated once in shared memory
+(``Tensor.share_memory_()``) and each push copies the new values into them in place; CUDA
+tensors travel by CUDA IPC through the same ``torch.multiprocessing`` pickling (no copy to
+the host). The object is handed to each worker process once, at start (spawn pickles it
+with torch's reductions: the workers map the same memory); a push is then
+``write(state)`` in the trainer + a version message to each worker, which loads the
+shared tensors into its engine (``engine.update_weights(shared.tensors, version)``). The trainer writes only while no
+worker reads (the workers acknowledge each load before the next write).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+
+__all__ = ["SharedWeights", "spawn_context", "to_host"]
+
+
+def spawn_context():
+    """The ``torch.multiprocessing`` "spawn" context (its pickler carries shared-memory and
+    CUDA tensors by handle)."""
+    import torch.multiprocessing as tmp
+
+    return tmp.get_context("spawn")
+
+
+def _alloc(t: torch.Tensor) -> torch.Tensor:
+    buf = t.detach().clone()
+    return buf if buf.is_cuda else buf.share_memory_()
+
+
+class SharedWeights:
+    """A state dict in memory shared with worker processes, allocated once, written in place.
+
+    Args:
+        state: ``{name: tensor}`` (e.g. ``agentrl.update.lora.inference_state_dict``), any
+            dtype / device; the buffers copy its dtype, shape and device.
+    Attributes:
+        tensors: ``{name: tensor}``, the shared buffers (read them, never resize them).
+        nbytes: total bytes of the buffers.
+    """
+
+    def __init__(self, state: Mapping[str, torch.Tensor]) -> None:
+        self.tensors = {name: _alloc(t) for name, t in state.items()}
+        self.nbytes = sum(t.numel() * t.element_size() for t in self.tensors.values())
+
+    def write(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Copy ``state`` into the buffers in place (dtype cast when it differs).
+
+        Raises:
+            KeyError: names missing from or unknown to the buffers (lists a few).
+            ValueError: a tensor whose shape differs from its buffer.
+        """
+        missing, unknown = set(self.tensors) - set(state), set(state) - set(self.tensors)
+        if missing or unknown:
+            raise KeyError(f"SharedWeights.write: missing {sorted(missing)[:5]}, unknown {sorted(unknown)[:5]}; "
+                           "push the same state-dict layout every time")
+        with torch.no_grad():
+            for name, t in state.items():
+                buf = self.tensors[name]
+                if buf.shape != t.shape:
+                    raise ValueError(f"SharedWeights.write: {name} has shape {tuple(t.shape)}, buffer {tuple(buf.shape)}")
+                buf.copy_(t.detach())
+
+
+def to_host(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``{name: CPU tensor}`` (detached; the same tensors when already on the CPU) — what a
+    Ray ``put`` ships to engine actors on other nodes."""
+    return {name: t.detach().cpu() for name, t in state.items()}
