@@ -192,7 +192,13 @@ class RolloutConfig:
     per task replace ``group_size``) or ``rtpo`` (``group_size`` base trajectories per task,
     each with a sparse reverse tree, updated in reverse-turn rounds); see ``TreeConfig``.
     ``backend``: ``local`` env worker processes (``EnvPool``) or ``ray`` actors (``RayEnvPool``,
-    same API; needs the ``ray`` extra)."""
+    same API; needs the ``ray`` extra).
+    ``engines``: 0 (default) samples in the trainer's process from the trained model itself;
+    K ≥ 1 plays the rollouts on K engine workers apart from the trainer (``backend`` local:
+    processes, ray: actors), each with its own HF engine and env-pool shard, whole groups per
+    worker, every (episode, turn) sampled from its own seed (the same episodes for any K);
+    the trainer pushes versioned weights to them after every update
+    (``agentrl.rollout.engine_worker``). Chains only (no tree / rtpo sampler, no harness)."""
 
     groups_per_iteration: int = 6
     group_size: int = 4
@@ -202,8 +208,13 @@ class RolloutConfig:
     sampler: Literal["chain", "tree", "rtpo"] = "chain"
     tree: TreeConfig = field(default_factory=TreeConfig)
     backend: Literal["local", "ray"] = "local"
+    engines: int = 0
 
     def __post_init__(self) -> None:
+        _check(self.engines >= 0, "rollout.engines must be >= 0 (0 = sample in the trainer's process)")
+        _check(self.engines == 0 or (self.sampler == "chain" and self.harness is None),
+               f"rollout.engines={self.engines} runs chain rollouts only; set rollout.sampler: chain without "
+               "rollout.harness, or rollout.engines: 0 for trees, RTPO and external harnesses")
         _check(self.sampler == "chain" or self.harness is None, "rollout.sampler tree/rtpo needs the agent loop; "
                "remove rollout.harness or set rollout.sampler: chain")
         _check(self.groups_per_iteration >= 1 and self.group_size >= 1, "rollout.groups_per_iteration and group_size must be >= 1")

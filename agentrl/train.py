@@ -30,7 +30,7 @@ from agentrl.rollout.stats import rollout_stats
 from agentrl.rollout.tree import add_linked
 from agentrl.store import INTERRUPTED, TurnStore
 from agentrl.train_critic import Critic, critic_step, make_critic, with_values
-from agentrl.train_steps import collect_iteration, open_pool, rtpo_iteration, sync_weights, update_policy
+from agentrl.train_steps import collect_iteration, open_engines, open_pool, rtpo_iteration, sync_weights, update_policy
 from agentrl.types import TurnTable
 from agentrl.update.checkpoint import TrainState, latest_checkpoint, load_checkpoint, save_checkpoint
 from agentrl.update.lora import prepare_policy
@@ -61,26 +61,38 @@ class TrainResult:
 @dataclass
 class RunParts:
     """What one run holds while it trains: the policy (engine + model), its optimizer, the
-    turn store, the turn-level critic (turn-PPO only, else None) and the env pool of chain
-    rollouts (opened at the first iteration, kept open across iterations, closed by ``close``)."""
+    turn store, the turn-level critic (turn-PPO only, else None), the env pool of chain
+    rollouts and the ``rollout.engines`` engine workers (both opened at the first iteration,
+    kept open across iterations, closed by ``close``)."""
 
     policy: Policy
     optimizer: torch.optim.Optimizer
     store: TurnStore
     critic: Critic | None
     pool: object | None = None
+    engines: object | None = None
+
+    def chain_engines(self, cfg: Config):
+        """The run's engine workers (None when ``rollout.engines`` is 0)."""
+        if self.engines is None and cfg.rollout.engines:
+            self.engines = open_engines(cfg, self.policy)
+        return self.engines
 
     def chain_pool(self, cfg: Config):
-        """The run's env pool for plain chain rollouts (None for trees and harnesses)."""
-        if cfg.rollout.sampler != "chain" or cfg.rollout.harness is not None:
+        """The run's env pool for plain chain rollouts (None for trees, harnesses and engine workers)."""
+        if cfg.rollout.sampler != "chain" or cfg.rollout.harness is not None or cfg.rollout.engines:
             return None
         if self.pool is None:
             self.pool = open_pool(cfg)
         return self.pool
 
     def close(self) -> None:
-        """Close the env pool and the store (the store even when closing the pool fails)."""
+        """Close the engine workers, the env pool and the store (the store even when closing
+        the others fails)."""
         try:
+            if self.engines is not None:
+                self.engines.close()
+                self.engines = None
             if self.pool is not None:
                 self.pool.close()
                 self.pool = None
@@ -105,7 +117,7 @@ def chain_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
     """Collect (chains, trees or harness episodes) → store → TurnTable (+ critic values) →
     advantages → store them → update → bump the policy version → critic step."""
     t0 = time.perf_counter()
-    episodes = collect_iteration(parts.policy, cfg, it, pool=parts.chain_pool(cfg))
+    episodes = collect_iteration(parts.policy, cfg, it, pool=parts.chain_pool(cfg), engines=parts.chain_engines(cfg))
     t1 = time.perf_counter()
     add_linked(parts.store, episodes, run_id=cfg.run.name)  # tree branches after their parents
     table = parts.store.table(run_id=cfg.run.name, episode_ids=[e.episode_id for e in episodes])
@@ -115,7 +127,7 @@ def chain_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
     parts.store.set_advantages(cfg.run.name, table.turn_id, adv, iteration=it, estimator=cfg.algorithm.estimator)
     t2 = time.perf_counter()
     stats = update_policy(parts.policy, parts.optimizer, cfg, table, adv, episodes, it)
-    sync_weights(parts.policy)
+    sync_weights(parts.policy, engines=parts.engines)
     critic_stats = critic_step(parts.critic, cfg, table, all_turns) if parts.critic is not None else []
     seconds = {"rollout": t1 - t0, "credit": t2 - t1, "update": time.perf_counter() - t2}
     return IterationResult(episodes, table, adv, stats, critic_stats, seconds)

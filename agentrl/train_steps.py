@@ -10,13 +10,14 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from agentrl.config import Config
+from agentrl.config import Config, ConfigError
 from agentrl.credit import compute_advantages, update_groups
 from agentrl.eval import env_kwargs, loop_config
 from agentrl.llm.base import SamplingParams
 from agentrl.llm.constrained import constraint_masks
 from agentrl.llm.policy import Policy
 from agentrl.rollout.collector import CollectConfig, collect
+from agentrl.rollout.engine_worker import EngineSpec, EngineWorkers, open_engine_workers
 from agentrl.rollout.harness import HarnessSpec, collect_harness_episodes
 from agentrl.rollout.ray_backend import make_env_pool
 from agentrl.rollout.reverse import RtpoRound, run_rtpo_iteration
@@ -50,19 +51,43 @@ def open_pool(cfg: Config):
                          num_workers=cc.num_workers, step_timeout_s=cc.step_timeout_s)
 
 
-def collect_iteration(policy: Policy, cfg: Config, iteration: int, pool=None) -> list[Episode]:
+def open_engines(cfg: Config, policy: Policy) -> EngineWorkers:
+    """The run's ``rollout.engines`` engine workers (``rollout.backend``: local processes or Ray
+    actors), started with the trainer's current inference weights and policy version; the
+    trainer keeps them for the whole run. Close them with ``.close()``.
+
+    Raises:
+        ConfigError: ``policy.engine`` is not ``hf`` (the workers run HF engines).
+        EngineWorkerError: a worker failed to start.
+    """
+    from agentrl.llm.models import resolve_model
+
+    if cfg.policy.engine != "hf":
+        raise ConfigError(f"rollout.engines={cfg.rollout.engines} runs HF engine workers; set policy.engine: hf "
+                          "(or rollout.engines: 0 to sample with the in-process engine)")
+    spec = EngineSpec(model=str(resolve_model(cfg.policy.model)), dtype=cfg.policy.dtype, device=cfg.policy.device,
+                      num_threads=cfg.policy.num_threads, max_context=policy.engine.max_context)
+    return open_engine_workers(cfg.rollout.backend, cfg.rollout.engines, spec, inference_state_dict(policy.model),
+                               policy.engine.policy_version)
+
+
+def collect_iteration(policy: Policy, cfg: Config, iteration: int, pool=None,
+                      engines: EngineWorkers | None = None) -> list[Episode]:
     """Play ``rollout.groups_per_iteration`` tasks × ``rollout.group_size`` episodes
     (``rollout.sampler: tree``: Tree-GRPO trees, ``agentrl.rollout.tree``).
 
     Task seeds are ``run.seed * 1_000_003 + iteration * groups + g``: fresh tasks each
     iteration, identical env seeds inside a group, reproducible for a given run seed.
     ``pool``: an open pool from ``open_pool`` for chain rollouts (default: one is opened
-    and closed here).
+    and closed here). ``engines``: engine workers from ``open_engines`` (``rollout.engines``
+    ≥ 1): the chains are played there, whole groups per worker, per-turn seeds.
     """
     r, cc = cfg.rollout, collect_config(cfg, iteration)
-    if r.sampler == "tree":  # ids are made unique over the run by the sampler
+    if engines is not None:
+        episodes = engines.collect(cc)
+    elif r.sampler == "tree":  # ids are made unique over the run by the sampler
         return sample_trees(policy.engine, policy.renderer, cc, r.tree, iteration=iteration).episodes
-    if r.harness is not None:  # an external agent program plays through the recording proxy
+    elif r.harness is not None:  # an external agent program plays through the recording proxy
         spec = HarnessSpec.from_config(r.harness, cfg.env.id, cc.env_kwargs)
         episodes = collect_harness_episodes(policy.engine, policy.renderer, spec, n_groups=cc.n_groups,
                                             group_size=cc.group_size, seed=cc.seed, run_id=cc.run_id,
@@ -138,15 +163,19 @@ def rtpo_iteration(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config
     return episodes, table, np.array([written.get(int(t), 0.0) for t in table.turn_id]), stats
 
 
-def sync_weights(policy: Policy, version: int | None = None) -> None:
+def sync_weights(policy: Policy, version: int | None = None, engines: EngineWorkers | None = None) -> None:
     """Make the engine sample from the trainer's current weights, as policy ``version``
     (default: the engine's version + 1, i.e. after one more update).
 
     In-process HF: the engine samples from the trained model object, so only the version
     moves. Otherwise (vLLM) the merged weights are pushed with ``engine.update_weights``.
+    ``engines`` (``rollout.engines`` ≥ 1): the inference weights are pushed to every worker
+    too, as ``version``.
     """
     version = policy.engine.policy_version + 1 if version is None else int(version)
     if policy.shares_weights:
         policy.engine.policy_version = version
     else:
         policy.engine.update_weights(inference_state_dict(policy.model), version)
+    if engines is not None:
+        engines.push_weights(inference_state_dict(policy.model), version)
