@@ -85,20 +85,46 @@ def reference_logprobs(model: torch.nn.Module, batch: TrainBatch, *, micro_batch
 def inference_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The weights an inference engine needs, under the plain HF parameter names.
 
-    For a peft LoRA model the adapters are merged into a copy of each wrapped weight
-    (W + scale · B A; the training model is left unmerged) and the ``base_model.model.`` /
-    ``base_layer.`` prefixes are removed; a plain model returns its ``state_dict()``.
+    For a peft LoRA model each wrapped weight is merged out of place, ``W + scale · B A``
+    computed in fp32 and rounded once to the weight dtype, and the
+    ``base_model.model.`` / ``base_layer.`` prefixes are removed; the training model is
+    never touched, so repeated calls leave its weights bit-identical (an in-place
+    merge + unmerge drifts them in bf16). A plain model returns its ``state_dict()``.
     Shape: one tensor per parameter, as in the base model.
+    Raises:
+        NotImplementedError: a LoRA variant (e.g. DoRA) whose merge is not ``W + ΔW``.
     """
     if not hasattr(model, "get_base_model"):
         return dict(model.state_dict())
-    model.merge_adapter()
-    try:
-        out = {}
-        for name, t in model.get_base_model().state_dict().items():
-            if "lora_" in name:
+    base = model.get_base_model()
+    merged = {}
+    with torch.no_grad():
+        for name, module in base.named_modules():
+            if not hasattr(module, "get_delta_weight") or not hasattr(module, "lora_A") or module.merged:
                 continue
-            out[name.replace(".base_layer.", ".")] = t.detach().clone()
-        return out
-    finally:
-        model.unmerge_adapter()
+            weight = module.get_base_layer().weight
+            total = weight.float()
+            for adapter in module.active_adapters:
+                if adapter in getattr(module, "lora_variant", {}):
+                    raise NotImplementedError(f"inference_state_dict: LoRA variant of {name} has no plain W + dW merge")
+                if adapter in module.lora_A:
+                    total = total + _delta_fp32(module, adapter)
+            merged[f"{name}.base_layer.weight"] = total.to(weight.dtype)  # one rounding to the weight dtype
+    out = {}
+    for name, t in base.state_dict().items():
+        if "lora_" in name:
+            continue
+        out[name.replace(".base_layer.", ".")] = merged[name] if name in merged else t.detach().clone()
+    return out
+
+
+def _delta_fp32(module: torch.nn.Module, adapter: str) -> torch.Tensor:
+    """float32 ``scale · B A`` of a peft LoRA layer (shaped like its base weight): computed
+    here for linear adapters, peft's ``get_delta_weight`` (cast up) for other layer types."""
+    a, b = module.lora_A[adapter], module.lora_B[adapter]
+    if not (isinstance(a, torch.nn.Linear) and isinstance(b, torch.nn.Linear)):
+        return module.get_delta_weight(adapter).float()
+    delta = b.weight.float() @ a.weight.float()  # (out, in)
+    if getattr(module, "fan_in_fan_out", False):
+        delta = delta.T
+    return delta * module.scaling[adapter]

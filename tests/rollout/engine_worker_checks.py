@@ -74,16 +74,19 @@ def check_same_table(one, two, tmp_path) -> int:
     return len(ta)
 
 
-def trained_model(tiny_dir):
-    """(trainer engine, its model after one real optimizer step, logprobs of the probe before it)."""
+def trained_model(tiny_dir, lora=None):
+    """(trainer engine whose model took one real optimizer step — with LoRA adapters when
+    ``lora`` is a ``LoraSpec`` —, logprobs of the probe before the step)."""
     from agentrl.llm.hf import HFEngine
     from agentrl.update.batch import build_batch
+    from agentrl.update.lora import apply_lora
     from agentrl.update.step import make_optimizer, update
 
     torch.manual_seed(0)
     engine = HFEngine.from_pretrained(tiny_dir)
     before = engine.score(PROBE_PROMPT, PROBE_COMPLETION)
-    model = engine.model.train()
+    model = engine.model.train() if lora is None else apply_lora(engine.model, lora).train()
+    engine.model = model
     batch = build_batch([np.array(PROBE_PROMPT, np.int32)], [np.array(PROBE_COMPLETION, np.int32)],
                         [before], np.array([1.0]), pad_id=engine.pad_token_id)
     update(model, make_optimizer(model, 1e-2), batch, UpdateConfig(lr=1e-2, grad_clip=0.0, micro_batch=1))
@@ -91,16 +94,17 @@ def trained_model(tiny_dir):
     return engine, before
 
 
-def check_push(workers, tiny_dir) -> float:
-    """After an optimizer step on the trainer and a push as version v+1, every worker's
-    probe logprobs equal the trainer's within 1e-4 and report v+1; returns the max gap."""
+def check_push(workers, tiny_dir, lora=None) -> float:
+    """After an optimizer step on the trainer (full or LoRA: the merged weights are pushed)
+    and a push as version v+1, every worker's probe logprobs equal the trainer's within
+    1e-4 and report v+1; returns the max gap."""
     from agentrl.update.lora import inference_state_dict
 
-    engine, before = trained_model(tiny_dir)
+    stale = workers.score(PROBE_PROMPT, PROBE_COMPLETION)
+    engine, before = trained_model(tiny_dir, lora)
     after = engine.score(PROBE_PROMPT, PROBE_COMPLETION)
     assert np.max(np.abs(after - before)) > 1e-3  # the step really moved the probe
-    stale = workers.score(PROBE_PROMPT, PROBE_COMPLETION)
-    assert all(np.max(np.abs(s.logprobs - before)) <= 1e-4 for s in stale)
+    assert all(np.max(np.abs(s.logprobs - after)) > 1e-3 for s in stale)
     version = workers.policy_version + 1
     workers.push_weights(inference_state_dict(engine.model), version)
     scores = workers.score(PROBE_PROMPT, PROBE_COMPLETION)

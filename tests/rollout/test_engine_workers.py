@@ -109,5 +109,12 @@ def test_pushed_update_reaches_every_worker(workers, tiny_dir):
     assert checks.check_push(workers[1], tiny_dir) <= 1e-4
 
 
+def test_pushed_lora_update_reaches_every_worker_merged(workers, tiny_dir):
+    from agentrl.config import LoraSpec
+
+    lora = LoraSpec(rank=4, alpha=8.0, target_modules=("q_proj", "v_proj", "o_proj"))
+    assert checks.check_push(workers[1], tiny_dir, lora) <= 1e-4
+
+
 def test_killed_worker_is_restarted_and_its_episodes_aborted(workers):
     checks.check_kill(workers[1])
