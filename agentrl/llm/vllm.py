@@ -10,7 +10,8 @@ the model's other generation-config EOS ids are ignored (``ignore_eos=True`` wit
 
 Seeds: with ``SamplingParams.seed = s`` request ``i`` of a batch samples with its own vLLM
 seed ``request_seed(s, i)`` (recorded in ``last_seeds``), so a completion does not depend
-on the other requests of its batch.
+on the other requests of its batch; with ``SamplingParams.row_seeds`` request ``i`` uses
+``request_seed(row_seeds[i], 0)`` (its position in the batch no longer matters either).
 
 Weight sync (MODELS.md §3.5): ``update_weights`` calls the worker method
 ``reload_weights`` through ``collective_rpc`` (layer-wise in-place reload, which also
@@ -213,6 +214,11 @@ class VLLMEngine:
         seqs = [None if a is None else [[int(t) for t in s] for s in a] for a in entries]
         tries = [None if a is None else TokenTrie(a) for a in seqs]
         seeds = [None if sampling.seed is None else request_seed(sampling.seed, i) for i in range(len(rows))]
+        if sampling.row_seeds is not None:  # one seed per prompt, whatever the batch (engine workers)
+            if len(sampling.row_seeds) != len(rows):
+                raise ValueError(f"SamplingParams.row_seeds has {len(sampling.row_seeds)} seeds for {len(rows)} "
+                                 "prompts; pass one per prompt")
+            seeds = [request_seed(s, 0) for s in sampling.row_seeds]
         params = []
         for p, s, a, trie in zip(rows, seeds, seqs, tries):
             budget = clamp_max_tokens(p.size, sampling.max_tokens, self.max_context)
