@@ -7,12 +7,22 @@ one of a single full-batch pass (1 × 4 rows == 4 × 1 rows up to float rounding
 
 Objective per minibatch (minimised):
 ``agg(policy_loss) + kl_coef · agg(KL(π‖π_ref)) − entropy_coef · agg(H(π))``.
+
+Data-parallel (``dp`` = an ``agentrl.dist.DistContext`` of N ranks, model FSDP2-sharded): every
+rank gets the same minibatch and trains its rows ``r, r + N, …``; the denominators (trained
+tokens, turns) are all-reduced over the ranks, so each rank's loss is its share of the
+1-process loss and the summed gradients equal the 1-process gradient in every aggregation
+mode, with uneven rows and tokens per rank. Ranks run the same number of forward/backward
+passes (a rank with fewer micro-batches runs zero-weight ones: FSDP2's collectives must
+match), the gradient norm is taken over the whole (sharded) gradient, and the statistics are
+summed over ranks.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -21,7 +31,17 @@ from agentrl.update.batch import TrainBatch, minibatches, model_device
 from agentrl.update.logprobs import forward_token_stats
 from agentrl.update.losses import AGGREGATIONS, KL_ESTIMATORS, LOSSES, ClipSpec, LossScale, PolicyLossInputs
 
-__all__ = ["UpdateStats", "make_optimizer", "update", "train_on_batch", "sft_update"]
+__all__ = ["UpdateStats", "ReduceGroup", "make_optimizer", "update", "train_on_batch", "sft_update"]
+
+
+class ReduceGroup(Protocol):
+    """The ranks of a data-parallel update (``agentrl.dist.DistContext`` implements it)."""
+
+    rank: int
+    world_size: int
+
+    def all_reduce(self, values: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        """Element-wise ``sum`` | ``max`` of ``values`` over the ranks."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +95,15 @@ class _Sums:
     def __init__(self) -> None:
         self.loss = self.pg = self.kl = self.clip = self.akl = self.ent = 0.0
 
+    def summed(self, dp: ReduceGroup) -> "_Sums":
+        """The sums over every rank of ``dp``."""
+        names = ("loss", "pg", "kl", "clip", "akl", "ent")
+        total = dp.all_reduce(torch.tensor([getattr(self, n) for n in names], dtype=torch.float64))
+        out = _Sums()
+        for name, value in zip(names, total.tolist()):
+            setattr(out, name, value)
+        return out
+
     def stats(self, tokens: float, grad_norm: float) -> UpdateStats:
         return UpdateStats(loss=self.loss, pg_loss=self.pg, kl=self.kl / tokens, clip_frac=self.clip / tokens,
                            approx_kl=self.akl / tokens, entropy=self.ent / tokens, grad_norm=grad_norm,
@@ -82,8 +111,9 @@ class _Sums:
 
 
 def _micro_step(model: torch.nn.Module, mb: TrainBatch, cfg: UpdateConfig, scale: LossScale,
-                temperature: float, sums: _Sums) -> None:
-    """Forward + backward of one micro-batch; adds its share of every metric to ``sums``."""
+                temperature: float, sums: _Sums, weight: float = 1.0) -> None:
+    """Forward + backward of one micro-batch; adds its share of every metric to ``sums``.
+    ``weight`` 0 runs the passes with a zero loss (a data-parallel rank out of rows)."""
     policy_loss, agg = LOSSES.get(cfg.loss), AGGREGATIONS.get(cfg.aggregation)
     out = forward_token_stats(model, mb.input_ids, mb.attention_mask, temperature=temperature,
                               with_entropy=True, entropy_grad=cfg.entropy_coef != 0, allowed_ids=mb.allowed_ids,
@@ -99,6 +129,9 @@ def _micro_step(model: torch.nn.Module, mb: TrainBatch, cfg: UpdateConfig, scale
         sums.kl += float((kl.detach() * m).sum())
     if cfg.entropy_coef != 0:
         total = total - cfg.entropy_coef * agg(out.entropy, m, mb.turn_ids, scale)
+    if weight != 1.0:
+        (total * weight).backward()
+        return
     total.backward()
     log_r = (out.logprobs.detach() - mb.old_logprobs).clamp(-20.0, 20.0)  # token-level, whatever the loss
     sums.loss += float(total.detach())
@@ -109,7 +142,7 @@ def _micro_step(model: torch.nn.Module, mb: TrainBatch, cfg: UpdateConfig, scale
 
 
 def update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: TrainBatch, cfg: UpdateConfig, *,
-           temperature: float = 1.0, micro_batch: int | None = None) -> UpdateStats:
+           temperature: float = 1.0, micro_batch: int | None = None, dp: ReduceGroup | None = None) -> UpdateStats:
     """One optimizer step on ``batch`` (a minibatch), ``micro_batch`` rows per forward.
 
     Args:
@@ -121,8 +154,10 @@ def update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Trai
             grad_clip (0 = off), sum_norm_tokens for Dr.GRPO).
         temperature: the sampling temperature of the behaviour policy.
         micro_batch: rows per forward pass (default ``cfg.micro_batch``).
+        dp: the data-parallel ranks (every rank passes the same ``batch``; see the module
+            docstring); None = one process.
     Returns:
-        ``UpdateStats``.
+        ``UpdateStats`` (data-parallel: of the whole minibatch, the same on every rank).
     Raises:
         KeyError: unknown loss / aggregation / KL estimator name (with suggestions).
         ValueError: KL requested without reference logprobs; Dr.GRPO aggregation without
@@ -134,31 +169,66 @@ def update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Trai
     if cfg.aggregation == "seq-mean-token-sum-norm" and cfg.sum_norm_tokens is None:
         raise ValueError("aggregation 'seq-mean-token-sum-norm' needs update.sum_norm_tokens (max response tokens)")
     model.train()
-    scale = LossScale.of(batch.loss_mask, batch.turn_ids, cfg.sum_norm_tokens or 1)
+    mine = batch if dp is None else batch.select(torch.arange(dp.rank, batch.num_rows, dp.world_size))
+    norm = cfg.sum_norm_tokens or 1
+    scale = LossScale.of(batch.loss_mask, batch.turn_ids, norm) if dp is None else _global_scale(mine, norm, dp)
     optimizer.zero_grad(set_to_none=True)
     sums = _Sums()
     device = model_device(model)
-    for rows in minibatches(batch.num_rows, micro_batch or cfg.micro_batch):
-        _micro_step(model, batch.select(rows).to(device), cfg, scale, temperature, sums)
+    chunks = minibatches(mine.num_rows, micro_batch or cfg.micro_batch) if mine.num_rows or dp is None else []
+    passes = len(chunks) if dp is None else int(dp.all_reduce(torch.tensor([len(chunks)]), op="max").item())
+    for k in range(passes):
+        if k < len(chunks):
+            _micro_step(model, mine.select(chunks[k]).to(device), cfg, scale, temperature, sums)
+        else:  # this rank is out of rows: zero-weight passes keep FSDP2's collectives in step
+            _micro_step(model, batch.select([0]).to(device), cfg, scale, temperature, _Sums(), weight=0.0)
+    if dp is not None:
+        sums = sums.summed(dp)
     if not math.isfinite(sums.loss):
         optimizer.zero_grad(set_to_none=True)
         raise ValueError(f"non-finite loss {sums.loss}; check advantages, logprobs and the learning rate")
     params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
     max_norm = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm)) if params else 0.0
+    if dp is None:
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm)) if params else 0.0
+    else:
+        grad_norm = _clip_sharded(params, max_norm)
     optimizer.step()
     return sums.stats(scale.tokens, grad_norm)
 
 
+def _global_scale(mine: TrainBatch, norm_tokens: float, dp: ReduceGroup) -> LossScale:
+    """``LossScale`` of the whole minibatch from each rank's rows: token and turn counts are
+    summed over the ranks (a turn lives in one row, so ranks never share one)."""
+    turns = torch.unique(mine.turn_ids[(mine.loss_mask > 0) & (mine.turn_ids >= 0)]).numel()
+    local = torch.tensor([float(mine.loss_mask.sum().item()), float(turns)], dtype=torch.float64)
+    tokens, n_turns = dp.all_reduce(local).tolist()
+    return LossScale(tokens=max(tokens, 1.0), turns=max(n_turns, 1.0), norm_tokens=float(norm_tokens))
+
+
+def _clip_sharded(params: list[torch.Tensor], max_norm: float) -> float:
+    """Clip FSDP2-sharded gradients (``DTensor``) by the norm of the **whole** gradient, i.e.
+    over every rank's shards; returns that norm (before clipping)."""
+    if not params:
+        return 0.0
+    norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+    if hasattr(norm, "full_tensor"):  # a DTensor partial norm → the global value on every rank
+        norm = norm.full_tensor()
+    torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm)
+    return float(norm)
+
+
 def train_on_batch(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: TrainBatch,
-                   cfg: UpdateConfig, *, temperature: float = 1.0, seed: int = 0) -> list[UpdateStats]:
+                   cfg: UpdateConfig, *, temperature: float = 1.0, seed: int = 0,
+                   dp: ReduceGroup | None = None) -> list[UpdateStats]:
     """``cfg.epochs`` passes over ``batch``, each split into shuffled minibatches of
     ``cfg.minibatch`` rows (0 = the whole batch, one step per epoch); one ``update`` per
-    minibatch. The shuffle is seeded by ``seed + epoch``. Returns one ``UpdateStats`` per step."""
+    minibatch (``dp``: data-parallel, every rank passes the same batch and seed). The shuffle
+    is seeded by ``seed + epoch``. Returns one ``UpdateStats`` per step."""
     stats = []
     for epoch in range(cfg.epochs):
         for rows in minibatches(batch.num_rows, cfg.minibatch, seed=seed + epoch):
-            stats.append(update(model, optimizer, batch.select(rows), cfg, temperature=temperature))
+            stats.append(update(model, optimizer, batch.select(rows), cfg, temperature=temperature, dp=dp))
     return stats
 
 

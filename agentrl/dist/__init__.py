@@ -1,0 +1,22 @@
+"""agentrl.dist — data-parallel training across processes (layer L3½: above ``agentrl.update``,
+below ``agentrl.train``; imports torch and torch.distributed).
+
+Owns: the process group of a run (``DistContext``: torchrun's environment, or a 1-rank group;
+gloo on CPU, NCCL on GPU), FSDP2 wrapping of a causal LM (``parallelize``: ``fully_shard``
+per decoder layer, then the root — torchtitan's pattern), the gather of the trained weights
+into the plain HF names an inference engine loads (``inference_state``, LoRA merged out of
+place), and the broadcast of an iteration's update plan from rank 0 (``broadcast_object``).
+
+The global loss normalisation of the data-parallel step (every aggregation mode divides by
+counts all-reduced over the ranks) lives in ``agentrl.update.step`` (``update(..., dp=ctx)``),
+and the distributed checkpoints (``torch.distributed.checkpoint``, resumable with another
+world size) in ``agentrl.update.checkpoint``; both take a ``DistContext`` as their ``dp``.
+
+May import: torch, agentrl.update, agentrl L0. Never imports rollout, store or credit.
+"""
+
+from agentrl.dist.context import DistContext
+from agentrl.dist.parallel import decoder_layers, parallelize
+from agentrl.dist.weights import inference_state, merge_lora
+
+__all__ = ["DistContext", "decoder_layers", "parallelize", "inference_state", "merge_lora"]

@@ -1,0 +1,141 @@
+"""``DistContext``: who this process is in a training run (rank, world size, device) and the
+few collectives the loop needs (all-reduce of counts and metrics, broadcast of the update plan).
+
+One process (``python -m agentrl train``, or ``torchrun --nproc-per-node 1``): no process group,
+every collective is the identity, and training is exactly today's single-process loop.
+Under ``torchrun --nproc-per-node N`` (N ≥ 2, or a Ray cluster that sets the same variables:
+``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``) ``from_env`` joins
+the default process group: NCCL when the device is CUDA (rank r uses ``cuda:LOCAL_RANK``), gloo
+on CPU.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["DistContext"]
+
+_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "")
+    return int(raw) if raw.strip().lstrip("-").isdigit() else default
+
+
+def _device_for(spec: str, local_rank: int) -> torch.device:
+    """``auto`` → CUDA when visible, else CPU; ``cuda``/``cuda:N`` → ``cuda:LOCAL_RANK`` under
+    torchrun (one GPU per rank), ``cuda:N`` as given in one process; ``cpu`` → CPU.
+
+    Raises:
+        ValueError: CUDA asked for and not visible.
+    """
+    spec = str(spec)
+    if spec == "auto":
+        spec = "cuda" if torch.cuda.is_available() else "cpu"
+    if spec == "cpu":
+        return torch.device("cpu")
+    if not spec.startswith("cuda"):
+        raise ValueError(f"device {spec!r} is not one of auto | cpu | cuda | cuda:N")
+    if not torch.cuda.is_available():
+        raise ValueError(f"device {spec!r} asked for, but no CUDA device is visible (torch.cuda.is_available() "
+                         "is False); set policy.device: cpu or auto")
+    if _env_int("WORLD_SIZE", 1) > 1 or ":" not in spec:
+        return torch.device("cuda", local_rank)
+    return torch.device(spec)
+
+
+@dataclass
+class DistContext:
+    """This process's place in a (possibly 1-process) training run.
+
+    Attributes:
+        rank / world_size / local_rank: torchrun's ``RANK`` / ``WORLD_SIZE`` / ``LOCAL_RANK``
+            (0 / 1 / 0 in one process).
+        device: where this rank's model shard and batches live.
+        backend: ``"nccl"`` | ``"gloo"`` when a process group is joined, None in one process.
+        owns_group: True when ``from_env`` created the group (``close`` then destroys it).
+    """
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    backend: str | None = None
+    owns_group: bool = False
+
+    @property
+    def distributed(self) -> bool:
+        """True when this run has a process group (then the model is FSDP2-sharded)."""
+        return self.backend is not None
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the only rank that rolls out, writes the store, logs and the run folder."""
+        return self.rank == 0
+
+    @classmethod
+    def from_env(cls, device: str = "auto", *, init_single: bool = False) -> "DistContext":
+        """Join the process group torchrun describes (``WORLD_SIZE`` ≥ 2), or stay a single
+        process; ``init_single=True`` makes a 1-rank group anyway (to run the FSDP2 code path
+        alone, e.g. ``scripts/gpu_check.py``). Reuses a group that is already initialised.
+
+        Raises:
+            ValueError: CUDA asked for and absent; RuntimeError: the rendezvous fails.
+        """
+        world, rank, local = _env_int("WORLD_SIZE", 1), _env_int("RANK", 0), _env_int("LOCAL_RANK", 0)
+        dev = _device_for(device, local)
+        if dist.is_available() and dist.is_initialized():
+            return cls(dist.get_rank(), dist.get_world_size(), local, dev, dist.get_backend(), owns_group=False)
+        if world < 2 and not init_single:
+            return cls(device=dev)
+        if world < 2:  # a 1-rank group on a free local port
+            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+            os.environ.setdefault("MASTER_PORT", str(_free_port()))
+            rank, world = 0, 1
+        backend = "nccl" if dev.type == "cuda" else "gloo"
+        if dev.type == "cuda":
+            torch.cuda.set_device(dev)
+        dist.init_process_group(backend, rank=rank, world_size=world)
+        return cls(rank, world, local, dev, backend, owns_group=True)
+
+    def all_reduce(self, values: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        """Element-wise ``sum`` | ``max`` over the ranks of a tensor (any shape; returned on
+        the tensor's own device and dtype). The identity in one process."""
+        if not self.distributed:
+            return values
+        buf = values.detach().to(self.device, copy=True)
+        dist.all_reduce(buf, op=_OPS[op])
+        return buf.to(values.device)
+
+    def broadcast_object(self, obj: Any = None, src: int = 0) -> Any:
+        """Rank ``src``'s picklable ``obj`` on every rank (other ranks pass anything, e.g. None)."""
+        if not self.distributed:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=src, device=self.device if self.backend == "nccl" else None)
+        return box[0]
+
+    def barrier(self) -> None:
+        """Wait for every rank (no-op in one process)."""
+        if self.distributed:
+            dist.barrier()
+
+    def close(self) -> None:
+        """Leave the process group if ``from_env`` created it."""
+        if self.owns_group and dist.is_initialized():
+            dist.destroy_process_group()
+        self.backend, self.owns_group = None, False
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

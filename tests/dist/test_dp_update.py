@@ -1,0 +1,114 @@
+"""Issue 17: a 2-rank gloo FSDP2 update equals the 1-process update — the same loss and the
+same parameters after 2 optimizer steps within 1e-5 (fp32) — in every loss-aggregation mode,
+for full fine-tuning and LoRA, with uneven rows and tokens per rank (9 rows in minibatches
+of 5 and 4: ranks get 3/2 and 2/2 rows, and 2 vs 1 micro-batches of 2 rows). A per-rank
+normalisation (each rank dividing by its own token/turn counts) is caught.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from agentrl.config import LoraSpec, UpdateConfig
+from agentrl.update import batch_logprobs, build_batch, make_optimizer, prepare_policy, train_on_batch
+from agentrl.update.lora import apply_lora
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "update"))
+from update_fixtures import PAD, random_turns, tiny_model  # noqa: E402
+
+WORKER = Path(__file__).with_name("dp_worker.py")
+BASE = UpdateConfig(lr=1e-3, grad_clip=0.0, micro_batch=2, minibatch=5, epochs=1, sum_norm_tokens=8)
+LORA = LoraSpec(rank=4, alpha=8.0)
+CASES = {
+    "token-mean": dict(aggregation="token-mean"),
+    "seq-mean-token-mean": dict(aggregation="seq-mean-token-mean"),
+    "seq-mean-token-sum-norm": dict(aggregation="seq-mean-token-sum-norm"),
+    "clip+entropy+dual": dict(aggregation="token-mean", entropy_coef=0.01, clip_c=3.0, grad_clip=0.05),
+    "gspo": dict(loss="gspo", aggregation="seq-mean-token-mean", clip_low=3e-4, clip_high=4e-4),
+}
+
+
+def _batch():
+    """9 turns of 5 episodes (uneven lengths), old logprobs = current + noise (ratios clip)."""
+    prompts, comps, _, adv = random_turns(11, (3, 1, 2, 1, 2))
+    model = tiny_model(0)
+    b = build_batch(prompts, comps, [np.zeros(c.size) for c in comps], adv, pad_id=PAD)
+    lp = batch_logprobs(model, b)
+    noise = 0.3 * torch.randn(lp.shape, generator=torch.Generator().manual_seed(0))
+    return b.with_(old_logprobs=(lp + noise) * b.loss_mask)
+
+
+def _model(lora: LoraSpec | None):
+    model = tiny_model(0)
+    return apply_lora(model, lora) if lora is not None else model
+
+
+def _single(cfg: UpdateConfig, lora, init: dict, batch) -> dict:
+    model = _model(lora)
+    model.load_state_dict(init)
+    model = prepare_policy(model, cfg)
+    opt = make_optimizer(model, cfg.lr, cfg.weight_decay)
+    stats = train_on_batch(model, opt, batch, cfg, seed=5)
+    return {"stats": [s.__dict__ for s in stats], "params": {k: v.detach().clone() for k, v in model.state_dict().items()}}
+
+
+def _max_param_diff(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Every case once in this process and once on 2 gloo ranks (one torchrun for all)."""
+    torch.set_num_threads(1)
+    folder = tmp_path_factory.mktemp("dp")
+    batch = _batch()
+    cases, init, single = [], {}, {}
+    for name, changes in CASES.items():
+        for lora in (None, LORA):
+            key = f"{name}/{'lora' if lora else 'full'}"
+            cfg = dataclasses.replace(BASE, **changes)
+            init[key] = {k: v.clone() for k, v in _model(lora).state_dict().items()}
+            single[key] = _single(cfg, lora, init[key], batch)
+            cases.append({"name": key, "cfg": cfg, "lora": lora, "per_rank": False})
+    for key in ("token-mean/full", "seq-mean-token-mean/full"):  # the bug the test must catch
+        cases.append({**next(c for c in cases if c["name"] == key), "name": key + "/per-rank", "per_rank": True})
+        init[key + "/per-rank"] = init[key]
+    torch.save({"init": init, "batch": batch, "cases": cases}, folder / "cases.pt")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           str(WORKER), str(folder)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return single, torch.load(folder / "out.pt", weights_only=False), init
+
+
+@pytest.mark.parametrize("key", [f"{n}/{m}" for n in CASES for m in ("full", "lora")])
+def test_two_ranks_equal_one_process(runs, key):
+    single, dist, init = runs
+    a, b = single[key], dist[key]
+    assert len(a["stats"]) == len(b["stats"]) == 2  # 9 rows, minibatch 5: two optimizer steps
+    for sa, sb in zip(a["stats"], b["stats"]):
+        assert sa["tokens"] == sb["tokens"]
+        for f in ("loss", "pg_loss", "clip_frac", "approx_kl", "entropy", "grad_norm"):
+            assert abs(sa[f] - sb[f]) <= 1e-5 * max(1.0, abs(sa[f])), (f, sa[f], sb[f])
+    assert _max_param_diff(a["params"], b["params"]) <= 1e-5
+    assert _max_param_diff(a["params"], init[key]) > 1e-4  # the two steps did move the weights
+
+
+@pytest.mark.parametrize("key", ["token-mean/full", "seq-mean-token-mean/full"])
+def test_per_rank_normalisation_is_caught(runs, key):
+    """Dividing by each rank's own counts gives another loss and other weights: the
+    comparison above would fail for that bug."""
+    single, dist, _ = runs
+    wrong = dist[key + "/per-rank"]
+    assert abs(wrong["stats"][0]["loss"] - single[key]["stats"][0]["loss"]) > 1e-4
+    assert _max_param_diff(wrong["params"], single[key]["params"]) > 1e-4
