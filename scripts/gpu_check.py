@@ -1,143 +1,167 @@
-"""GPU smoke check for a lent accelerator machine (only torch + transformers there; no vLLM,
-no network, no model files): builds a randomly initialised SmolLM2-sized Llama model in
-memory (30 layers, hidden 576, 9 heads / 3 KV heads, head_dim 64, vocab 49,152; ≈135M
-parameters), then measures on the GPU in bf16
+"""GPU check for a lent accelerator machine (torch + CUDA, transformers, peft; no vLLM, no
+network, no model files). Builds random-weight models in memory and measures agentrl's own
+code paths, printing one JSON object (also written to ``--out``); exit 0 when every check holds.
 
-1. generation through ``agentrl.llm.hf.HFEngine`` (batch B, T new tokens, seeded): tokens/s,
-   and that the sampled-token logprobs equal a teacher-forced forward (``score``);
-2. one PPO-family update step through ``agentrl.update`` (``build_batch`` → ``update``):
-   step time in seconds, and that the step changed the weights and the logprobs;
+Sections of the JSON (each also records its wall-clock ``seconds``, or ``error`` when it
+raised; a failed section does not stop the others):
 
-and prints one JSON object (also written to ``--out``). Exit code 0 when every check holds.
+1. ``device_paths`` — ``policy.device`` end to end on the tiny model (written to a temp
+   folder): ``load_policy`` placement and dtype, generate / hidden states / constrained
+   decoding / score return CPU numpy, ``batch_logprobs``, ``update``, LoRA
+   ``reference_logprobs``, ``sft_update``, the turn critic on the policy's device, and
+   ``resolve_device`` rejecting ``cuda:<device count>``.
+2. ``rollout`` — ``HFEngine.generate`` tokens/s at each batch size (``--model``, bf16),
+   sampled logprobs vs ``score``, seeded repeatability, peak memory.
+3. ``update_lora`` / ``update_full`` — the FSDP2 code path with 1 rank (``agentrl.dist``:
+   ``DistContext.from_env(init_single=True)``, ``parallelize``, ``update(..., dp=ctx)``):
+   seconds per optimizer step, sequence and trained tokens/s, peak memory
+   (``torch.cuda.max_memory_allocated``, GiB), weights and logprobs moved; then the weight
+   push to a second ``HFEngine`` copy (gather the full state dict, ``update_weights``) and
+   the engine's logprobs vs the trainer's.
 
-Usage: ``python scripts/gpu_check.py [--batch 16] [--new-tokens 128] [--out gpu_check.json]``.
+``--model qwen1.5b`` (default) is Qwen2.5-1.5B's published config (hidden 1536, 28 layers,
+12 heads / 2 KV heads, intermediate 8960, vocab 151,936, rope θ 1e6, tied embeddings);
+``smollm2`` the SmolLM2-135M shape; ``tiny`` a 2-layer Qwen2 for the CPU smoke run
+(``--device cpu --model tiny``, < 1 min, tested by tests/device/test_gpu_check_smoke.py).
+Budget on an H200 with the default model: a few minutes (≤ 8).
+
+Usage: ``python scripts/gpu_check.py [--model qwen1.5b] [--device cuda] [--out gpu_check.json]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
+import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # agentrl from the checkout, no install needed
+sys.path.insert(0, str(ROOT / "scripts"))
+
+SECTIONS = ("device_paths", "rollout", "update_lora", "update_full")
 
 
-def _sync(device: str) -> None:
-    import torch
-
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-def build_model(device: str, layers: int = 30, seed: int = 0):
-    """Random SmolLM2-135M-shaped ``LlamaForCausalLM`` (``layers`` layers) in bf16 on ``device``."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=layers,
-                      num_attention_heads=9, num_key_value_heads=3, head_dim=64, max_position_embeddings=2048,
-                      rope_theta=100000.0, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=2)
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(cfg).to(device=device, dtype=torch.bfloat16)
-    model.generation_config.eos_token_id, model.generation_config.pad_token_id = 2, 2
-    return model.eval()
-
-
-def check_generation(engine, batch: int, new_tokens: int, prompt_len: int, device: str) -> dict:
-    """Time ``engine.generate`` (after one warm-up) and compare logprobs with ``score``."""
-    import numpy as np
-    import torch
-
-    from agentrl.llm.base import SamplingParams
-
-    rng = np.random.default_rng(0)
-    prompts = [rng.integers(3, 49152, size=prompt_len).tolist() for _ in range(batch)]
-    sp = SamplingParams(max_tokens=new_tokens, seed=1, stop_token_ids=())
-    engine.generate(prompts[:2], SamplingParams(max_tokens=8, seed=0))  # warm-up (kernels, allocator)
-    _sync(device)
+def _section(report: dict, name: str, fn, *args, **kw) -> dict | None:
+    """Run one section into ``report[name]``; an exception becomes ``{"ok": False, "error"}``."""
     t0 = time.perf_counter()
-    outs = engine.generate(prompts, sp)
-    _sync(device)
-    dt = time.perf_counter() - t0
-    n = sum(o.token_ids.size for o in outs)
-    gaps = [float(np.max(np.abs(engine.score(p, o.token_ids.tolist()) - o.logprobs))) for p, o in zip(prompts[:4], outs[:4])]
-    again = engine.generate(prompts, sp)  # same batch, same seed → same tokens
-    return {"gen_batch": batch, "gen_new_tokens": new_tokens, "gen_tokens": n, "gen_seconds": dt,
-            "gen_tokens_per_s": n / dt, "gen_score_max_abs_gap_bf16": max(gaps),
-            "gen_seeded_repeatable": all(np.array_equal(a.token_ids, b.token_ids) for a, b in zip(outs, again)),
-            "prompts": prompts, "outs": outs}
+    try:
+        out = fn(*args, **kw)
+    except Exception as exc:  # noqa: BLE001 - a check reports every failure, then goes on
+        out = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
+               "traceback": traceback.format_exc(limit=6).splitlines()[-6:]}
+    out["seconds"] = time.perf_counter() - t0
+    report[name] = out
+    return out
 
 
-def check_update(model, prompts, outs, micro_batch: int, device: str) -> dict:
-    """One ``agentrl.update.update`` step on the sampled turns (random ±1 advantages)."""
-    import numpy as np
+def _environment(device) -> dict:
+    import torch
+    import transformers
+
+    env = {"torch": torch.__version__, "cuda": torch.version.cuda, "transformers": transformers.__version__,
+           "device": str(device)}
+    try:
+        import peft
+
+        env["peft"] = peft.__version__
+    except ImportError:
+        env["peft"] = None
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        env.update(gpu=props.name, gpu_mem_gib=props.total_memory / 2**30, gpu_count=torch.cuda.device_count())
+    return env
+
+
+def run(args: argparse.Namespace) -> dict:
+    """All sections in order; returns the report (``report["ok"]``: every section ok)."""
     import torch
 
-    from agentrl.config import UpdateConfig
-    from agentrl.update import batch_logprobs, build_batch, make_optimizer, update
+    import gpu_check_parts as parts
+    from agentrl.llm.device import resolve_device
 
-    adv = np.where(np.arange(len(outs)) % 2 == 0, 1.0, -1.0)
-    batch = build_batch([np.asarray(p) for p in prompts], [o.token_ids for o in outs], [o.logprobs for o in outs],
-                        adv, pad_id=2)
-    before = batch_logprobs(model, batch, micro_batch=micro_batch)
-    w0 = model.model.layers[0].mlp.down_proj.weight.detach().clone()
-    opt = make_optimizer(model, lr=1e-4)
-    _sync(device)
-    if device.startswith("cuda"):
-        torch.cuda.reset_peak_memory_stats()
+    device = resolve_device(args.device)
+    dtype = getattr(torch, args.dtype)
+    sizes = dataclasses.replace(parts.PRESETS[args.model], **{k: v for k, v in (
+        ("gen_batches", tuple(args.gen_batches) if args.gen_batches else None), ("new_tokens", args.new_tokens),
+        ("steps", args.steps)) if v is not None})
+    report: dict = {"model": args.model, "dtype": args.dtype, "sizes": dataclasses.asdict(sizes),
+                    "environment": _environment(device)}
+    only = set(args.only or SECTIONS)
+    if "device_paths" in only:
+        _section(report, "device_paths", parts.device_paths, args.device, args.dtype)
+
     t0 = time.perf_counter()
-    stats = update(model, opt, batch, UpdateConfig(), micro_batch=micro_batch)
-    _sync(device)
-    dt = time.perf_counter() - t0
-    model.eval()
-    after = batch_logprobs(model, batch, micro_batch=micro_batch)
-    mask = batch.loss_mask.bool()
-    return {"update_rows": int(batch.input_ids.shape[0]), "update_seq_len": int(batch.input_ids.shape[1]),
-            "update_tokens": int(stats.tokens), "update_step_seconds": dt, "update_loss": float(stats.loss),
-            "update_grad_norm": float(stats.grad_norm), "update_peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30 if device.startswith("cuda") else None,
-            "update_weights_changed": bool(not torch.equal(w0, model.model.layers[0].mlp.down_proj.weight)),
-            "update_logprob_max_change": float((after.cpu() - before.cpu())[mask].abs().max())}
+    model = parts.build_model(args.model, device, dtype)
+    report["model_params_m"] = sum(p.numel() for p in model.parameters()) / 1e6
+    report["model_build_seconds"] = time.perf_counter() - t0
+    if "rollout" in only:
+        _section(report, "rollout", parts.rollout, model, sizes, device)
+    if not only & {"update_lora", "update_full"}:
+        return _finish(report)
+
+    # the second engine copy the trainer pushes to: the rollout model, re-wrapped
+    from agentrl.llm.hf import HFEngine
+
+    ids = parts.model_ids(model)
+    target = HFEngine(model, eos_token_id=ids["eos"], pad_token_id=ids["pad"], num_threads=None)
+    try:
+        from agentrl.dist import DistContext
+
+        ctx = DistContext.from_env(device=str(device), init_single=True)
+    except Exception as exc:  # noqa: BLE001 - reported, the update sections then fail with it
+        report["dist"] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        for name in ("update_lora", "update_full"):
+            if name in only:
+                report[name] = {"ok": False, "error": "no 1-rank process group: see dist.error"}
+        return _finish(report)
+    report["dist"] = {"backend": ctx.backend, "world_size": ctx.world_size, "device": str(ctx.device)}
+    try:
+        for name, lora in (("update_lora", True), ("update_full", False)):
+            if name in only:
+                _section(report, name, parts.fsdp_update, args.model, lora, ctx, sizes, device, dtype, push_to=target)
+    finally:
+        ctx.close()
+    return _finish(report)
+
+
+def _finish(report: dict) -> dict:
+    report["ok"] = all(report[s].get("ok", False) for s in SECTIONS if s in report)
+    return report
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--batch", type=int, default=16, help="prompts per generate call")
-    ap.add_argument("--new-tokens", type=int, default=128, help="tokens sampled per prompt")
-    ap.add_argument("--prompt-len", type=int, default=64, help="prompt length in tokens")
-    ap.add_argument("--micro-batch", type=int, default=8, help="rows per forward in the update")
+    ap.add_argument("--model", default="qwen1.5b", choices=("qwen1.5b", "smollm2", "tiny"),
+                    help="random-weight model shape (tiny: the CPU smoke run)")
+    ap.add_argument("--device", default="cuda", help="a policy.device form: cuda, cuda:N, cpu (smoke), auto")
+    ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32", "float16"))
+    ap.add_argument("--gen-batches", type=int, nargs="+", default=None, help="prompts per generate call, one "
+                    "measurement each (default 16 64; tiny: 2 4)")
+    ap.add_argument("--new-tokens", type=int, default=None, help="tokens sampled per prompt (default 128)")
+    ap.add_argument("--steps", type=int, default=None, help="timed optimizer steps after one warm-up (default 3)")
+    ap.add_argument("--only", nargs="+", choices=SECTIONS, default=None, help="run only these sections")
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
-    ap.add_argument("--device", default="cuda", help="torch device (cpu: a smoke run of this script)")
-    ap.add_argument("--layers", type=int, default=30, help="decoder layers (30 = SmolLM2-135M)")
     args = ap.parse_args(argv)
 
     import torch
-    import transformers
 
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print(json.dumps({"ok": False, "error": "no CUDA device visible to torch"}))
+    if args.device != "cpu" and not torch.cuda.is_available() and args.device != "auto":
+        report = {"ok": False, "error": f"--device {args.device} but torch sees no CUDA device "
+                  f"(torch {torch.__version__}, CUDA build {torch.version.cuda}); on a CPU machine run the smoke "
+                  "mode: python scripts/gpu_check.py --device cpu --model tiny"}
+        print(json.dumps(report, indent=1))
         return 2
-    from agentrl.llm.hf import HFEngine
-
     t0 = time.perf_counter()
-    model = build_model(args.device, args.layers)
-    name = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else args.device
-    report = {"device": name, "layers": args.layers, "torch": torch.__version__,
-              "transformers": transformers.__version__, "dtype": "bfloat16",
-              "params_m": sum(p.numel() for p in model.parameters()) / 1e6, "build_seconds": time.perf_counter() - t0}
-    engine = HFEngine(model, eos_token_id=2, pad_token_id=2, max_context=2048, num_threads=None)
-    gen = check_generation(engine, args.batch, args.new_tokens, args.prompt_len, args.device)
-    prompts, outs = gen.pop("prompts"), gen.pop("outs")
-    report.update(gen)
-    report.update(check_update(model, prompts, outs, args.micro_batch, args.device))
-    # bf16 forward of a batch vs one row differs by rounding only: 0.1 nats is generous
-    report["ok"] = bool(report["gen_score_max_abs_gap_bf16"] <= 0.1 and report["gen_seeded_repeatable"]
-                        and report["update_weights_changed"] and report["update_logprob_max_change"] > 0)
-    text = json.dumps(report, indent=1)
+    report = run(args)
+    report["total_seconds"] = time.perf_counter() - t0
+    text = json.dumps(report, indent=1, default=str)
     print(text)
     if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text)
     return 0 if report["ok"] else 1
 

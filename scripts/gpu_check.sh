@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
-# GPU smoke check for a lent accelerator machine (torch + transformers only, no network, no
-# vLLM, no model files): HF-engine generation and one update step in bf16 on a random
-# SmolLM2-sized model built in memory; prints one JSON object (tokens/s, step time, checks)
-# and writes it to $OUT/gpu_check.json when $OUT is set. Exit 0 when every check holds.
-# Runs from the checkout without installing agentrl: it imports only torch and transformers
-# (+ numpy and pyyaml, which transformers requires) — what the lent machine has.
-# Budget: ~1-2 min on an H200 (model build ~10 s, generation 16×128 tokens, one step).
+# GPU check for a lent accelerator machine (torch + CUDA, transformers, peft; no network, no
+# vLLM, no model files): random-weight Qwen2.5-1.5B (its published config, built in memory,
+# bf16) through agentrl's own code paths — policy.device placement end to end, HF-engine
+# rollout tokens/s at batch 16 and 64, FSDP2 (agentrl.dist, 1 rank) update tokens/s and peak
+# CUDA memory for LoRA and full fine-tuning, and the weight push to a second engine copy.
+# Prints one JSON object and writes it to $OUT/gpu_check.json when $OUT is set; exit 0 when
+# every check holds. Extra arguments go to scripts/gpu_check.py (e.g. --model smollm2,
+# --only rollout). CPU smoke run of the same paths: scripts/gpu_check.sh --device cpu --model tiny.
+# Runs from the checkout without installing agentrl: it needs torch, transformers, peft,
+# numpy and pyyaml — what the lent machine has.
+# Budget: a few minutes on an H200 (≤ 8 min): builds ~10 s each, generation 16/64 × 128
+# tokens, 4 optimizer steps per mode.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${PYTHON:-python3}"
 cd "$ROOT"
 "$PY" - <<'PYEOF'
 import importlib.util, sys
-need = ["torch", "transformers", "numpy", "yaml"]
+need = ["torch", "transformers", "peft", "numpy", "yaml"]
 missing = [m for m in need if importlib.util.find_spec(m) is None]
 if missing:
     sys.exit(f"gpu_check: missing Python packages {missing}; install them (pip install ...) and rerun")
