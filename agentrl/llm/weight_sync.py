@@ -41,12 +41,18 @@ class SharedWeights:
             dtype / device; the buffers copy its dtype, shape and device.
     Attributes:
         tensors: ``{name: tensor}``, the shared buffers (read them, never resize them).
-        nbytes: total bytes of the buffers.
+        nbytes: total bytes of the buffers (tied weights counted once).
     """
 
     def __init__(self, state: Mapping[str, torch.Tensor]) -> None:
-        self.tensors = {name: _alloc(t) for name, t in state.items()}
-        self.nbytes = sum(t.numel() * t.element_size() for t in self.tensors.values())
+        shared: dict[tuple, torch.Tensor] = {}  # tied weights (one tensor under two names) share a buffer
+        self.tensors = {}
+        for name, t in state.items():
+            key = (t.device, t.data_ptr(), t.dtype, tuple(t.shape), tuple(t.stride()))
+            if key not in shared:
+                shared[key] = _alloc(t)
+            self.tensors[name] = shared[key]
+        self.nbytes = sum(t.numel() * t.element_size() for t in shared.values())
 
     def write(self, state: Mapping[str, torch.Tensor]) -> None:
         """Copy ``state`` into the buffers in place (dtype cast when it differs).
