@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,9 +21,10 @@ import numpy as np
 import torch
 import yaml
 
-from agentrl.config import Config, to_dict
+from agentrl.config import Config, ConfigError, to_dict
 from agentrl.credit import compute_advantages, get_estimator
 from agentrl.credit.stats import advantage_stats
+from agentrl.dist import DistContext, distribute_policy, engine_copy
 from agentrl.eval import EvalResult, evaluate
 from agentrl.llm.policy import Policy, load_policy
 from agentrl.log import make_logger
@@ -49,6 +51,8 @@ class TrainResult:
         run_dir: folder with config.yaml, store.sqlite, metrics.jsonl and checkpoints/.
         store_path: the SQLite turn store. run_id: the run's id in the store.
         state: counters at the end. evals: held-out results in the order they were taken.
+        is_main: False on the data-parallel ranks other than 0 (they roll out, store, log
+            and evaluate nothing; ``evals`` is empty there).
     """
 
     run_dir: Path
@@ -56,6 +60,7 @@ class TrainResult:
     run_id: str
     state: TrainState
     evals: tuple[EvalResult, ...]
+    is_main: bool = True
 
 
 @dataclass
@@ -63,14 +68,21 @@ class RunParts:
     """What one run holds while it trains: the policy (engine + model), its optimizer, the
     turn store, the turn-level critic (turn-PPO only, else None), the env pool of chain
     rollouts and the ``rollout.engines`` engine workers (both opened at the first iteration,
-    kept open across iterations, closed by ``close``)."""
+    kept open across iterations, closed by ``close``). ``dp``: the process group of a
+    data-parallel run (None in one process); only rank 0 has a ``store``."""
 
     policy: Policy
     optimizer: torch.optim.Optimizer
-    store: TurnStore
+    store: TurnStore | None
     critic: Critic | None
     pool: object | None = None
     engines: object | None = None
+    dp: DistContext | None = None
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 (or the only process): rolls out, writes the store, logs, evaluates."""
+        return self.dp is None or self.dp.is_main
 
     def chain_engines(self, cfg: Config):
         """The run's engine workers (None when ``rollout.engines`` is 0)."""
@@ -97,7 +109,8 @@ class RunParts:
                 self.pool.close()
                 self.pool = None
         finally:
-            self.store.close()
+            if self.store is not None:
+                self.store.close()
 
 
 @dataclass(frozen=True)
@@ -115,19 +128,26 @@ class IterationResult:
 
 def chain_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
     """Collect (chains, trees or harness episodes) → store → TurnTable (+ critic values) →
-    advantages → store them → update → bump the policy version → critic step."""
+    advantages → store them → update → bump the policy version → critic step.
+
+    Data-parallel: rank 0 alone collects, stores and computes advantages; every rank then
+    takes the update steps (rank 0 broadcasts them) and joins the weight sync."""
     t0 = time.perf_counter()
-    episodes = collect_iteration(parts.policy, cfg, it, pool=parts.chain_pool(cfg), engines=parts.chain_engines(cfg))
+    episodes, table, adv = [], None, None
+    if parts.is_main:
+        episodes = collect_iteration(parts.policy, cfg, it, pool=parts.chain_pool(cfg),
+                                     engines=parts.chain_engines(cfg))
     t1 = time.perf_counter()
-    add_linked(parts.store, episodes, run_id=cfg.run.name)  # tree branches after their parents
-    table = parts.store.table(run_id=cfg.run.name, episode_ids=[e.episode_id for e in episodes])
-    if parts.critic is not None:  # turn-PPO: V(s_t) per turn before the estimator runs
-        table, all_turns = with_values(parts.critic, table, episodes, parts.policy.pad_id, cfg.update.micro_batch)
-    adv = compute_advantages(table, cfg.algorithm.estimator, **cfg.algorithm.kwargs)
-    parts.store.set_advantages(cfg.run.name, table.turn_id, adv, iteration=it, estimator=cfg.algorithm.estimator)
+    if parts.is_main:
+        add_linked(parts.store, episodes, run_id=cfg.run.name)  # tree branches after their parents
+        table = parts.store.table(run_id=cfg.run.name, episode_ids=[e.episode_id for e in episodes])
+        if parts.critic is not None:  # turn-PPO: V(s_t) per turn before the estimator runs
+            table, all_turns = with_values(parts.critic, table, episodes, parts.policy.pad_id, cfg.update.micro_batch)
+        adv = compute_advantages(table, cfg.algorithm.estimator, **cfg.algorithm.kwargs)
+        parts.store.set_advantages(cfg.run.name, table.turn_id, adv, iteration=it, estimator=cfg.algorithm.estimator)
     t2 = time.perf_counter()
-    stats = update_policy(parts.policy, parts.optimizer, cfg, table, adv, episodes, it)
-    sync_weights(parts.policy, engines=parts.engines)
+    stats = update_policy(parts.policy, parts.optimizer, cfg, table, adv, episodes, it, dp=parts.dp)
+    sync_weights(parts.policy, engines=parts.engines, dp=parts.dp)
     critic_stats = critic_step(parts.critic, cfg, table, all_turns) if parts.critic is not None else []
     seconds = {"rollout": t1 - t0, "credit": t2 - t1, "update": time.perf_counter() - t2}
     return IterationResult(episodes, table, adv, stats, critic_stats, seconds)
@@ -159,35 +179,66 @@ def iteration_metrics(out: IterationResult) -> dict[str, float]:
     return m
 
 
-def start_run(cfg: Config, run_dir: Path, resume: bool) -> tuple[RunParts, TrainState]:
+def check_distributed(cfg: Config, ctx: DistContext) -> None:
+    """Refuse what a data-parallel run does not support (before any weights load).
+
+    Raises:
+        ConfigError: turn-PPO's critic, ``rollout.sampler: rtpo`` (updates interleaved with
+        its rollout rounds) or a non-HF ``policy.engine`` with ``WORLD_SIZE`` ≥ 2.
+    """
+    if not ctx.distributed:
+        return
+    why = ("a turn-level critic (estimator needs 'value')" if "value" in get_estimator(cfg.algorithm.estimator).requires
+           else "rollout.sampler: rtpo" if cfg.rollout.sampler == "rtpo"
+           else f"policy.engine: {cfg.policy.engine}" if cfg.policy.engine != "hf" else None)
+    if why:
+        raise ConfigError(f"data-parallel training ({ctx.world_size} ranks) does not support {why} yet; "
+                          "run it in one process (python -m agentrl train ...) or change that setting")
+
+
+def start_run(cfg: Config, run_dir: Path, resume: bool, ctx: DistContext | None = None) -> tuple[RunParts, TrainState]:
     """Write config.yaml, load the policy (+ LoRA), optimizer, critic, store and the latest
-    checkpoint when resuming.
+    checkpoint when resuming. Data-parallel (``ctx.distributed``): rank 0 alone sets the run
+    folder up and opens the store; every rank shards its model and loads the checkpoint.
 
     Raises:
         ValueError: turn-PPO's critic with ``rollout.sampler: rtpo`` (not supported).
     """
+    ctx = ctx or DistContext()
     needs_critic = "value" in get_estimator(cfg.algorithm.estimator).requires
     if needs_critic and cfg.rollout.sampler == "rtpo":
         raise ValueError(f"estimator {cfg.algorithm.estimator!r} needs a critic, which rollout.sampler=rtpo "
                          "does not support; use rollout.sampler=chain or an estimator without 'value'")
     torch.manual_seed(cfg.run.seed)
     np.random.seed(cfg.run.seed)
+    ckpt = _prepare_run_dir(cfg, run_dir, resume) if ctx.is_main else None
+    ckpt = ctx.broadcast_object(ckpt)  # every rank resumes from the checkpoint rank 0 found
+    policy = load_policy(cfg.policy)
+    sampler = engine_copy(policy) if ctx.distributed and ctx.is_main else None  # before LoRA: plain HF names
+    policy.model = prepare_policy(policy.model, cfg.update, cfg.policy.lora)
+    if policy.shares_weights:
+        policy.engine.model = policy.model
+    if ctx.distributed:
+        policy = distribute_policy(policy, ctx, sampler)
+    optimizer = make_optimizer(policy.model, cfg.update.lr, cfg.update.weight_decay)
+    dp = ctx if ctx.distributed else None
+    state = load_checkpoint(ckpt, policy.model, optimizer, dp=dp) if ckpt else TrainState()
+    sync_weights(policy, state.policy_version, dp=dp)  # a resumed vLLM engine gets the checkpoint's weights
+    store = TurnStore(run_dir / "store.sqlite") if ctx.is_main else None
+    parts = RunParts(policy, optimizer, store, make_critic(cfg) if needs_critic else None, dp=dp)
+    if ckpt and ctx.is_main:
+        set_aside_interrupted(parts.store, cfg.run.name, state)
+    return parts, state
+
+
+def _prepare_run_dir(cfg: Config, run_dir: Path, resume: bool) -> Path | None:
+    """Set a finished or foreign run aside unless resuming, write config.yaml; return the
+    checkpoint to resume from (None: a fresh start)."""
     if not (resume and latest_checkpoint(run_dir)):
         set_aside(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
-    policy = load_policy(cfg.policy)
-    policy.model = prepare_policy(policy.model, cfg.update, cfg.policy.lora)
-    if policy.shares_weights:
-        policy.engine.model = policy.model
-    optimizer = make_optimizer(policy.model, cfg.update.lr, cfg.update.weight_decay)
-    ckpt = latest_checkpoint(run_dir) if resume else None
-    state = load_checkpoint(ckpt, policy.model, optimizer) if ckpt else TrainState()
-    sync_weights(policy, state.policy_version)  # a resumed vLLM engine gets the checkpoint's weights
-    parts = RunParts(policy, optimizer, TurnStore(run_dir / "store.sqlite"), make_critic(cfg) if needs_critic else None)
-    if ckpt:
-        set_aside_interrupted(parts.store, cfg.run.name, state)
-    return parts, state
+    return latest_checkpoint(run_dir) if resume else None
 
 
 def set_aside_interrupted(store: TurnStore, run_id: str, state: TrainState) -> list[int]:
@@ -238,31 +289,40 @@ def train(cfg: Config, *, resume: bool = True) -> TrainResult:
         ValueError: an unsupported combination (see ``start_run``).
     """
     run_dir = Path(cfg.run.out_dir) / cfg.run.name
-    parts, state = start_run(cfg, run_dir, resume)
-    evals: list[EvalResult] = []
+    ctx = DistContext.from_env(cfg.policy.device)  # torchrun: joins the process group; else one process
     try:
-        state = _loop(parts, state, cfg, run_dir, evals)
+        check_distributed(cfg, ctx)
+        parts, state = start_run(cfg, run_dir, resume, ctx)
+        evals: list[EvalResult] = []
+        try:
+            state = _loop(parts, state, cfg, run_dir, evals)
+        finally:
+            parts.close()
     finally:
-        parts.close()
+        ctx.close()
     return TrainResult(run_dir=run_dir, store_path=run_dir / "store.sqlite", run_id=cfg.run.name, state=state,
-                       evals=tuple(evals))
+                       evals=tuple(evals), is_main=ctx.is_main)
 
 
 def _loop(parts: RunParts, state: TrainState, cfg: Config, run_dir: Path, evals: list[EvalResult]) -> TrainState:
-    """The iterations of ``train`` from ``state.iteration`` on; returns the final state."""
-    with make_logger(cfg.log, run_dir, run_name=cfg.run.name, config=to_dict(cfg), console_keys=CONSOLE_KEYS) as logger:
+    """The iterations of ``train`` from ``state.iteration`` on; returns the final state.
+    Data-parallel: every rank iterates; rank 0 alone evaluates, logs and writes metrics."""
+    sinks = make_logger(cfg.log, run_dir, run_name=cfg.run.name, config=to_dict(cfg), console_keys=CONSOLE_KEYS) \
+        if parts.is_main else nullcontext()
+    with sinks as logger:
         for it in range(state.iteration, cfg.run.iterations):
             out = run_iteration(parts, cfg, it)
-            metrics = iteration_metrics(out)
             state = TrainState(iteration=it + 1, optimizer_steps=state.optimizer_steps + len(out.stats),
                                policy_version=parts.policy.engine.policy_version,
                                episodes_stored=state.episodes_stored + len(out.episodes))
-            if cfg.run.eval_every and (it + 1) % cfg.run.eval_every == 0:
-                result, _ = evaluate(parts.policy.engine, parts.policy.renderer, cfg, greedy=True)
-                evals.append(result)
-                metrics.update(result.as_metrics())
-            logger.log(it + 1, metrics)
-            parts.store.add_metrics(cfg.run.name, it, metrics)
+            if parts.is_main:
+                metrics = iteration_metrics(out)
+                if cfg.run.eval_every and (it + 1) % cfg.run.eval_every == 0:
+                    result, _ = evaluate(parts.policy.engine, parts.policy.renderer, cfg, greedy=True)
+                    evals.append(result)
+                    metrics.update(result.as_metrics())
+                logger.log(it + 1, metrics)
+                parts.store.add_metrics(cfg.run.name, it, metrics)
             if (cfg.run.save_every and (it + 1) % cfg.run.save_every == 0) or it + 1 == cfg.run.iterations:
-                save_checkpoint(run_dir, parts.policy.model, parts.optimizer, state)
+                save_checkpoint(run_dir, parts.policy.model, parts.optimizer, state, dp=parts.dp)
     return state

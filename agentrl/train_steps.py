@@ -5,13 +5,14 @@ trained rows (in the estimator's update order), and RTPO's interleaved reverse-t
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
 from agentrl.config import Config, ConfigError
 from agentrl.credit import compute_advantages, update_groups
+from agentrl.dist import DistContext, inference_state
 from agentrl.eval import env_kwargs, loop_config
 from agentrl.llm.base import SamplingParams
 from agentrl.llm.constrained import constraint_masks
@@ -24,7 +25,7 @@ from agentrl.rollout.reverse import RtpoRound, run_rtpo_iteration
 from agentrl.rollout.tree import add_linked, sample_trees
 from agentrl.store import TurnStore
 from agentrl.types import Episode, TurnTable
-from agentrl.update.batch import build_batch, minibatches
+from agentrl.update.batch import TrainBatch, build_batch, minibatches
 from agentrl.update.lora import inference_state_dict
 from agentrl.update.step import update
 
@@ -67,8 +68,9 @@ def open_engines(cfg: Config, policy: Policy) -> EngineWorkers:
                           "(or rollout.engines: 0 to sample with the in-process engine)")
     spec = EngineSpec(model=str(resolve_model(cfg.policy.model)), dtype=cfg.policy.dtype, device=cfg.policy.device,
                       num_threads=cfg.policy.num_threads, max_context=policy.engine.max_context)
-    return open_engine_workers(cfg.rollout.backend, cfg.rollout.engines, spec, inference_state_dict(policy.model),
-                               policy.engine.policy_version)
+    # a data-parallel run's trainer is sharded: start the workers from rank 0's synced engine copy
+    weights = inference_state_dict(policy.model) if policy.shares_weights else dict(policy.engine.model.state_dict())
+    return open_engine_workers(cfg.rollout.backend, cfg.rollout.engines, spec, weights, policy.engine.policy_version)
 
 
 def collect_iteration(policy: Policy, cfg: Config, iteration: int, pool=None,
@@ -107,31 +109,57 @@ def collect_iteration(policy: Policy, cfg: Config, iteration: int, pool=None,
     return episodes
 
 
-def update_policy(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config, table: TurnTable,
-                  advantages: np.ndarray, episodes: list[Episode], iteration: int) -> list:
-    """``update.epochs`` passes over the trainable rows with a non-zero advantage.
+@dataclass(frozen=True)
+class UpdatePlan:
+    """The optimizer steps of one update phase: the trained rows as one ``TrainBatch`` and, per
+    epoch, the row indices (int64 tensors) of each minibatch, in order. Built on rank 0 and
+    broadcast, so every data-parallel rank takes the same steps over the same minibatches."""
+
+    batch: TrainBatch
+    epochs: list[list[torch.Tensor]]
+
+
+def plan_update(policy: Policy, cfg: Config, table: TurnTable, advantages: np.ndarray, episodes: list[Episode],
+                iteration: int) -> UpdatePlan | None:
+    """``update.epochs`` passes over the trainable rows with a non-zero advantage (None when
+    there is none).
 
     Minibatches follow the estimator's update groups when it defines an order (RTPO's
     reverse-turn ``update_order``: one group per branch, latest branch point first);
-    otherwise they are shuffled chunks of ``update.minibatch`` rows. Returns UpdateStats.
+    otherwise they are shuffled chunks of ``update.minibatch`` rows.
     """
     turns = {t.turn_id: t for ep in episodes for t in ep.turns}
     rows = np.flatnonzero(table.episode_ok & table.trainable & (advantages != 0.0))
     if rows.size == 0:
-        return []
+        return None
     picked = [turns[int(i)] for i in table.turn_id[rows]]
     batch = build_batch([t.prompt_ids for t in picked], [t.completion_ids for t in picked],
                         [t.completion_logprobs for t in picked], advantages[rows], pad_id=policy.pad_id,
                         pack=cfg.update.pack, allowed=constraint_masks(picked, policy.renderer))
     groups = update_groups(cfg.algorithm.estimator, table, rows)
-    stats = []
-    for epoch in range(cfg.update.epochs):
-        chunks = groups if groups is not None else minibatches(
-            batch.num_rows, cfg.update.minibatch, seed=cfg.run.seed * 7_919 + iteration * 101 + epoch)
-        for chunk in chunks:
-            stats.append(update(policy.model, optimizer, batch.select(chunk), cfg.update,
-                                temperature=1.0))
-    return stats
+    epochs = [groups if groups is not None else minibatches(
+        batch.num_rows, cfg.update.minibatch, seed=cfg.run.seed * 7_919 + iteration * 101 + epoch)
+        for epoch in range(cfg.update.epochs)]
+    return UpdatePlan(batch, epochs)
+
+
+def update_policy(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config, table: TurnTable | None,
+                  advantages: np.ndarray | None, episodes: list[Episode], iteration: int,
+                  dp: DistContext | None = None) -> list:
+    """Run the steps of ``plan_update`` and return their UpdateStats.
+
+    ``dp`` (data-parallel runs): rank 0 plans from its ``table``/``advantages``/``episodes``
+    and broadcasts the plan; the other ranks pass None for those and receive it; each step
+    then trains every rank's share of the minibatch (``agentrl.update.step.update``).
+    """
+    main = dp is None or dp.is_main
+    plan = plan_update(policy, cfg, table, advantages, episodes, iteration) if main else None
+    if dp is not None:
+        plan = dp.broadcast_object(plan)
+    if plan is None:
+        return []
+    return [update(policy.model, optimizer, plan.batch.select(chunk), cfg.update, temperature=1.0, dp=dp)
+            for chunks in plan.epochs for chunk in chunks]
 
 
 def rtpo_iteration(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config, store: TurnStore,
@@ -163,19 +191,28 @@ def rtpo_iteration(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config
     return episodes, table, np.array([written.get(int(t), 0.0) for t in table.turn_id]), stats
 
 
-def sync_weights(policy: Policy, version: int | None = None, engines: EngineWorkers | None = None) -> None:
+def sync_weights(policy: Policy, version: int | None = None, engines: EngineWorkers | None = None,
+                 dp: DistContext | None = None) -> None:
     """Make the engine sample from the trainer's current weights, as policy ``version``
     (default: the engine's version + 1, i.e. after one more update).
 
     In-process HF: the engine samples from the trained model object, so only the version
-    moves. Otherwise (vLLM) the merged weights are pushed with ``engine.update_weights``.
-    ``engines`` (``rollout.engines`` ≥ 1): the inference weights are pushed to every worker
-    too, as ``version``.
+    moves. Otherwise (vLLM, or rank 0's engine copy in a data-parallel run) the merged
+    weights are pushed with ``engine.update_weights``. ``engines`` (``rollout.engines`` ≥ 1):
+    the inference weights are pushed to every worker too, as ``version``. ``dp``: a
+    collective (the shards are gathered to rank 0, which pushes; the other ranks only move
+    their version counter).
     """
     version = policy.engine.policy_version + 1 if version is None else int(version)
     if policy.shares_weights:
         policy.engine.policy_version = version
-    else:
-        policy.engine.update_weights(inference_state_dict(policy.model), version)
+        if engines is not None:
+            engines.push_weights(inference_state_dict(policy.model), version)
+        return
+    state = inference_state(policy.model, dp) if dp is not None else inference_state_dict(policy.model)
+    if state is None:  # a data-parallel rank other than 0
+        policy.engine.policy_version = version
+        return
+    policy.engine.update_weights(state, version)
     if engines is not None:
-        engines.push_weights(inference_state_dict(policy.model), version)
+        engines.push_weights(state, version)

@@ -4,6 +4,10 @@ Overrides use dotted keys, e.g. ``agentrl train examples/gigpo_textworld.yaml
 run.iterations=2 update.lr=1e-4``. The run folder (``run.out_dir/run.name``) receives
 config.yaml (every default in effect), store.sqlite, metrics.jsonl and checkpoints/; a run
 that already has a checkpoint resumes from it unless ``--no-resume``.
+
+Data-parallel on N processes (FSDP2; gloo on CPU, NCCL on GPU): ``torchrun --nproc-per-node N
+-m agentrl train CONFIG``. Rank 0 rolls out, writes the store and logs; every rank trains its
+share of each minibatch. docs/scaling.md has the commands for one GPU, eight GPUs and nodes.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
     from agentrl.train import train
 
     result = train(cfg, resume=not args.no_resume)
+    if not result.is_main:  # torchrun: ranks other than 0 trained their shards; rank 0 reports
+        return 0
     import sys
 
     wide = None if sys.stdout.isatty() else 160  # a log file keeps the whole table, not 80 columns

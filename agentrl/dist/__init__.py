@@ -12,11 +12,16 @@ counts all-reduced over the ranks) lives in ``agentrl.update.step`` (``update(..
 and the distributed checkpoints (``torch.distributed.checkpoint``, resumable with another
 world size) in ``agentrl.update.checkpoint``; both take a ``DistContext`` as their ``dp``.
 
-May import: torch, agentrl.update, agentrl L0. Never imports rollout, store or credit.
+Also: the policy of a data-parallel run (``distribute_policy``: sharded trainer on every rank,
+an unsharded engine copy on rank 0 that samples and evaluates).
+
+May import: torch, agentrl.update, agentrl.llm, agentrl L0. Never imports rollout, store or credit.
 """
 
 from agentrl.dist.context import DistContext
 from agentrl.dist.parallel import decoder_layers, parallelize
+from agentrl.dist.policy import distribute_policy, engine_copy
 from agentrl.dist.weights import inference_state, merge_lora
 
-__all__ = ["DistContext", "decoder_layers", "parallelize", "inference_state", "merge_lora"]
+__all__ = ["DistContext", "decoder_layers", "parallelize", "distribute_policy", "engine_copy", "inference_state",
+           "merge_lora"]

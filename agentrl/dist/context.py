@@ -28,26 +28,25 @@ def _env_int(name: str, default: int) -> int:
     return int(raw) if raw.strip().lstrip("-").isdigit() else default
 
 
-def _device_for(spec: str, local_rank: int) -> torch.device:
-    """``auto`` → CUDA when visible, else CPU; ``cuda``/``cuda:N`` → ``cuda:LOCAL_RANK`` under
-    torchrun (one GPU per rank), ``cuda:N`` as given in one process; ``cpu`` → CPU.
+def _device_for(spec: str, local_rank: int, world: int) -> torch.device:
+    """``policy.device`` for this rank (``agentrl.llm.device.resolve_device``). Under torchrun
+    (``world`` ≥ 2) a CUDA device means one GPU per rank: ``cuda:LOCAL_RANK`` is made the
+    current device first, so ``cuda`` / ``auto`` resolve to it.
 
     Raises:
-        ValueError: CUDA asked for and not visible.
+        ConfigError: CUDA asked for and absent; ``cuda:N`` under torchrun (each rank's GPU is
+        its ``LOCAL_RANK``: use ``cuda`` or ``auto``).
     """
+    from agentrl.config_sections import ConfigError
+    from agentrl.llm.device import resolve_device
+
     spec = str(spec)
-    if spec == "auto":
-        spec = "cuda" if torch.cuda.is_available() else "cpu"
-    if spec == "cpu":
-        return torch.device("cpu")
-    if not spec.startswith("cuda"):
-        raise ValueError(f"device {spec!r} is not one of auto | cpu | cuda | cuda:N")
-    if not torch.cuda.is_available():
-        raise ValueError(f"device {spec!r} asked for, but no CUDA device is visible (torch.cuda.is_available() "
-                         "is False); set policy.device: cpu or auto")
-    if _env_int("WORLD_SIZE", 1) > 1 or ":" not in spec:
-        return torch.device("cuda", local_rank)
-    return torch.device(spec)
+    if world > 1 and spec != "cpu" and torch.cuda.is_available():
+        if ":" in spec:
+            raise ConfigError(f"policy.device={spec} under torchrun: each rank uses cuda:LOCAL_RANK; "
+                              "set policy.device: cuda (or auto) and choose GPUs with CUDA_VISIBLE_DEVICES")
+        torch.cuda.set_device(local_rank)
+    return resolve_device(spec)
 
 
 @dataclass
@@ -86,10 +85,10 @@ class DistContext:
         alone, e.g. ``scripts/gpu_check.py``). Reuses a group that is already initialised.
 
         Raises:
-            ValueError: CUDA asked for and absent; RuntimeError: the rendezvous fails.
+            ConfigError: see ``_device_for``; RuntimeError: the rendezvous fails.
         """
         world, rank, local = _env_int("WORLD_SIZE", 1), _env_int("RANK", 0), _env_int("LOCAL_RANK", 0)
-        dev = _device_for(device, local)
+        dev = _device_for(device, local, world)
         if dist.is_available() and dist.is_initialized():
             return cls(dist.get_rank(), dist.get_world_size(), local, dev, dist.get_backend(), owns_group=False)
         if world < 2 and not init_single:
@@ -99,8 +98,6 @@ class DistContext:
             os.environ.setdefault("MASTER_PORT", str(_free_port()))
             rank, world = 0, 1
         backend = "nccl" if dev.type == "cuda" else "gloo"
-        if dev.type == "cuda":
-            torch.cuda.set_device(dev)
         dist.init_process_group(backend, rank=rank, world_size=world)
         return cls(rank, world, local, dev, backend, owns_group=True)
 

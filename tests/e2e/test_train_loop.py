@@ -38,9 +38,10 @@ def _cfg(tiny_dir, out_dir, name="run", iterations=2, **extra):
 
 
 def _weights(run_dir):
-    payload = torch.load(run_dir / "checkpoints" / (run_dir / "checkpoints" / "latest").read_text() / "state.pt",
-                         weights_only=False)
-    return payload["model"], payload["state"]
+    from agentrl.update.checkpoint import checkpoint_weights
+
+    folder = run_dir / "checkpoints" / (run_dir / "checkpoints" / "latest").read_text()
+    return checkpoint_weights(folder), torch.load(folder / "state.pt", weights_only=False)["state"]
 
 
 @pytest.fixture(scope="module")
@@ -240,10 +241,10 @@ def test_resume_after_a_crash_between_storing_and_checkpointing(tiny_dir, tmp_pa
     reference, _ = finished_run
     real_save = train_mod.save_checkpoint
 
-    def dies_at_iteration_2(run_dir, model, optimizer, state):
+    def dies_at_iteration_2(run_dir, model, optimizer, state, dp=None):
         if state.iteration == 2:
             raise KeyboardInterrupt("killed before the checkpoint")
-        return real_save(run_dir, model, optimizer, state)
+        return real_save(run_dir, model, optimizer, state, dp=dp)
 
     monkeypatch.setattr(train_mod, "save_checkpoint", dies_at_iteration_2)
     with pytest.raises(KeyboardInterrupt):

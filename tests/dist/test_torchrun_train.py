@@ -1,0 +1,93 @@
+"""Issue 17: ``torchrun --nproc-per-node 2 -m agentrl train CFG`` on CPU (gloo, FSDP2): the run
+completes, rank 0 alone writes the store (every episode once), the checkpoints are DCP, and the
+run resumes from its 2-rank checkpoint in one process (``python -m agentrl train``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import yaml
+
+torch = pytest.importorskip("torch")
+
+from agentrl.store import TurnStore  # noqa: E402
+
+
+def _config(tiny_dir, out_dir, lora: bool) -> dict:
+    return {
+        "run": {"name": "dp", "out_dir": str(out_dir), "iterations": 2, "eval_every": 2, "save_every": 1, "seed": 3},
+        "env": {"id": "agentrl/Toy-v0", "max_turns": 8, "eval_panel_size": 2},
+        "policy": {"model": str(tiny_dir), "max_tokens": 8, "action_format": "whole", "device": "cpu",
+                   "action_constraint": "admissible", "lora": {"rank": 4, "alpha": 8.0} if lora else None},
+        "rollout": {"groups_per_iteration": 2, "group_size": 4, "num_workers": 1},
+        "algorithm": {"estimator": "gigpo"},
+        "update": {"lr": 1e-2, "micro_batch": 2, "minibatch": 5},
+        "log": {"console": False},
+    }
+
+
+def _run(args: list[str], nproc: int | None) -> subprocess.CompletedProcess:
+    launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)] if nproc else []
+    cmd = [sys.executable, *launcher, "-m", "agentrl", "train", *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+
+
+@pytest.mark.parametrize("lora", [True, False], ids=["lora", "full"])
+def test_two_rank_run_writes_the_store_once_and_resumes_in_one_process(tiny_dir, tmp_path, lora):
+    cfg_path = tmp_path / "cfg.yaml"
+    cfg_path.write_text(yaml.safe_dump(_config(tiny_dir, tmp_path / "runs", lora)))
+    proc = _run([str(cfg_path)], nproc=2)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    run_dir = tmp_path / "runs" / "dp"
+    assert (run_dir / "checkpoints" / "latest").read_text() == "iter_000002"
+    assert (run_dir / "checkpoints" / "iter_000002" / "dcp" / ".metadata").is_file()
+    with TurnStore(run_dir / "store.sqlite", readonly=True) as store:
+        eps = store.load_episodes("dp")
+        assert len(eps) == 2 * 2 * 4  # 2 iterations × 2 groups × 4 episodes, each stored once
+        assert len({e.episode_id for e in eps}) == len(eps)
+        versions = {(e.episode_id // 8, t.policy_version) for e in eps for t in e.turns}
+        assert versions == {(0, 0), (1, 1)}  # iteration k sampled with the weights after k updates
+        assert {m.iteration for m in store.metrics("dp")} == {0, 1}
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == [1, 2]  # rank 0 logs, once per iteration
+    assert sum(x.get("update/steps", 0) for x in lines) >= 1 and any(x.get("update/grad_norm", 0) > 0 for x in lines)
+    # resume the 2-rank checkpoint with one process: one more iteration, same store, same ids
+    proc1 = _run([str(cfg_path), "run.iterations=3"], nproc=None)
+    assert proc1.returncode == 0, proc1.stdout[-2000:] + proc1.stderr[-4000:]
+    assert not list(tmp_path.glob("runs/dp.prev-*"))  # resumed, not set aside
+    with TurnStore(run_dir / "store.sqlite", readonly=True) as store:
+        eps = store.load_episodes("dp")
+        assert len(eps) == 24 and sorted(e.episode_id for e in eps) == list(range(24))
+        third = [t.policy_version for e in eps if e.episode_id >= 16 for t in e.turns]
+        assert third and set(third) == {2}
+        table = store.table(run_id="dp")
+        assert np.isfinite(table.reward).all()
+    assert (run_dir / "checkpoints" / "latest").read_text() == "iter_000003"
+    if lora:  # and back: the 1-process checkpoint resumes on 2 ranks
+        proc2 = _run([str(cfg_path), "run.iterations=4"], nproc=2)
+        assert proc2.returncode == 0, proc2.stdout[-2000:] + proc2.stderr[-4000:]
+        with TurnStore(run_dir / "store.sqlite", readonly=True) as store:
+            assert len(store.load_episodes("dp")) == 32
+        assert (run_dir / "checkpoints" / "latest").read_text() == "iter_000004"
+
+
+@pytest.mark.slow
+def test_torchrun_main_example_config(tmp_path):
+    """The documented command on the packaged SmolLM2: ``torchrun --nproc-per-node 2 -m agentrl
+    train examples/gigpo_toy.yaml run.iterations=2`` (smaller groups to fit CI)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = _run([os.path.join(root, "examples", "gigpo_toy.yaml"), "run.iterations=2", f"run.out_dir={tmp_path}",
+                 "rollout.groups_per_iteration=1", "rollout.group_size=4", "policy.num_threads=1",
+                 "policy.device=cpu"], nproc=2)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    with TurnStore(tmp_path / "gigpo_toy" / "store.sqlite", readonly=True) as store:
+        eps = store.load_episodes("gigpo_toy")
+    assert len(eps) == 8 and len({e.episode_id for e in eps}) == 8
+    assert (tmp_path / "gigpo_toy" / "checkpoints" / "latest").read_text() == "iter_000002"
