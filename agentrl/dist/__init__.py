@@ -21,7 +21,6 @@ May import: torch, agentrl.update, agentrl.llm, agentrl L0. Never imports rollou
 from agentrl.dist.context import DistContext
 from agentrl.dist.parallel import decoder_layers, parallelize
 from agentrl.dist.policy import distribute_policy, engine_copy
-from agentrl.dist.weights import inference_state, merge_lora
+from agentrl.dist.weights import inference_state
 
-__all__ = ["DistContext", "decoder_layers", "parallelize", "distribute_policy", "engine_copy", "inference_state",
-           "merge_lora"]
+__all__ = ["DistContext", "decoder_layers", "parallelize", "distribute_policy", "engine_copy", "inference_state"]

@@ -83,48 +83,76 @@ def reference_logprobs(model: torch.nn.Module, batch: TrainBatch, *, micro_batch
 
 
 def inference_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The weights an inference engine needs, under the plain HF parameter names.
-
-    For a peft LoRA model each wrapped weight is merged out of place, ``W + scale · B A``
-    computed in fp32 and rounded once to the weight dtype, and the
-    ``base_model.model.`` / ``base_layer.`` prefixes are removed; the training model is
-    never touched, so repeated calls leave its weights bit-identical (an in-place
-    merge + unmerge drifts them in bf16). A plain model returns its ``state_dict()``.
+    """The weights an inference engine needs, under the plain HF parameter names: for a peft
+    LoRA model its own state dict merged out of place (``merge_lora_state``; the training
+    model is never touched, so repeated calls leave its weights bit-identical — an in-place
+    merge + unmerge drifts them in bf16); a plain model returns its ``state_dict()``.
     Shape: one tensor per parameter, as in the base model.
+
     Raises:
-        NotImplementedError: a LoRA variant (e.g. DoRA) whose merge is not ``W + ΔW``.
+        NotImplementedError: see ``merge_lora_state``.
     """
     if not hasattr(model, "get_base_model"):
         return dict(model.state_dict())
-    base = model.get_base_model()
-    merged = {}
-    with torch.no_grad():
-        for name, module in base.named_modules():
-            if not hasattr(module, "get_delta_weight") or not hasattr(module, "lora_A") or module.merged:
-                continue
-            weight = module.get_base_layer().weight
-            total = weight.float()
-            for adapter in module.active_adapters:
-                if adapter in getattr(module, "lora_variant", {}):
-                    raise NotImplementedError(f"inference_state_dict: LoRA variant of {name} has no plain W + dW merge")
-                if adapter in module.lora_A:
-                    total = total + _delta_fp32(module, adapter)
-            merged[f"{name}.base_layer.weight"] = total.to(weight.dtype)  # one rounding to the weight dtype
+    return merge_lora_state(model.state_dict(), model)
+
+
+_PEFT_PREFIX = "base_model.model."
+
+
+def _lora_layers(model: torch.nn.Module) -> dict[str, tuple[float, bool]]:
+    """``{module name: (scaling, fan_in_fan_out)}`` of every peft LoRA layer of ``model``
+    (names as in ``model.state_dict()``).
+
+    Raises:
+        NotImplementedError: not exactly one active adapter, a LoRA variant (e.g. DoRA) whose
+        merge is not ``W + ΔW``, or adapters on a non-linear layer (e.g. embeddings).
+    """
     out = {}
-    for name, t in base.state_dict().items():
-        if "lora_" in name:
+    for name, mod in model.named_modules():
+        if not (hasattr(mod, "lora_A") and hasattr(mod, "scaling") and hasattr(mod, "base_layer")):
             continue
-        out[name.replace(".base_layer.", ".")] = merged[name] if name in merged else t.detach().clone()
+        active = [a for a in getattr(mod, "active_adapters", ["default"]) if a in mod.lora_A]
+        if len(active) != 1:
+            raise NotImplementedError(f"{name}: {len(active)} active LoRA adapters; merging supports exactly one")
+        adapter = active[0]
+        if adapter in getattr(mod, "lora_variant", {}) or getattr(mod, "use_dora", {}).get(adapter, False):
+            raise NotImplementedError(f"{name}: a LoRA variant (e.g. DoRA) has no plain W + dW merge; use plain LoRA")
+        if not (isinstance(mod.lora_A[adapter], torch.nn.Linear) and isinstance(mod.lora_B[adapter], torch.nn.Linear)):
+            raise NotImplementedError(f"{name}: LoRA on a {type(mod.base_layer).__name__} is not merged here; "
+                                      "target linear projections (policy.lora.target_modules)")
+        out[name] = (float(mod.scaling[adapter]), bool(getattr(mod, "fan_in_fan_out", False)), adapter)
     return out
 
 
-def _delta_fp32(module: torch.nn.Module, adapter: str) -> torch.Tensor:
-    """float32 ``scale · B A`` of a peft LoRA layer (shaped like its base weight): computed
-    here for linear adapters, peft's ``get_delta_weight`` (cast up) for other layer types."""
-    a, b = module.lora_A[adapter], module.lora_B[adapter]
-    if not (isinstance(a, torch.nn.Linear) and isinstance(b, torch.nn.Linear)):
-        return module.get_delta_weight(adapter).float()
-    delta = b.weight.float() @ a.weight.float()  # (out, in)
-    if getattr(module, "fan_in_fan_out", False):
-        delta = delta.T
-    return delta * module.scaling[adapter]
+def merge_lora_state(state, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Plain-HF-named inference weights from a **full** state dict of the peft ``model`` (its
+    own ``state_dict()``, or the FSDP2 shards gathered by ``agentrl.dist.inference_state``).
+
+    Each wrapped linear's ``base_layer.weight`` W (out, in) becomes ``W + scaling · (B @ A)``
+    (A (r, in), B (out, r); computed in float32 and rounded once to W's dtype, so it equals
+    peft's merge; transposed for ``fan_in_fan_out`` layers) in a new tensor; adapter tensors
+    are dropped and the ``base_model.model.`` / ``.base_layer`` parts of the names removed.
+    Other tensors are detached clones. A model without LoRA layers gets its names unchanged.
+
+    Raises:
+        KeyError: an adapter tensor is missing from ``state``; NotImplementedError: see
+        ``_lora_layers``.
+    """
+    layers = _lora_layers(model)
+    out: dict[str, torch.Tensor] = {}
+    with torch.no_grad():
+        for key, value in state.items():
+            if ".lora_" in key:
+                continue
+            module = key.rsplit(".base_layer.", 1)[0] if key.endswith(".base_layer.weight") else None
+            if module in layers:
+                scaling, transposed, adapter = layers[module]
+                delta = state[f"{module}.lora_B.{adapter}.weight"].float() @ state[f"{module}.lora_A.{adapter}.weight"].float()
+                value = value.float() + (delta.T if transposed else delta) * scaling
+                value = value.to(state[key].dtype)
+            else:
+                value = value.detach().clone()
+            name = key[len(_PEFT_PREFIX):] if key.startswith(_PEFT_PREFIX) else key
+            out[name.replace(".base_layer.", ".")] = value
+    return out
