@@ -145,7 +145,8 @@ class HFEngine:
         was_training = self.model.training  # the trainer may share this model object
         self.model.eval()
         try:
-            with torch.random.fork_rng(devices=[]):
+            dev = _device(self.model)  # on a GPU manual_seed reseeds CUDA too: fork (restore) that stream as well
+            with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
                 if sampling.seed is not None:
                     torch.manual_seed(sampling.seed)
                 out = self.model.generate(**kwargs)
