@@ -78,6 +78,21 @@ def test_two_rank_run_writes_the_store_once_and_resumes_in_one_process(tiny_dir,
         assert (run_dir / "checkpoints" / "latest").read_text() == "iter_000004"
 
 
+def test_two_ranks_roll_out_on_an_engine_worker(tiny_dir, tmp_path):
+    """``rollout.engines: 1`` under torchrun: rank 0 starts the worker from its synced engine
+    copy and pushes the gathered weights after each update; every turn keeps its version."""
+    raw = _config(tiny_dir, tmp_path / "runs", lora=True)
+    raw["rollout"]["engines"] = 1
+    cfg_path = tmp_path / "cfg.yaml"
+    cfg_path.write_text(yaml.safe_dump(raw))
+    proc = _run([str(cfg_path)], nproc=2)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    with TurnStore(tmp_path / "runs" / "dp" / "store.sqlite", readonly=True) as store:
+        eps = store.load_episodes("dp")
+    assert len(eps) == 16 and all(e.status == "ok" for e in eps)
+    assert {(e.episode_id // 8, t.policy_version) for e in eps for t in e.turns} == {(0, 0), (1, 1)}
+
+
 @pytest.mark.slow
 def test_torchrun_main_example_config(tmp_path):
     """The documented command on the packaged SmolLM2: ``torchrun --nproc-per-node 2 -m agentrl
