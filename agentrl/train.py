@@ -317,6 +317,8 @@ def _loop(parts: RunParts, state: TrainState, cfg: Config, run_dir: Path, evals:
                                episodes_stored=state.episodes_stored + len(out.episodes))
             if parts.is_main:
                 metrics = iteration_metrics(out)
+                if parts.engines is not None:  # engine workers restarted so far (a health metric)
+                    metrics["rollout/engine_restarts"] = float(parts.engines.restarts)
                 if cfg.run.eval_every and (it + 1) % cfg.run.eval_every == 0:
                     result, _ = evaluate(parts.policy.engine, parts.policy.renderer, cfg, greedy=True)
                     evals.append(result)

@@ -33,6 +33,7 @@ def test_train_with_two_engine_workers_stamps_each_turn_with_its_iteration(tiny_
     assert result.state.iteration == 2 and result.state.policy_version == 2
     first = json.loads((result.run_dir / "metrics.jsonl").read_text().splitlines()[0])
     assert first["update/steps"] >= 1  # iteration 1 sampled from weights an optimizer step changed
+    assert first["rollout/engine_restarts"] == 0.0  # the workers' health metric is logged
     per_iteration = cfg.rollout.groups_per_iteration * cfg.rollout.group_size
     with TurnStore(result.store_path, readonly=True) as store:
         episodes = store.load_episodes(result.run_id)
