@@ -8,6 +8,10 @@ that already has a checkpoint resumes from it unless ``--no-resume``.
 Data-parallel on N processes (FSDP2; gloo on CPU, NCCL on GPU): ``torchrun --nproc-per-node N
 -m agentrl train CONFIG``. Rank 0 rolls out, writes the store and logs; every rank trains its
 share of each minibatch. docs/scaling.md has the commands for one GPU, eight GPUs and nodes.
+
+On a Ray cluster (several nodes): ``agentrl train CONFIG --ray-ranks N [--ray-address ADDR]
+[--gpus-per-rank 1]`` places N ranks as Ray actors (agentrl.dist.ray_launch) and runs the same
+data-parallel training; without an address (and no ``$RAY_ADDRESS``) a local Ray is started.
 """
 
 from __future__ import annotations
@@ -22,6 +26,11 @@ def register(subparsers) -> None:
     p.add_argument("config", metavar="CONFIG", help="YAML config (see examples/)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. update.lr=1e-4")
     p.add_argument("--no-resume", action="store_true", help="ignore an existing checkpoint in the run folder")
+    ray = p.add_argument_group("Ray cluster (data-parallel ranks as Ray actors)")
+    ray.add_argument("--ray-ranks", type=int, metavar="N", help="train on N ranks placed on a Ray cluster")
+    ray.add_argument("--ray-address", metavar="ADDR", help="Ray cluster (default: $RAY_ADDRESS, or a local Ray)")
+    ray.add_argument("--gpus-per-rank", type=int, default=0, choices=(0, 1), help="GPUs per rank (0: CPU ranks)")
+    ray.add_argument("--cpus-per-rank", type=float, default=1.0, metavar="C", help="Ray CPUs each rank reserves")
     p.set_defaults(func=run)
 
 
@@ -35,7 +44,18 @@ def run(args: argparse.Namespace) -> int:
     from agentrl.cli._summary import print_run_summary
     from agentrl.train import train
 
-    result = train(cfg, resume=not args.no_resume)
+    if args.ray_ranks is not None:
+        from agentrl.dist.ray_launch import RayLaunchError
+
+        try:
+            result = _ray_train(train, cfg, args)
+        except RayLaunchError as exc:  # a rank's error, already stopped everywhere: no traceback of the driver
+            Console(stderr=True, soft_wrap=True).print(f"error: {exc}", style="red", highlight=False, markup=False)
+            return 1
+    else:
+        if args.ray_address is not None or args.gpus_per_rank:
+            raise ValueError("--ray-address / --gpus-per-rank need --ray-ranks N")
+        result = train(cfg, resume=not args.no_resume)
     if not result.is_main:  # torchrun: ranks other than 0 trained their shards; rank 0 reports
         return 0
     import sys
@@ -43,3 +63,20 @@ def run(args: argparse.Namespace) -> int:
     wide = None if sys.stdout.isatty() else 160  # a log file keeps the whole table, not 80 columns
     print_run_summary(Console(width=wide), result.run_dir, result.run_id, result.evals)
     return 0
+
+
+def _ray_train(train, cfg, args: argparse.Namespace):
+    """``train`` on ``--ray-ranks`` Ray actors; rank 0's TrainResult.
+
+    Raises:
+        ValueError: bad Ray options, or already inside a torchrun launch; a rank's failure as
+        ``RayLaunchError`` (a RuntimeError naming the rank and its error).
+    """
+    import os
+
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+        raise ValueError("--ray-ranks under torchrun: use one launcher (drop --ray-ranks, or run without torchrun)")
+    from agentrl.dist.ray_launch import launch
+
+    return launch(train, (cfg,), {"resume": not args.no_resume}, ranks=args.ray_ranks, address=args.ray_address,
+                  gpus_per_rank=args.gpus_per_rank, cpus_per_rank=args.cpus_per_rank)
