@@ -3,7 +3,7 @@
 Packages along the data path (DESIGN.md, layers enforced by import-linter in pyproject.toml):
 L0 types, config (+ config_sections), registry, log; L1 env, llm, store; L2 proxy; L3 rollout,
 credit, update; L3½ dist (process groups, FSDP2, weight gather; imports update); L4 eval <
-train_critic < train_steps < train; view; L5 cli.
+train (loop > steps > critic, run_dir); view; L5 cli.
 """
 
 __version__ = "0.1.0"

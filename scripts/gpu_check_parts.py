@@ -109,7 +109,7 @@ def device_paths(device_spec: str, dtype: str) -> dict:
     from agentrl.llm.device import resolve_device
     from agentrl.llm.policy import load_policy
     from agentrl.llm.tiny import tiny_model_dir
-    from agentrl.train_critic import make_critic
+    from agentrl.train.critic import make_critic
     from agentrl.update import batch_logprobs, build_batch, make_optimizer, update
     from agentrl.update.critic import critic_update, turn_values
     from agentrl.update.lora import prepare_policy, reference_logprobs

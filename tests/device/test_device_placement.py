@@ -155,7 +155,7 @@ def test_missing_cuda_fails_before_loading_weights(monkeypatch, tiny_dir):
 
 
 def test_critic_follows_policy_device(monkeypatch, tiny_dir):
-    from agentrl.train_critic import make_critic
+    from agentrl.train.critic import make_critic
 
     cfg = config_from_dict({"env": ENV, "policy": {"model": str(tiny_dir), "device": "cpu"}}, check_registries=False)
     assert {p.device.type for p in make_critic(cfg).model.parameters()} == {"cpu"}

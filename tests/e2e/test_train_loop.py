@@ -198,7 +198,7 @@ def test_ray_backend_trains_like_local(tiny_dir, tmp_path, finished_run):
 
 def test_one_env_pool_serves_every_iteration_and_is_closed(tiny_dir, tmp_path, monkeypatch):
     """The trainer opens the chain-rollout pool once (not per iteration) and closes it at the end."""
-    import agentrl.train_steps as steps
+    import agentrl.train.steps as steps
     from agentrl.train import train
 
     opened = []
@@ -236,7 +236,7 @@ def test_resume_after_a_crash_between_storing_and_checkpointing(tiny_dir, tmp_pa
     is written. Resuming re-plays iteration 1 from the iteration-0 checkpoint: the interrupted
     attempt's episodes are moved (not deleted) to the run ``<name>.interrupted-<time>`` of the
     same store, and the resumed run equals an uninterrupted one (weights, turns, advantages)."""
-    import agentrl.train as train_mod
+    import agentrl.train.loop as train_mod
 
     reference, _ = finished_run
     real_save = train_mod.save_checkpoint

@@ -47,8 +47,8 @@ def test_tree_grpo_training_stores_trees(tiny_dir, tmp_path):
 
 
 def test_rtpo_trainer_follows_the_reverse_turn_schedule(tiny_dir, tmp_path, monkeypatch):
-    import agentrl.train as T
-    import agentrl.train_steps as steps
+    import agentrl.train as T  # noqa: N812
+    import agentrl.train.steps as steps
 
     recorded = []
     real = steps.update_groups

@@ -1,4 +1,4 @@
-"""The training loop, top to bottom (DESIGN.md: agentrl.train).
+"""The training loop, top to bottom (DESIGN.md: agentrl.train): ``train`` and its iterations.
 
 One iteration: collect groups of episodes with the current policy → store them (with the
 policy version) → build the TurnTable from the store → advantages from the configured
@@ -11,7 +11,6 @@ panel; every ``run.save_every`` iterations (and at the end) a checkpoint is writ
 
 from __future__ import annotations
 
-import logging
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -19,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
 
 from agentrl.config import Config, ConfigError, to_dict
 from agentrl.credit import compute_advantages, get_estimator
@@ -30,11 +28,12 @@ from agentrl.llm.policy import Policy, load_policy
 from agentrl.log import make_logger
 from agentrl.rollout.stats import rollout_stats
 from agentrl.rollout.tree import add_linked
-from agentrl.store import INTERRUPTED, TurnStore
-from agentrl.train_critic import Critic, critic_step, make_critic, with_values
-from agentrl.train_steps import collect_iteration, open_engines, open_pool, rtpo_iteration, sync_weights, update_policy
+from agentrl.store import TurnStore
+from agentrl.train.critic import Critic, critic_step, make_critic, with_values
+from agentrl.train.run_dir import prepare_run_dir, set_aside, set_aside_interrupted
+from agentrl.train.steps import collect_iteration, open_engines, open_pool, rtpo_iteration, sync_weights, update_policy
 from agentrl.types import TurnTable
-from agentrl.update.checkpoint import TrainState, latest_checkpoint, load_checkpoint, save_checkpoint
+from agentrl.update.checkpoint import TrainState, load_checkpoint, save_checkpoint
 from agentrl.update.lora import prepare_policy
 from agentrl.update.step import make_optimizer
 
@@ -211,7 +210,7 @@ def start_run(cfg: Config, run_dir: Path, resume: bool, ctx: DistContext | None 
                          "does not support; use rollout.sampler=chain or an estimator without 'value'")
     torch.manual_seed(cfg.run.seed)
     np.random.seed(cfg.run.seed)
-    ckpt = _prepare_run_dir(cfg, run_dir, resume) if ctx.is_main else None
+    ckpt = prepare_run_dir(cfg, run_dir, resume) if ctx.is_main else None
     ckpt = ctx.broadcast_object(ckpt)  # every rank resumes from the checkpoint rank 0 found
     policy = load_policy(cfg.policy)
     sampler = engine_copy(policy) if ctx.distributed and ctx.is_main else None  # before LoRA: plain HF names
@@ -229,53 +228,6 @@ def start_run(cfg: Config, run_dir: Path, resume: bool, ctx: DistContext | None 
     if ckpt and ctx.is_main:
         set_aside_interrupted(parts.store, cfg.run.name, state)
     return parts, state
-
-
-def _prepare_run_dir(cfg: Config, run_dir: Path, resume: bool) -> Path | None:
-    """Set a finished or foreign run aside unless resuming, write config.yaml; return the
-    checkpoint to resume from (None: a fresh start)."""
-    if not (resume and latest_checkpoint(run_dir)):
-        set_aside(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
-    return latest_checkpoint(run_dir) if resume else None
-
-
-def set_aside_interrupted(store: TurnStore, run_id: str, state: TrainState) -> list[int]:
-    """On resume: episodes stored after the checkpoint ``state`` (sampled at policy version
-    ``>= state.policy_version``; the run died before their update was checkpointed) move to
-    the run ``<run_id>.interrupted-<YYYYmmdd-HHMMSS>`` of the same store, so the resumed run
-    re-plays those iterations under the same ids (PITFALLS P7). Returns the moved episode ids."""
-    runs = set(store.runs())
-    to_run = _stamped(f"{run_id}{INTERRUPTED}", lambda name: name in runs)
-    moved = store.split_off(run_id, since_policy_version=state.policy_version, to_run_id=to_run)
-    if moved:
-        logging.getLogger(__name__).warning(
-            "resume from iteration %d: %d episode(s) stored after that checkpoint (ids %d..%d) were moved to run %r "
-            "of %s; they are re-played now", state.iteration, len(moved), moved[0], moved[-1], to_run, store.path)
-    return moved
-
-
-def set_aside(run_dir: Path) -> Path | None:
-    """A fresh start in a run folder that already holds a store or checkpoints: rename the
-    folder to ``<name>.prev-<YYYYmmdd-HHMMSS>`` (nothing stored is lost; the store is
-    append-only, so the new run's episode ids would collide with the old ones). Returns
-    the new path, or None when there was nothing to set aside."""
-    if not ((run_dir / "store.sqlite").exists() or (run_dir / "checkpoints").exists()):
-        return None
-    target = run_dir.with_name(_stamped(f"{run_dir.name}.prev-", lambda name: run_dir.with_name(name).exists()))
-    run_dir.rename(target)
-    logging.getLogger(__name__).warning("fresh run: the previous contents of %s were moved to %s", run_dir, target)
-    return target
-
-
-def _stamped(prefix: str, taken) -> str:
-    """``<prefix><YYYYmmdd-HHMMSS>``, with ``-1``, ``-2``, ... appended while ``taken(name)``."""
-    name = stamp = f"{prefix}{time.strftime('%Y%m%d-%H%M%S')}"
-    n = 1
-    while taken(name):
-        name, n = f"{stamp}-{n}", n + 1
-    return name
 
 
 def train(cfg: Config, *, resume: bool = True) -> TrainResult:

@@ -1,0 +1,64 @@
+"""The run folder of ``agentrl train``: set a previous run aside on a fresh start, write the
+config, find the checkpoint to resume from, and move the episodes of an interrupted
+iteration aside on resume (PITFALLS P7). Rank 0 alone calls these in a data-parallel run."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import yaml
+
+from agentrl.config import Config, to_dict
+from agentrl.store import INTERRUPTED, TurnStore
+from agentrl.update.checkpoint import TrainState, latest_checkpoint
+
+__all__ = ["prepare_run_dir", "set_aside", "set_aside_interrupted"]
+
+
+def prepare_run_dir(cfg: Config, run_dir: Path, resume: bool) -> Path | None:
+    """Set a finished or foreign run aside unless resuming, write config.yaml; return the
+    checkpoint to resume from (None: a fresh start)."""
+    if not (resume and latest_checkpoint(run_dir)):
+        set_aside(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    return latest_checkpoint(run_dir) if resume else None
+
+
+def set_aside_interrupted(store: TurnStore, run_id: str, state: TrainState) -> list[int]:
+    """On resume: episodes stored after the checkpoint ``state`` (sampled at policy version
+    ``>= state.policy_version``; the run died before their update was checkpointed) move to
+    the run ``<run_id>.interrupted-<YYYYmmdd-HHMMSS>`` of the same store, so the resumed run
+    re-plays those iterations under the same ids (PITFALLS P7). Returns the moved episode ids."""
+    runs = set(store.runs())
+    to_run = _stamped(f"{run_id}{INTERRUPTED}", lambda name: name in runs)
+    moved = store.split_off(run_id, since_policy_version=state.policy_version, to_run_id=to_run)
+    if moved:
+        logging.getLogger(__name__).warning(
+            "resume from iteration %d: %d episode(s) stored after that checkpoint (ids %d..%d) were moved to run %r "
+            "of %s; they are re-played now", state.iteration, len(moved), moved[0], moved[-1], to_run, store.path)
+    return moved
+
+
+def set_aside(run_dir: Path) -> Path | None:
+    """A fresh start in a run folder that already holds a store or checkpoints: rename the
+    folder to ``<name>.prev-<YYYYmmdd-HHMMSS>`` (nothing stored is lost; the store is
+    append-only, so the new run's episode ids would collide with the old ones). Returns
+    the new path, or None when there was nothing to set aside."""
+    if not ((run_dir / "store.sqlite").exists() or (run_dir / "checkpoints").exists()):
+        return None
+    target = run_dir.with_name(_stamped(f"{run_dir.name}.prev-", lambda name: run_dir.with_name(name).exists()))
+    run_dir.rename(target)
+    logging.getLogger(__name__).warning("fresh run: the previous contents of %s were moved to %s", run_dir, target)
+    return target
+
+
+def _stamped(prefix: str, taken) -> str:
+    """``<prefix><YYYYmmdd-HHMMSS>``, with ``-1``, ``-2``, ... appended while ``taken(name)``."""
+    name = stamp = f"{prefix}{time.strftime('%Y%m%d-%H%M%S')}"
+    n = 1
+    while taken(name):
+        name, n = f"{stamp}-{n}", n + 1
+    return name
