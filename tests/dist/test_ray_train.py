@@ -20,20 +20,8 @@ torch = pytest.importorskip("torch")
 ray = pytest.importorskip("ray")
 
 from agentrl.store import TurnStore  # noqa: E402
+from dist_fixtures import tiny_config  # noqa: E402
 from agentrl.update.checkpoint import checkpoint_weights  # noqa: E402
-
-
-def _config(tiny_dir, out_dir, lora: bool) -> dict:  # the config of tests/dist/test_torchrun_train.py
-    return {
-        "run": {"name": "dp", "out_dir": str(out_dir), "iterations": 2, "eval_every": 2, "save_every": 1, "seed": 3},
-        "env": {"id": "agentrl/Toy-v0", "max_turns": 8, "eval_panel_size": 2},
-        "policy": {"model": str(tiny_dir), "max_tokens": 8, "action_format": "whole", "device": "cpu",
-                   "action_constraint": "admissible", "lora": {"rank": 4, "alpha": 8.0} if lora else None},
-        "rollout": {"groups_per_iteration": 2, "group_size": 4, "num_workers": 1},
-        "algorithm": {"estimator": "gigpo"},
-        "update": {"lr": 1e-2, "micro_batch": 2, "minibatch": 5},
-        "log": {"console": False},
-    }
 
 
 def _train(cfg_path, out_dir, launcher: list[str], extra: list[str], cwd) -> subprocess.CompletedProcess:
@@ -53,7 +41,7 @@ def _run_record(run_dir):
 
 def test_ray_run_equals_torchrun_run(tiny_dir, tmp_path):
     cfg_path = tmp_path / "cfg.yaml"
-    cfg_path.write_text(yaml.safe_dump(_config(tiny_dir, tmp_path / "unused", lora=True)))
+    cfg_path.write_text(yaml.safe_dump(tiny_config(tiny_dir, tmp_path / "unused", lora=True)))
     t0 = time.monotonic()
     proc = _train(cfg_path, tmp_path / "ray", [], ["--ray-ranks", "2"], cwd=tmp_path)
     t_ray = time.monotonic() - t0
@@ -119,7 +107,7 @@ def test_ray_options_are_checked_before_any_launch(tmp_path, tiny_dir, capsys):
     from agentrl.cli import main
 
     cfg_path = tmp_path / "cfg.yaml"
-    cfg_path.write_text(yaml.safe_dump(_config(tiny_dir, tmp_path / "runs", lora=True)))
+    cfg_path.write_text(yaml.safe_dump(tiny_config(tiny_dir, tmp_path / "runs", lora=True)))
     assert main(["train", str(cfg_path), "--gpus-per-rank", "1"]) == 2
     assert "need --ray-ranks" in capsys.readouterr().err
     assert main(["train", str(cfg_path), "--ray-ranks", "0"]) == 2

@@ -17,19 +17,7 @@ import yaml
 torch = pytest.importorskip("torch")
 
 from agentrl.store import TurnStore  # noqa: E402
-
-
-def _config(tiny_dir, out_dir, lora: bool) -> dict:
-    return {
-        "run": {"name": "dp", "out_dir": str(out_dir), "iterations": 2, "eval_every": 2, "save_every": 1, "seed": 3},
-        "env": {"id": "agentrl/Toy-v0", "max_turns": 8, "eval_panel_size": 2},
-        "policy": {"model": str(tiny_dir), "max_tokens": 8, "action_format": "whole", "device": "cpu",
-                   "action_constraint": "admissible", "lora": {"rank": 4, "alpha": 8.0} if lora else None},
-        "rollout": {"groups_per_iteration": 2, "group_size": 4, "num_workers": 1},
-        "algorithm": {"estimator": "gigpo"},
-        "update": {"lr": 1e-2, "micro_batch": 2, "minibatch": 5},
-        "log": {"console": False},
-    }
+from dist_fixtures import tiny_config  # noqa: E402
 
 
 def _run(args: list[str], nproc: int | None) -> subprocess.CompletedProcess:
@@ -42,7 +30,7 @@ def _run(args: list[str], nproc: int | None) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("lora", [True, False], ids=["lora", "full"])
 def test_two_rank_run_writes_the_store_once_and_resumes_in_one_process(tiny_dir, tmp_path, lora):
     cfg_path = tmp_path / "cfg.yaml"
-    cfg_path.write_text(yaml.safe_dump(_config(tiny_dir, tmp_path / "runs", lora)))
+    cfg_path.write_text(yaml.safe_dump(tiny_config(tiny_dir, tmp_path / "runs", lora)))
     proc = _run([str(cfg_path)], nproc=2)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     run_dir = tmp_path / "runs" / "dp"
@@ -81,7 +69,7 @@ def test_two_rank_run_writes_the_store_once_and_resumes_in_one_process(tiny_dir,
 def test_two_ranks_roll_out_on_an_engine_worker(tiny_dir, tmp_path):
     """``rollout.engines: 1`` under torchrun: rank 0 starts the worker from its synced engine
     copy and pushes the gathered weights after each update; every turn keeps its version."""
-    raw = _config(tiny_dir, tmp_path / "runs", lora=True)
+    raw = tiny_config(tiny_dir, tmp_path / "runs", lora=True)
     raw["rollout"]["engines"] = 1
     cfg_path = tmp_path / "cfg.yaml"
     cfg_path.write_text(yaml.safe_dump(raw))
