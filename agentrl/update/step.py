@@ -169,7 +169,7 @@ def update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Trai
     if cfg.aggregation == "seq-mean-token-sum-norm" and cfg.sum_norm_tokens is None:
         raise ValueError("aggregation 'seq-mean-token-sum-norm' needs update.sum_norm_tokens (max response tokens)")
     model.train()
-    mine = batch if dp is None else batch.select(torch.arange(dp.rank, batch.num_rows, dp.world_size))
+    mine = batch if dp is None else batch.select(torch.arange(batch.num_rows)[dp.rank :: dp.world_size])  # may be empty
     norm = cfg.sum_norm_tokens or 1
     scale = LossScale.of(batch.loss_mask, batch.turn_ids, norm) if dp is None else _global_scale(mine, norm, dp)
     optimizer.zero_grad(set_to_none=True)

@@ -112,3 +112,31 @@ def test_per_rank_normalisation_is_caught(runs, key):
     wrong = dist[key + "/per-rank"]
     assert abs(wrong["stats"][0]["loss"] - single[key]["stats"][0]["loss"]) > 1e-4
     assert _max_param_diff(wrong["params"], single[key]["params"]) > 1e-4
+
+
+class _LoneRank:
+    """A ``ReduceGroup`` seen from one rank: rank ``rank`` of ``world_size``, whose peers ran
+    ``peer_passes`` micro-batches (the ``max`` reduce) and add nothing to the sums."""
+
+    def __init__(self, rank: int, world_size: int, peer_passes: int) -> None:
+        self.rank, self.world_size, self.peer_passes = rank, world_size, peer_passes
+
+    def all_reduce(self, values, op="sum"):
+        return torch.clamp(values, min=self.peer_passes) if op == "max" else values
+
+
+def test_a_rank_without_rows_runs_zero_weight_passes():
+    """3 ranks, a 1-row minibatch: ranks 1 and 2 get no row (``arange(2, 1, 3)`` raised here
+    once) and still run the forward/backward passes FSDP2 needs, with zero gradient."""
+    from agentrl.update import update
+
+    torch.set_num_threads(1)
+    batch = _batch().select([0])
+    model = prepare_policy(tiny_model(0), BASE)
+    opt = make_optimizer(model, BASE.lr)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    stats = update(model, opt, batch, BASE, dp=_LoneRank(2, 3, peer_passes=1))
+    assert stats.tokens == 1 and stats.loss == 0.0  # no trained token of its own; counts floor at 1
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert grads and all(float(g.abs().max()) == 0.0 for g in grads)  # the pass ran, its loss weighed 0
+    assert _max_param_diff(before, model.state_dict()) == 0.0
