@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -21,6 +22,11 @@ import torch.distributed as dist
 __all__ = ["DistContext"]
 
 _OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
+
+#: Seconds a rank waits in a collective before the group gives up (``AGENTRL_DIST_TIMEOUT_S``):
+#: the other ranks wait while rank 0 rolls out and evaluates, which can take far longer than
+#: NCCL's default 10 minutes on a real model.
+DEFAULT_TIMEOUT_S = 7200
 
 
 def _env_int(name: str, default: int) -> int:
@@ -83,6 +89,8 @@ class DistContext:
         """Join the process group torchrun describes (``WORLD_SIZE`` ≥ 2), or stay a single
         process; ``init_single=True`` makes a 1-rank group anyway (to run the FSDP2 code path
         alone, e.g. ``scripts/gpu_check.py``). Reuses a group that is already initialised.
+        Collectives time out after ``AGENTRL_DIST_TIMEOUT_S`` seconds (default 7200: the other
+        ranks wait in one while rank 0 rolls out and evaluates).
 
         Raises:
             ConfigError: see ``_device_for``; RuntimeError: the rendezvous fails.
@@ -98,7 +106,8 @@ class DistContext:
             os.environ.setdefault("MASTER_PORT", str(_free_port()))
             rank, world = 0, 1
         backend = "nccl" if dev.type == "cuda" else "gloo"
-        dist.init_process_group(backend, rank=rank, world_size=world)
+        timeout = timedelta(seconds=_env_int("AGENTRL_DIST_TIMEOUT_S", DEFAULT_TIMEOUT_S))
+        dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout)
         return cls(rank, world, local, dev, backend, owns_group=True)
 
     def all_reduce(self, values: torch.Tensor, op: str = "sum") -> torch.Tensor:

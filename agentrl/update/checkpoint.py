@@ -27,8 +27,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["TrainState", "save_checkpoint", "latest_checkpoint", "load_weights", "load_checkpoint",
+__all__ = ["TrainState", "CheckpointError", "save_checkpoint", "latest_checkpoint", "load_weights", "load_checkpoint",
            "checkpoint_weights"]
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be loaded into this model (other LoRA / model settings, a
+    missing or damaged shard, the old format on N ranks); the message names the fix."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,16 @@ def _quiet():
         yield
 
 
+def _trainable_tree(model: torch.nn.Module) -> dict:
+    """The model state dict (plain or FSDP2 ``DTensor`` shards) of the trainable parameters by
+    name; a frozen tensor tied to another name (LoRA's frozen ``lm_head`` = embeddings) is left
+    out too, which ``ignore_frozen_params`` alone misses."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    names = {n for n, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}
+    return {k: v for k, v in get_model_state_dict(model, options=_options()).items() if k in names}
+
+
 def _has_optimizer_state(optimizer: torch.optim.Optimizer) -> bool:
     """False before the first step (DCP's optimizer state dict would then run a fake step)."""
     return any(bool(s) for s in optimizer.state.values())
@@ -88,11 +103,11 @@ def save_checkpoint(run_dir: str | Path, model: torch.nn.Module, optimizer: torc
         The checkpoint folder.
     """
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
     folder = Path(run_dir) / "checkpoints" / f"iter_{state.iteration:06d}"
     with_optim = _has_optimizer_state(optimizer)
-    tree = {"model": get_model_state_dict(model, options=_options())}
+    tree = {"model": _trainable_tree(model)}
     if with_optim:
         tree["optim"] = get_optimizer_state_dict(model, optimizer, options=_options())
     with _quiet():
@@ -136,25 +151,30 @@ def _payload(folder: str | Path) -> dict:
 def _check_names(folder, saved: set[str], want: set[str]) -> None:
     if saved != want:
         diff = sorted(saved ^ want)[:5]
-        raise RuntimeError(f"checkpoint {folder} does not match the model's trainable parameters (e.g. {diff}); "
+        raise CheckpointError(f"checkpoint {folder} does not match the model's trainable parameters (e.g. {diff}); "
                            "use the same policy/LoRA settings as the run that wrote it")
 
 
 def _load_dcp(folder: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, payload: dict,
               dp) -> None:
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import (
-        get_model_state_dict, get_optimizer_state_dict, set_model_state_dict, set_optimizer_state_dict,
-    )
+    from torch.distributed.checkpoint.api import CheckpointException
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_model_state_dict, set_optimizer_state_dict
 
     saved = {k.removeprefix("model.") for k in _dcp_keys(folder / "dcp") if k.startswith("model.")}
-    tree = {"model": get_model_state_dict(model, options=_options())}
+    tree = {"model": _trainable_tree(model)}
     _check_names(folder, saved, set(tree["model"]))  # names of the trainable tensors (tied ones included)
     load_optim = optimizer is not None and payload.get("optimizer_saved", False)
     if load_optim:
         tree["optim"] = get_optimizer_state_dict(model, optimizer, options=_options())
-    with _quiet():
-        dcp.load(tree, checkpoint_id=str(folder / "dcp"), no_dist=not _distributed(dp))
+    try:
+        with _quiet():
+            dcp.load(tree, checkpoint_id=str(folder / "dcp"), no_dist=not _distributed(dp))
+    except (Exception, CheckpointException) as exc:  # DCP's wrapper of every rank's failure is a BaseException
+        first = next((ln.strip() for ln in str(exc).splitlines() if "Error" in ln or "mismatch" in ln), str(exc))
+        raise CheckpointError(f"checkpoint {folder} cannot be loaded into this model ({first[:300]}); resume with the "
+                              "policy/LoRA settings that wrote it, or start over with --no-resume (an earlier "
+                              "iter_* folder can be named in checkpoints/latest)") from exc
     set_model_state_dict(model, tree["model"], options=_options(strict=False))  # names checked above
     if load_optim:
         set_optimizer_state_dict(model, optimizer, tree["optim"], options=_options())
@@ -172,16 +192,16 @@ def load_weights(folder: str | Path, model: torch.nn.Module, dp=None) -> dict:
 
     Raises:
         FileNotFoundError: ``folder`` has no state.pt.
-        RuntimeError: the checkpoint's parameter names do not match the model's trainable
-            parameters (e.g. resumed with different LoRA settings), or an old-format
-            checkpoint loaded into data-parallel ranks.
+        CheckpointError: the checkpoint's parameter names or shapes do not match the model's
+            trainable parameters (e.g. resumed with different LoRA settings), a shard is
+            missing or damaged, or an old-format checkpoint is loaded into data-parallel ranks.
     """
     payload = _payload(folder)
     if payload.get("format") == "dcp":
         _load_dcp(Path(folder), model, None, payload, dp)
         return payload
     if _distributed(dp):
-        raise RuntimeError(f"checkpoint {folder} has the pre-DCP format (weights inside state.pt); resume it in one "
+        raise CheckpointError(f"checkpoint {folder} has the pre-DCP format (weights inside state.pt); resume it in one "
                            "process (python -m agentrl train ...) once, then its next checkpoints load on N ranks")
     _check_names(folder, set(payload["model"]), {n for n, p in model.named_parameters() if p.requires_grad})
     params = dict(model.named_parameters())
@@ -197,7 +217,7 @@ def load_checkpoint(folder: str | Path, model: torch.nn.Module, optimizer: torch
     one; a collective when ``dp`` is data-parallel); return its counters.
 
     Raises:
-        FileNotFoundError / RuntimeError: see ``load_weights``.
+        FileNotFoundError / CheckpointError: see ``load_weights``.
     """
     payload = _payload(folder)
     if payload.get("format") == "dcp":
