@@ -30,7 +30,7 @@ from agentrl.rollout.stats import rollout_stats
 from agentrl.rollout.tree import add_linked
 from agentrl.store import TurnStore
 from agentrl.train.critic import Critic, critic_step, make_critic, with_values
-from agentrl.train.run_dir import prepare_run_dir, set_aside, set_aside_interrupted
+from agentrl.train.run_dir import RunLock, prepare_run_dir, set_aside_interrupted
 from agentrl.train.steps import collect_iteration, open_engines, open_pool, rtpo_iteration, sync_weights, update_policy
 from agentrl.types import TurnTable
 from agentrl.update.checkpoint import TrainState, load_checkpoint, save_checkpoint
@@ -238,18 +238,20 @@ def train(cfg: Config, *, resume: bool = True) -> TrainResult:
 
     Raises:
         ConfigError / KeyError / FileNotFoundError: bad config, unknown names, missing model.
+        ValueError: the run folder is in use by another ``agentrl train`` (``RunLock``).
         ValueError: an unsupported combination (see ``start_run``).
     """
     run_dir = Path(cfg.run.out_dir) / cfg.run.name
     ctx = DistContext.from_env(cfg.policy.device)  # torchrun: joins the process group; else one process
     try:
         check_distributed(cfg, ctx)
-        parts, state = start_run(cfg, run_dir, resume, ctx)
-        evals: list[EvalResult] = []
-        try:
-            state = _loop(parts, state, cfg, run_dir, evals)
-        finally:
-            parts.close()
+        with RunLock(run_dir) if ctx.is_main else nullcontext():  # one job per run folder
+            parts, state = start_run(cfg, run_dir, resume, ctx)
+            evals: list[EvalResult] = []
+            try:
+                state = _loop(parts, state, cfg, run_dir, evals)
+            finally:
+                parts.close()
     finally:
         ctx.close()
     return TrainResult(run_dir=run_dir, store_path=run_dir / "store.sqlite", run_id=cfg.run.name, state=state,

@@ -4,7 +4,9 @@ iteration aside on resume (PITFALLS P7). Rank 0 alone calls these in a data-para
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -14,7 +16,45 @@ from agentrl.config import Config, to_dict
 from agentrl.store import INTERRUPTED, TurnStore
 from agentrl.update.checkpoint import TrainState, latest_checkpoint
 
-__all__ = ["prepare_run_dir", "set_aside", "set_aside_interrupted"]
+__all__ = ["RunLock", "prepare_run_dir", "set_aside", "set_aside_interrupted"]
+
+
+class RunLock:
+    """An exclusive lock on a run folder for the length of one ``agentrl train`` (``with
+    RunLock(run_dir): ...``): a second job on the same run (which would resume from the
+    first one's checkpoint and interleave its episodes and checkpoints) is refused at once.
+    The lock is ``fcntl.flock`` on ``<out_dir>/.<name>.lock`` (beside the folder, which a
+    fresh start renames); the OS drops it when the process dies, so a crash leaves no stale
+    lock. The file holds the holder's pid.
+
+    Raises (on enter):
+        ValueError: the run is in use by another live process (names it and the fix).
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = Path(run_dir).with_name(f".{Path(run_dir).name}.lock")
+        self._fd: int | None = None
+
+    def __enter__(self) -> "RunLock":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise ValueError(f"run folder {self.path.with_name(self.path.name[1:-5])} is in use by another agentrl "
+                             f"train (pid {holder}); wait for it to finish, or set another run.name / run.out_dir") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
 
 
 def prepare_run_dir(cfg: Config, run_dir: Path, resume: bool) -> Path | None:

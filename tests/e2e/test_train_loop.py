@@ -275,3 +275,19 @@ def test_resume_after_a_crash_between_storing_and_checkpointing(tiny_dir, tmp_pa
     assert main(["replay", str(resumed.store_path)]) == 0  # the default run is the resumed one
     out = capsys.readouterr().out
     assert "showing run crash," in out and "run crash: 16 episodes" in out
+
+
+def test_a_second_job_on_the_same_run_folder_is_refused(tiny_dir, tmp_path):
+    """Two jobs on one run would resume from each other's checkpoints and interleave their
+    episodes (found by a tester under torchrun); the second is refused at once, nothing of
+    the first is touched, and the lock goes with the process that held it."""
+    from agentrl.train import train
+    from agentrl.train.run_dir import RunLock
+
+    cfg = _cfg(tiny_dir, tmp_path, name="locked", iterations=1, run__eval_every=0)
+    run_dir = tmp_path / "locked"
+    with RunLock(run_dir):  # another job holds the run
+        with pytest.raises(ValueError, match=f"pid {__import__('os').getpid()}"):
+            train(cfg, resume=True)
+        assert not run_dir.exists()  # refused before any folder was made or set aside
+    assert train(cfg, resume=True).state.iteration == 1  # released: the run goes ahead
