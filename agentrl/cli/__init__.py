@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    _show_agentrl_logs()
     try:
         return int(args.func(args) or 0)
     except (KeyError, ValueError, FileNotFoundError, ImportError, PermissionError) as exc:
@@ -42,6 +43,19 @@ def main(argv: list[str] | None = None) -> int:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {msg}", highlight=False)
         return 2
+
+
+def _show_agentrl_logs() -> None:
+    """agentrl's own INFO/WARNING lines (resume, data-parallel set-up, run folder moved aside)
+    go to stderr as ``[agentrl] ...``; other libraries' loggers are left as they are."""
+    import logging
+
+    log = logging.getLogger("agentrl")
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("[agentrl] %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
 
 
 if __name__ == "__main__":  # pragma: no cover

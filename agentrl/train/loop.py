@@ -11,6 +11,7 @@ panel; every ``run.save_every`` iterations (and at the end) a checkpoint is writ
 
 from __future__ import annotations
 
+import logging
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -222,6 +223,9 @@ def start_run(cfg: Config, run_dir: Path, resume: bool, ctx: DistContext | None 
     optimizer = make_optimizer(policy.model, cfg.update.lr, cfg.update.weight_decay)
     dp = ctx if ctx.distributed else None
     state = load_checkpoint(ckpt, policy.model, optimizer, dp=dp) if ckpt else TrainState()
+    if ckpt and ctx.is_main:
+        logging.getLogger(__name__).info("resuming %s from %s: %d iteration(s) done, policy version %d",
+                                         cfg.run.name, ckpt, state.iteration, state.policy_version)
     sync_weights(policy, state.policy_version, dp=dp)  # a resumed vLLM engine gets the checkpoint's weights
     store = TurnStore(run_dir / "store.sqlite") if ctx.is_main else None
     parts = RunParts(policy, optimizer, store, make_critic(cfg) if needs_critic else None, dp=dp)
@@ -245,6 +249,9 @@ def train(cfg: Config, *, resume: bool = True) -> TrainResult:
     ctx = DistContext.from_env(cfg.policy.device)  # torchrun: joins the process group; else one process
     try:
         check_distributed(cfg, ctx)
+        if ctx.distributed and ctx.is_main:
+            logging.getLogger(__name__).info("data-parallel run: %d ranks (%s, FSDP2), rank 0 rolls out and writes %s",
+                                             ctx.world_size, ctx.backend, run_dir)
         with RunLock(run_dir) if ctx.is_main else nullcontext():  # one job per run folder
             parts, state = start_run(cfg, run_dir, resume, ctx)
             evals: list[EvalResult] = []

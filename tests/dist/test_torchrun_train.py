@@ -36,6 +36,7 @@ def test_two_rank_run_writes_the_store_once_and_resumes_in_one_process(tiny_dir,
     run_dir = tmp_path / "runs" / "dp"
     assert (run_dir / "checkpoints" / "latest").read_text() == "iter_000002"
     assert (run_dir / "checkpoints" / "iter_000002" / "dcp" / ".metadata").is_file()
+    assert proc.stderr.count("[agentrl] data-parallel run: 2 ranks (gloo, FSDP2)") == 1  # said once, by rank 0
     with TurnStore(run_dir / "store.sqlite", readonly=True) as store:
         eps = store.load_episodes("dp")
         assert len(eps) == 2 * 2 * 4  # 2 iterations × 2 groups × 4 episodes, each stored once
@@ -50,6 +51,7 @@ def test_two_rank_run_writes_the_store_once_and_resumes_in_one_process(tiny_dir,
     proc1 = _run([str(cfg_path), "run.iterations=3"], nproc=None)
     assert proc1.returncode == 0, proc1.stdout[-2000:] + proc1.stderr[-4000:]
     assert not list(tmp_path.glob("runs/dp.prev-*"))  # resumed, not set aside
+    assert "[agentrl] resuming dp from" in proc1.stderr and "2 iteration(s) done" in proc1.stderr
     with TurnStore(run_dir / "store.sqlite", readonly=True) as store:
         eps = store.load_episodes("dp")
         assert len(eps) == 24 and sorted(e.episode_id for e in eps) == list(range(24))
