@@ -50,9 +50,14 @@ def _show_agentrl_logs() -> None:
     go to stderr as ``[agentrl] ...``; other libraries' loggers are left as they are."""
     import logging
 
+    class _CurrentStderr(logging.StreamHandler):
+        def emit(self, record: logging.LogRecord) -> None:
+            self.stream = sys.stderr  # the stderr of now (a test harness may have swapped it)
+            super().emit(record)
+
     log = logging.getLogger("agentrl")
-    if not log.handlers:
-        handler = logging.StreamHandler()
+    if not any(isinstance(h, _CurrentStderr) or type(h).__name__ == "_CurrentStderr" for h in log.handlers):
+        handler = _CurrentStderr()
         handler.setFormatter(logging.Formatter("[agentrl] %(message)s"))
         log.addHandler(handler)
         log.setLevel(logging.INFO)
