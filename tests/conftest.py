@@ -20,7 +20,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 TEST_CACHE = Path(tempfile.gettempdir()) / "agentrl-test-cache"
 
-try:  # hypothesis keeps no example database in the tree (.hypothesis/): tests leave no files behind
+# hypothesis keeps neither its example database nor its caches in the tree (.hypothesis/)
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(TEST_CACHE / "hypothesis"))
+try:
     from hypothesis import settings as _hypothesis_settings
 
     _hypothesis_settings.register_profile("agentrl", database=None)
