@@ -246,6 +246,15 @@ class UpdateConfig:
     ``kl_coef`` > 0 adds a KL penalty to the frozen reference (``k1`` | ``k2`` | ``k3``).
     ``pack`` puts prefix-consistent turns of one episode into one sequence. ``critic_lr`` and
     ``value_clip`` configure the turn-level critic of turn-PPO.
+
+    Rollout (off-policy) correction (``agentrl.update.correction``): ``rollout_correction``
+    ``none`` (default: π_old = the engine's behaviour logprobs, no weight) | ``tis`` | ``mis``
+    | ``icepop`` recomputes π_old with the trainer at the start of each update phase and
+    weights each token's policy loss by w = f(ρ), ρ = π_old/π_behav (detached): ``tis``
+    min(ρ, C); ``mis`` ρ if ρ ≤ C else 0; ``icepop`` ρ if α ≤ ρ ≤ C else 0, with
+    C = ``correction_high`` (> 1) and α = ``correction_low`` (in (0, 1), icepop only).
+    ``correction_level``: ``token`` (one ρ per token) | ``sequence`` (one ρ per turn, the
+    product of its tokens' ρ, on all its tokens). Masked tokens stay in the denominators.
     """
 
     loss: str = "ppo_clip"
@@ -267,6 +276,10 @@ class UpdateConfig:
     gradient_checkpointing: bool = False
     critic_lr: float = 1e-5
     value_clip: Optional[float] = None
+    rollout_correction: Literal["none", "tis", "mis", "icepop"] = "none"
+    correction_level: Literal["token", "sequence"] = "token"
+    correction_high: float = 2.0
+    correction_low: float = 0.5
 
     def __post_init__(self) -> None:
         _check(0 <= self.clip_low < 1 and self.clip_high >= 0, "update.clip_low must be in [0, 1) and clip_high >= 0")
@@ -278,6 +291,10 @@ class UpdateConfig:
         _check(self.kl_coef >= 0, "update.kl_coef must be >= 0 (0 = no reference model)")
         _check(self.sum_norm_tokens is None or self.sum_norm_tokens >= 1, "update.sum_norm_tokens must be >= 1 or null")
         _check(self.value_clip is None or self.value_clip > 0, "update.value_clip must be > 0 or null")
+        _check(self.correction_high > 1, f"update.correction_high must be > 1 (the cap C of tis/mis, the upper bound "
+               f"β of icepop; ρ = 1 is on-policy), got {self.correction_high}")
+        _check(0 < self.correction_low < 1, f"update.correction_low must be in (0, 1) (the lower bound α of icepop), "
+               f"got {self.correction_low}")
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,9 @@ class TrainBatch:
         attention_mask: (B, T) int64, 1 on real tokens, 0 on padding.
         loss_mask: (B, T) float32, 1 exactly on sampled completion tokens, else 0.
         advantages: (B, T) float32, each turn's advantage on its completion tokens, else 0.
-        old_logprobs: (B, T) float32, behaviour-policy logprobs on completion tokens, else 0.
+        old_logprobs: (B, T) float32, π_old of the PPO ratio on completion tokens, else 0: the
+            behaviour-policy logprobs as sampled, or the trainer's recomputed ones after
+            ``agentrl.update.correction.apply_rollout_correction``.
         turn_ids: (B, T) int64, index (0..N-1) of the turn owning each completion token, −1
             elsewhere; sequence-level aggregations and GSPO group tokens by it.
         turn_row: (N,) int64, the row that holds turn n.
@@ -45,6 +47,9 @@ class TrainBatch:
             policy could sample at that position (−1 padded; the sampled id is among them),
             all −1 elsewhere; logprobs and entropy there are renormalised over these ids
             (``agentrl.llm.constrained``). None when no turn was constrained.
+        is_weights: optional (B, T) float32 detached importance weights of the rollout
+            correction (``agentrl.update.correction``), 0 off the loss mask; the per-token
+            policy loss is multiplied by them. None = no correction (weight 1).
     """
 
     input_ids: torch.Tensor
@@ -59,6 +64,7 @@ class TrainBatch:
     returns: torch.Tensor | None = None
     old_values: torch.Tensor | None = None
     allowed_ids: torch.Tensor | None = None
+    is_weights: torch.Tensor | None = None
 
     @property
     def num_rows(self) -> int:
@@ -95,7 +101,7 @@ class TrainBatch:
             ref_logprobs=cut(self.ref_logprobs),
             returns=None if self.returns is None else self.returns[keep],
             old_values=None if self.old_values is None else self.old_values[keep],
-            allowed_ids=cut(self.allowed_ids),
+            allowed_ids=cut(self.allowed_ids), is_weights=cut(self.is_weights),
         )
 
     def to(self, device: torch.device | str) -> "TrainBatch":

@@ -148,9 +148,11 @@ def _scatter_columns(values: torch.Tensor, cols: torch.Tensor, shape: torch.Size
 
 @torch.no_grad()
 def batch_logprobs(model: torch.nn.Module, batch: TrainBatch, *, micro_batch: int = 4,
-                   temperature: float = 1.0) -> torch.Tensor:
+                   temperature: float = 1.0, loss_only: bool = False) -> torch.Tensor:
     """Logprobs of every token of ``batch`` without gradients, ``micro_batch`` rows per
     forward (e.g. the frozen reference for the KL term, or a recompute of the old policy).
+    ``loss_only``: only at loss-mask tokens (the LM head runs at those columns only, as in
+    the update's forward; other tokens get 0).
 
     Returns:
         (B, T) float32 tensor aligned with ``batch.input_ids``, 0 where ``attention_mask``
@@ -171,7 +173,9 @@ def batch_logprobs(model: torch.nn.Module, batch: TrainBatch, *, micro_batch: in
             length = max(int(attn.sum(1).max().item()), 1)
             ids, attn = batch.input_ids[rows, :length].to(device), attn[:, :length].to(device)
             allowed = None if batch.allowed_ids is None else batch.allowed_ids[rows, :length].to(device)
-            lp = forward_token_stats(model, ids, attn, temperature=temperature, allowed_ids=allowed).logprobs
+            keep = (batch.loss_mask[rows, :length] > 0).to(device) if loss_only else None
+            lp = forward_token_stats(model, ids, attn, temperature=temperature, allowed_ids=allowed,
+                                     token_mask=keep).logprobs
             out[rows, :length] = (lp * attn).cpu()
     finally:
         model.train(was_training)

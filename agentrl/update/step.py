@@ -6,7 +6,9 @@ counted over the whole minibatch (``LossScale``), so the accumulated gradient eq
 one of a single full-batch pass (1 × 4 rows == 4 × 1 rows up to float rounding).
 
 Objective per minibatch (minimised):
-``agg(policy_loss) + kl_coef · agg(KL(π‖π_ref)) − entropy_coef · agg(H(π))``.
+``agg(w · policy_loss) + kl_coef · agg(KL(π‖π_ref)) − entropy_coef · agg(H(π))``, where
+w = ``batch.is_weights`` (the rollout correction's detached importance weights,
+``agentrl.update.correction``) or 1 when None; only the policy loss is weighted.
 
 Data-parallel (``dp`` = an ``agentrl.dist.DistContext`` of N ranks, model FSDP2-sharded): every
 rank gets the same minibatch and trains its rows ``r, r + N, …``; the denominators (trained
@@ -121,7 +123,8 @@ def _micro_step(model: torch.nn.Module, mb: TrainBatch, cfg: UpdateConfig, scale
     m = mb.loss_mask
     x = PolicyLossInputs(out.logprobs, mb.old_logprobs, mb.advantages, m, mb.turn_ids)
     tl = policy_loss(x, ClipSpec(cfg.clip_low, cfg.clip_high, cfg.clip_c))
-    pg = agg(tl.loss, m, mb.turn_ids, scale)
+    token_loss = tl.loss if mb.is_weights is None else tl.loss * mb.is_weights  # rollout correction (detached w)
+    pg = agg(token_loss, m, mb.turn_ids, scale)  # a weight-0 token still counts in the denominators
     total = pg
     if cfg.kl_coef > 0:
         kl = KL_ESTIMATORS.get(cfg.kl_estimator)(out.logprobs, mb.ref_logprobs)
@@ -149,7 +152,8 @@ def update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Trai
         model: causal LM in train mode (HF or peft-wrapped); its trainable parameters are
             the ones ``optimizer`` holds.
         optimizer: e.g. from ``make_optimizer``.
-        batch: the minibatch; ``batch.ref_logprobs`` is required when ``cfg.kl_coef > 0``.
+        batch: the minibatch; ``batch.ref_logprobs`` is required when ``cfg.kl_coef > 0``;
+            ``batch.is_weights`` (optional) weights each token's policy loss.
         cfg: ``agentrl.config.UpdateConfig`` (loss, clip, aggregation, kl/entropy coefs,
             grad_clip (0 = off), sum_norm_tokens for Dr.GRPO).
         temperature: the sampling temperature of the behaviour policy.
@@ -161,11 +165,14 @@ def update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Trai
     Raises:
         KeyError: unknown loss / aggregation / KL estimator name (with suggestions).
         ValueError: KL requested without reference logprobs; Dr.GRPO aggregation without
-            ``sum_norm_tokens``; non-finite loss.
+            ``sum_norm_tokens``; ``is_weights`` not shaped like the loss mask; non-finite loss.
     """
     if cfg.kl_coef > 0 and batch.ref_logprobs is None:
         raise ValueError("update.kl_coef > 0 needs batch.ref_logprobs; set them with "
                          "batch.with_(ref_logprobs=batch_logprobs(ref_model, batch))")
+    if batch.is_weights is not None and batch.is_weights.shape != batch.loss_mask.shape:
+        raise ValueError(f"batch.is_weights has shape {tuple(batch.is_weights.shape)}, the loss mask "
+                         f"{tuple(batch.loss_mask.shape)}; build them with apply_rollout_correction")
     if cfg.aggregation == "seq-mean-token-sum-norm" and cfg.sum_norm_tokens is None:
         raise ValueError("aggregation 'seq-mean-token-sum-norm' needs update.sum_norm_tokens (max response tokens)")
     model.train()

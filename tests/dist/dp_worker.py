@@ -20,7 +20,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 
 import agentrl.update.step as step  # noqa: E402
 from agentrl.dist import DistContext, parallelize  # noqa: E402
-from agentrl.update import make_optimizer, prepare_policy, train_on_batch  # noqa: E402
+from agentrl.update import apply_rollout_correction, make_optimizer, prepare_policy, train_on_batch  # noqa: E402
 from agentrl.update.lora import apply_lora  # noqa: E402
 from update_fixtures import tiny_model  # noqa: E402
 
@@ -40,6 +40,7 @@ def run_case(case: dict, init: dict, batch, ctx: DistContext) -> dict:
     real = step._global_scale
     if case["per_rank"]:
         step._global_scale = _per_rank_scale
+    batch, _ = apply_rollout_correction(model, batch, case["cfg"])  # every rank, same batch (FSDP2 forwards match)
     try:
         stats = train_on_batch(model, opt, batch, case["cfg"], seed=5, dp=ctx)
     finally:

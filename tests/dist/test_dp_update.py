@@ -2,7 +2,9 @@
 same parameters after 2 optimizer steps within 1e-5 (fp32) — in every loss-aggregation mode,
 for full fine-tuning and LoRA, with uneven rows and tokens per rank (9 rows in minibatches
 of 5 and 4: ranks get 3/2 and 2/2 rows, and 2 vs 1 micro-batches of 2 rows). A per-rank
-normalisation (each rank dividing by its own token/turn counts) is caught.
+normalisation (each rank dividing by its own token/turn counts) is caught. With a rollout
+correction every rank recomputes π_old through the sharded model (the same batch on every
+rank) before the steps.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ import pytest
 import torch
 
 from agentrl.config import LoraSpec, UpdateConfig
-from agentrl.update import batch_logprobs, build_batch, make_optimizer, prepare_policy, train_on_batch
+from agentrl.update import (
+    apply_rollout_correction, batch_logprobs, build_batch, make_optimizer, prepare_policy, train_on_batch,
+)
 from agentrl.update.lora import apply_lora
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "update"))
@@ -33,6 +37,9 @@ CASES = {
     "seq-mean-token-sum-norm": dict(aggregation="seq-mean-token-sum-norm"),
     "clip+entropy+dual": dict(aggregation="token-mean", entropy_coef=0.01, clip_c=3.0, grad_clip=0.05),
     "gspo": dict(loss="gspo", aggregation="seq-mean-token-mean", clip_low=3e-4, clip_high=4e-4),
+    # π_old recomputed on every rank through the sharded model, weights on every rank's rows
+    "icepop-sequence": dict(aggregation="seq-mean-token-mean", rollout_correction="icepop", correction_level="sequence"),
+    "tis-token": dict(aggregation="token-mean", rollout_correction="tis"),
 }
 
 
@@ -56,6 +63,7 @@ def _single(cfg: UpdateConfig, lora, init: dict, batch) -> dict:
     model.load_state_dict(init)
     model = prepare_policy(model, cfg)
     opt = make_optimizer(model, cfg.lr, cfg.weight_decay)
+    batch, _ = apply_rollout_correction(model, batch, cfg)  # identity for rollout_correction: none
     stats = train_on_batch(model, opt, batch, cfg, seed=5)
     return {"stats": [s.__dict__ for s in stats], "params": {k: v.detach().clone() for k, v in model.state_dict().items()}}
 
@@ -140,3 +148,12 @@ def test_a_rank_without_rows_runs_zero_weight_passes():
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     assert grads and all(float(g.abs().max()) == 0.0 for g in grads)  # the pass ran, its loss weighed 0
     assert _max_param_diff(before, model.state_dict()) == 0.0
+
+
+def test_the_rollout_correction_changes_the_step(runs):
+    """The corrected cases train on other targets than the uncorrected one (so their
+    2-rank == 1-process comparison covers the recompute and the weights)."""
+    single, _, init = runs
+    assert torch.equal(init["tis-token/full"]["model.embed_tokens.weight"], init["token-mean/full"]["model.embed_tokens.weight"])
+    assert _max_param_diff(single["tis-token/full"]["params"], single["token-mean/full"]["params"]) > 1e-4
+    assert single["tis-token/full"]["stats"][0]["approx_kl"] < 1e-9 < single["token-mean/full"]["stats"][0]["approx_kl"]
