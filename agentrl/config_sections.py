@@ -198,7 +198,13 @@ class RolloutConfig:
     processes, ray: actors), each with its own HF engine and env-pool shard, whole groups per
     worker, every (episode, turn) sampled from its own seed (the same episodes for any K);
     the trainer pushes versioned weights to them after every update
-    (``agentrl.rollout.engine_worker``). Chains only (no tree / rtpo sampler, no harness)."""
+    (``agentrl.rollout.engine_worker``). Chains only (no tree / rtpo sampler, no harness).
+    ``max_staleness``: 0 (default) is the synchronous loop; S ≥ 1 (needs ``engines`` ≥ 1 and
+    ``backend: local``) lets the engine workers run up to S policy versions ahead of the
+    trainer: an iteration trains only groups whose every turn was sampled within S versions
+    of the trainer's, older ones are dropped and counted (``agentrl.rollout.engine_stream``).
+    ``on_weight_update`` (S ≥ 1): ``continue`` — episodes in flight go on under the new
+    weights from their next turn; ``drain`` — they finish on their old weights first."""
 
     groups_per_iteration: int = 6
     group_size: int = 4
@@ -209,9 +215,15 @@ class RolloutConfig:
     tree: TreeConfig = field(default_factory=TreeConfig)
     backend: Literal["local", "ray"] = "local"
     engines: int = 0
+    max_staleness: int = 0
+    on_weight_update: Literal["continue", "drain"] = "continue"
 
     def __post_init__(self) -> None:
         _check(self.engines >= 0, "rollout.engines must be >= 0 (0 = sample in the trainer's process)")
+        _check(self.max_staleness >= 0, "rollout.max_staleness must be >= 0 (0 = synchronous rollouts)")
+        _check(self.max_staleness == 0 or (self.engines >= 1 and self.backend == "local"),
+               f"rollout.max_staleness={self.max_staleness} needs engine workers apart from the trainer: set "
+               "rollout.engines >= 1 with rollout.backend: local (or max_staleness: 0 for synchronous rollouts)")
         _check(self.engines == 0 or (self.sampler == "chain" and self.harness is None),
                f"rollout.engines={self.engines} runs chain rollouts only; set rollout.sampler: chain without "
                "rollout.harness, or rollout.engines: 0 for trees, RTPO and external harnesses")

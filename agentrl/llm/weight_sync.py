@@ -6,13 +6,19 @@ worker process can read: CPU tensors are allocated once in shared memory
 tensors travel by CUDA IPC through the same ``torch.multiprocessing`` pickling (no copy to
 the host). The object is handed to each worker process once, at start (spawn pickles it
 with torch's reductions: the workers map the same memory); a push is then
-``write(state)`` in the trainer + a version message to each worker, which loads the
-shared tensors into its engine (``engine.update_weights(shared.tensors, version)``). The trainer writes only while no
-worker reads (the workers acknowledge each load before the next write).
+``publish(state, version)`` in the trainer, and each worker loads the buffers into its
+engine with ``load_into(engine)`` — told to by a message (the synchronous loop: the trainer
+waits for every acknowledgement), or on its own when it sees a newer ``version``
+(asynchronous rollouts, ``agentrl.rollout.engine_stream``). A sequence counter in shared
+memory (a seqlock: odd while the trainer writes) tells a worker whether the weights changed
+under it while it loaded them; it then loads again, so it never keeps half-written weights
+and the version it records is the one of the weights it holds. No lock: a worker killed
+mid-load cannot block the trainer, and the trainer (the only writer) never waits.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Mapping
 
 import torch
@@ -39,12 +45,16 @@ class SharedWeights:
     Args:
         state: ``{name: tensor}`` (e.g. ``agentrl.update.lora.inference_state_dict``), any
             dtype / device; the buffers copy its dtype, shape and device.
+        version: the policy version of ``state``.
     Attributes:
         tensors: ``{name: tensor}``, the shared buffers (read them, never resize them).
         nbytes: total bytes of the buffers (tied weights counted once).
     """
 
-    def __init__(self, state: Mapping[str, torch.Tensor]) -> None:
+    def __init__(self, state: Mapping[str, torch.Tensor], version: int = 0) -> None:
+        ctx = spawn_context()
+        self._version = ctx.Value("q", int(version), lock=False)
+        self._seq = ctx.Value("q", 0, lock=False)  # even: stable, odd: a write in progress
         shared: dict[tuple, torch.Tensor] = {}  # tied weights (one tensor under two names) share a buffer
         self.tensors = {}
         for name, t in state.items():
@@ -53,6 +63,34 @@ class SharedWeights:
                 shared[key] = _alloc(t)
             self.tensors[name] = shared[key]
         self.nbytes = sum(t.numel() * t.element_size() for t in shared.values())
+
+    @property
+    def version(self) -> int:
+        """The policy version of the weights in the buffers (a peek; may be mid-write)."""
+        return int(self._version.value)
+
+    def publish(self, state: Mapping[str, torch.Tensor], version: int) -> None:
+        """``write(state)`` and set ``version`` (one writer: the trainer). Loads that overlap
+        it see the sequence counter move and load again."""
+        self._seq.value += 1  # odd: writing
+        try:
+            self.write(state)
+            self._version.value = int(version)
+        finally:
+            self._seq.value += 1
+
+    def load_into(self, engine, poll_s: float = 0.005) -> int:
+        """Load the buffers into ``engine`` (``engine.update_weights``) as their version,
+        again until no write overlapped the load; returns that version."""
+        while True:
+            seq = int(self._seq.value)
+            if seq % 2:
+                time.sleep(poll_s)
+                continue
+            version = int(self._version.value)
+            engine.update_weights(self.tensors, version)
+            if int(self._seq.value) == seq:
+                return version
 
     def write(self, state: Mapping[str, torch.Tensor]) -> None:
         """Copy ``state`` into the buffers in place (dtype cast when it differs).

@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 from collections import deque
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Callable, Protocol
 
 import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -72,6 +72,8 @@ class CollectConfig:
     progress: bool = True
     groups: tuple[int, ...] | None = None
     turn_seeds: bool = False
+    id_offset: int = 0
+    group_offset: int = 0
 
     def __post_init__(self) -> None:
         if self.n_groups < 1 or self.group_size < 1:
@@ -97,12 +99,12 @@ class CollectConfig:
 
 
 def plan_episodes(cfg: CollectConfig, env_id: str) -> list[Episode]:
-    """Empty episodes in id order: group g, member j → id ``g*G + j``, seed ``seed + g``
-    (only the groups of ``cfg.groups`` when given)."""
+    """Empty episodes in id order: group g, member j → id ``id_offset + g*G + j``, group id
+    ``group_offset + g``, seed ``seed + g`` (only the groups of ``cfg.groups`` when given)."""
     groups = range(cfg.n_groups) if cfg.groups is None else sorted(set(cfg.groups))
     return [
-        Episode(episode_id=g * cfg.group_size + j, group_id=g, env_id=env_id, task_id="", seed=cfg.seed + g,
-                run_id=cfg.run_id)
+        Episode(episode_id=cfg.id_offset + g * cfg.group_size + j, group_id=cfg.group_offset + g, env_id=env_id,
+                task_id="", seed=cfg.seed + g, run_id=cfg.run_id)
         for g in groups
         for j in range(cfg.group_size)
     ]
@@ -116,6 +118,26 @@ def turn_seed(seed: int, episode_id: int, t: int) -> int:
     return int((int(words[0]) << 32 | int(words[1])) >> 1)
 
 
+class CollectHooks(Protocol):
+    """What a long-lived caller (an asynchronous engine worker, ``agentrl.rollout.engine_stream``)
+    plugs into ``collect``: more episodes while it runs, and a say over weight loads."""
+
+    def next_plan(self) -> CollectConfig | None:
+        """Called when a slot is free and the queue is empty: another plan to admit (same env,
+        env kwargs, loop and sampling apart from the seeds as ``cfg``; its own ids via
+        ``id_offset``), or None for none now."""
+        ...
+
+    def may_admit(self, n_active: int) -> bool:
+        """Called before episodes are admitted into free slots, with the number still playing;
+        False holds admission (e.g. draining before a weight load)."""
+        ...
+
+    def before_round(self) -> None:
+        """Called before each batched generation round (e.g. to load newer weights)."""
+        ...
+
+
 def collect(
     engine: LLMClient,
     renderer: ChatRenderer,
@@ -123,6 +145,7 @@ def collect(
     *,
     pool: EnvPool | None = None,
     on_episode: Callable[[Episode], None] | None = None,
+    hooks: CollectHooks | None = None,
 ) -> list[Episode]:
     """Play all episodes of ``cfg`` and return them in episode-id order.
 
@@ -132,8 +155,12 @@ def collect(
         cfg: what to collect.
         pool: an open pool with ≥ ``num_slots`` slots (default: one is opened and closed here).
         on_episode: called with each episode as it finishes (finish order).
+        hooks: ``CollectHooks`` of a long-lived caller (the plans it adds are played too and
+            returned with the rest); None plays ``cfg`` only.
     Returns:
         ``list[Episode]`` sorted by ``episode_id``; failed episodes carry their status.
+    Raises:
+        ValueError: a plan from ``hooks.next_plan`` for another env or env kwargs.
     """
     n_slots = min(cfg.num_slots or cfg.n_played, cfg.n_played)
     own = pool is None
@@ -143,7 +170,8 @@ def collect(
     try:
         with _progress(cfg) as bar:
             task = bar.add_task("rollout", total=cfg.n_played, turns=0)
-            return _run(engine, renderer, cfg, pool, min(n_slots, pool.n), on_episode, lambda n, k: bar.update(task, advance=n, turns=k))
+            return _run(engine, renderer, cfg, pool, min(n_slots, pool.n), on_episode,
+                        lambda n, k: bar.update(task, advance=n, turns=k), hooks)
     finally:
         if own:
             pool.close()
@@ -155,11 +183,24 @@ def _progress(cfg: CollectConfig) -> Progress:
     return Progress(*cols, disable=not cfg.progress, transient=False)
 
 
-def _run(engine, renderer, cfg, pool, n_slots, on_episode, tick) -> list[Episode]:
+def _run(engine, renderer, cfg, pool, n_slots, on_episode, tick, hooks=None) -> list[Episode]:
     episodes = plan_episodes(cfg, pool.env_id)
     queue, free = deque(episodes), list(range(n_slots))[::-1]
+    seed_of = {id(e): cfg.sampling.seed for e in episodes}  # a plan's turn seeds come from its own base seed
     active: dict[int, EpisodeDriver] = {}
     n_turns, rnd = 0, 0
+
+    def more() -> None:
+        plan = hooks.next_plan() if hooks is not None and free and not queue else None
+        if plan is None:
+            return
+        if plan.env_id != cfg.env_id or plan.env_kwargs != cfg.env_kwargs:
+            raise ValueError(f"collect: a hooked plan for {plan.env_id} {plan.env_kwargs} cannot play on the pool of "
+                             f"{cfg.env_id} {cfg.env_kwargs}; start another collect for it")
+        new = plan_episodes(plan, pool.env_id)
+        seed_of.update((id(e), plan.sampling.seed) for e in new)
+        episodes.extend(new)
+        queue.extend(new)
 
     def finish(slot: int) -> None:
         drv = active.pop(slot)
@@ -169,6 +210,9 @@ def _run(engine, renderer, cfg, pool, n_slots, on_episode, tick) -> list[Episode
         tick(1, n_turns)
 
     def admit() -> None:
+        more()
+        if hooks is not None and not hooks.may_admit(len(active)):
+            return
         starting = {}
         while free and queue:
             starting[free.pop()] = EpisodeDriver(queue.popleft(), renderer, cfg.loop, engine.max_context)
@@ -185,10 +229,13 @@ def _run(engine, renderer, cfg, pool, n_slots, on_episode, tick) -> list[Episode
 
     admit()
     while active:
+        if hooks is not None:
+            hooks.before_round()
         slots = sorted(active)
+        eps = [active[s].episode for s in slots]
         completions = _generate(engine, [active[s].prompt() for s in slots], cfg, rnd,
                                 [active[s].allowed() for s in slots],
-                                [(active[s].episode.episode_id, len(active[s].episode.turns)) for s in slots])
+                                [(seed_of[id(e)], e.episode_id, len(e.turns)) for e in eps])
         rnd += 1
         actions = {s: active[s].act(c) for s, c in zip(slots, completions)}
         results = pool.step(actions)
@@ -198,14 +245,14 @@ def _run(engine, renderer, cfg, pool, n_slots, on_episode, tick) -> list[Episode
                 finish(s)
         tick(0, n_turns)
         admit()
-    return episodes
+    return sorted(episodes, key=lambda e: e.episode_id) if hooks is not None else episodes
 
 
 def _generate(engine: LLMClient, prompts: list, cfg: CollectConfig, rnd: int, allowed: list | None = None,
-              keys: list[tuple[int, int]] | None = None):
+              keys: list[tuple[int, int, int]] | None = None):
     """Batched generation in chunks; the sampler seed is derived from (seed, round, chunk),
-    or with ``cfg.turn_seeds`` each prompt gets ``turn_seed`` of its (episode id, t) in
-    ``keys``. ``allowed`` (one entry per prompt, None = unconstrained) is passed to the
+    or with ``cfg.turn_seeds`` each prompt gets ``turn_seed`` of its (plan seed, episode id, t)
+    in ``keys``. ``allowed`` (one entry per prompt, None = unconstrained) is passed to the
     engine only when some prompt is constrained."""
     step = cfg.max_batch or len(prompts)
     constrained = allowed is not None and any(a is not None for a in allowed)
@@ -217,7 +264,7 @@ def _generate(engine: LLMClient, prompts: list, cfg: CollectConfig, rnd: int, al
         kw = {"allowed": allowed[i : i + step]} if constrained else {}
         sampling = replace(cfg.sampling, seed=seed)
         if cfg.turn_seeds:
-            sampling = replace(sampling, row_seeds=tuple(turn_seed(cfg.sampling.seed, e, t) for e, t in keys[i : i + step]))
+            sampling = replace(sampling, row_seeds=tuple(turn_seed(b, e, t) for b, e, t in keys[i : i + step]))
         out += engine.generate(prompts[i : i + step], sampling, return_hidden=cfg.return_hidden, **kw)
     return out
 

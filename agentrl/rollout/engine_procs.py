@@ -37,10 +37,12 @@ from agentrl.types import Episode
 
 
 def _serve(conn, spec: EngineSpec, shared, version: int) -> None:
-    """Worker process loop: build the engine from ``shared`` at ``version``, then serve
-    ("collect", cc) | ("weights", version) | ("score", (prompt, completion)) until "close"/EOF."""
+    """Worker process loop: build the engine, load the shared weights, then serve
+    ("collect", cc) | ("stream", (cc, mode)) | ("weights", version) | ("score", (prompt,
+    completion)) until "close"/EOF. ``version`` is the shared buffer's (kept for the log)."""
     try:
-        worker = EngineWorker(spec, shared.tensors, version)
+        worker = EngineWorker(spec, None, version)
+        shared.load_into(worker.engine)
     except BaseException:
         conn.send(("init_error", traceback.format_exc()))
         return
@@ -56,9 +58,18 @@ def _serve(conn, spec: EngineSpec, shared, version: int) -> None:
             if cmd == "collect":
                 eps = worker.collect(arg, on_episode=lambda ep: conn.send(("episode", ep)))
                 conn.send(("done", len(eps)))
+            elif cmd == "stream":  # asynchronous rollouts: more plans may arrive while this one plays
+                from agentrl.rollout.engine_stream import StreamClosed, WorkerHooks
+
+                hooks = WorkerHooks(conn, shared, worker.engine, mode=arg[1])
+                hooks.pull()
+                try:
+                    eps = worker.collect(arg[0], on_episode=lambda ep: conn.send(("episode", ep)), hooks=hooks)
+                except StreamClosed:
+                    break
+                conn.send(("done", len(eps)))
             elif cmd == "weights":
-                worker.load(shared.tensors, arg)
-                conn.send(("weights_ok", arg))
+                conn.send(("weights_ok", shared.load_into(worker.engine)))
             elif cmd == "score":
                 conn.send(("score", worker.score(*arg)))
         except (BrokenPipeError, EOFError):
@@ -108,7 +119,7 @@ class ProcessEngineWorkers:
 
         self.n, self.spec, self.restarts, self.policy_version = n, spec, 0, int(version)
         self.start_timeout_s, self.answer_timeout_s = start_timeout_s, answer_timeout_s
-        self._ctx, self._shared = spawn_context(), SharedWeights(state)
+        self._ctx, self._shared = spawn_context(), SharedWeights(state, self.policy_version)
         self._procs: list = [None] * n
         self._conns: list = [None] * n
         self._pids: list[int | None] = [None] * n
@@ -170,12 +181,25 @@ class ProcessEngineWorkers:
         self.close()
 
     # ---------------------------------------------------------------- messages
-    def _next(self, busy: dict[int, float]) -> list[tuple[int, tuple | None]]:
-        """Messages from the workers in ``busy`` ({worker: time of its last message}):
+    def send(self, i: int, msg: tuple) -> None:
+        """Send ``msg`` to worker ``i`` (waits for it to be ready after a (re)start); a worker
+        found dead is restarted with the current weights first."""
+        self._ready(i)
+        try:
+            self._conns[i].send(msg)
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            self._restart(i)
+            self._ready(i)
+            self._conns[i].send(msg)
+
+    def next_messages(self, busy: dict[int, float], max_wait_s: float | None = None) -> list[tuple[int, tuple | None]]:
+        """Messages from the workers in ``busy`` ({worker: time of its last message}), waiting
+        at most ``max_wait_s`` seconds (None: until one arrives or a worker times out):
         ``(i, msg)``, or ``(i, None)`` when worker ``i`` died or timed out (it is restarted)."""
         deadline = min(busy.values()) + self.answer_timeout_s
         handles = {self._conns[i]: i for i in busy} | {self._procs[i].sentinel: i for i in busy}
-        ready = wait(list(handles), timeout=max(0.0, deadline - time.monotonic()))
+        timeout = max(0.0, deadline - time.monotonic())
+        ready = wait(list(handles), timeout=timeout if max_wait_s is None else min(timeout, max_wait_s))
         out, seen = [], set()
         for h in ready:
             i = handles[h]
@@ -203,7 +227,7 @@ class ProcessEngineWorkers:
             busy[i] = time.monotonic()
         answers = {}
         while busy:
-            for i, got in self._next(busy):
+            for i, got in self.next_messages(busy):
                 busy.pop(i, None)
                 if got is not None and got[0] == "error":
                     raise EngineWorkerError(f"engine worker {i} raised:\n{got[1]}")
@@ -213,13 +237,16 @@ class ProcessEngineWorkers:
 
     # ---------------------------------------------------------------- EngineWorkers
     def push_weights(self, state: Mapping, version: int) -> None:
-        """Write ``state`` into the shared buffer, then every worker loads it as ``version``
-        (a worker restarted meanwhile starts from the new buffer and version)."""
-        for i in range(self.n):
-            self._ready(i)  # a restarting worker must finish reading the old buffer first
-        self._shared.write(state)
-        self.policy_version = int(version)
+        """Publish ``state`` as ``version`` in the shared buffer, then every worker loads it;
+        returns once all have (a worker restarted meanwhile starts from the new buffer)."""
+        self.publish(state, version)
         self._ask_all(("weights", self.policy_version), "weights_ok")
+
+    def publish(self, state: Mapping, version: int) -> None:
+        """Write ``state`` as ``version`` into the shared buffer and return: the workers load it
+        on their own (asynchronous rollouts, ``agentrl.rollout.engine_stream``)."""
+        self._shared.publish(state, version)
+        self.policy_version = int(version)
 
     def score(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> list[WorkerScore]:
         msg = ("score", ([int(x) for x in prompt_ids], [int(x) for x in completion_ids]))
@@ -239,7 +266,7 @@ class ProcessEngineWorkers:
             self._conns[i].send(("collect", scc))
             busy[i] = time.monotonic()
         while busy:
-            for i, msg in self._next(busy):
+            for i, msg in self.next_messages(busy):
                 if msg is None or msg[0] in ("done", "error"):
                     del busy[i]
                     if msg is None:

@@ -24,7 +24,7 @@ from typing import Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from agentrl.rollout.collector import CollectConfig, collect, plan_episodes
+from agentrl.rollout.collector import CollectConfig, CollectHooks, collect, plan_episodes
 from agentrl.types import Episode, EpisodeStatus
 
 #: ``rollout.backend`` values for engine workers.
@@ -169,9 +169,11 @@ class EngineWorker:
         """(float32[C] teacher-forced logprobs, the engine's policy version)."""
         return self.engine.score(prompt_ids, completion_ids), int(self.engine.policy_version)
 
-    def collect(self, cc: CollectConfig, on_episode: Callable[[Episode], None] | None = None) -> list[Episode]:
-        """Play ``cc`` (a shard config) on this worker's env pool (opened once, reopened when
-        the env or its kwargs change, or more slots are needed)."""
+    def collect(self, cc: CollectConfig, on_episode: Callable[[Episode], None] | None = None,
+                hooks: CollectHooks | None = None) -> list[Episode]:
+        """Play ``cc`` (a shard config; ``hooks``: the plans of an asynchronous stream too) on
+        this worker's env pool (opened once, reopened when the env or its kwargs change, or
+        more slots are needed)."""
         n = min(cc.num_slots or cc.n_played, cc.n_played)
         key = (cc.env_id, repr(sorted(cc.env_kwargs.items())), cc.num_workers, cc.step_timeout_s, cc.reset_timeout_s)
         if self._pool is None or self._pool_key != key or self._pool.n < n:
@@ -181,7 +183,7 @@ class EngineWorker:
             self._pool = EnvPool(cc.env_id, n, env_kwargs=cc.env_kwargs, num_workers=min(cc.num_workers or 1, n),
                                  step_timeout_s=cc.step_timeout_s, reset_timeout_s=cc.reset_timeout_s)
             self._pool_key = key
-        return collect(self.engine, self.renderer, cc, pool=self._pool, on_episode=on_episode)
+        return collect(self.engine, self.renderer, cc, pool=self._pool, on_episode=on_episode, hooks=hooks)
 
     def close(self) -> None:
         """Close the env pool (the engine goes with the process)."""

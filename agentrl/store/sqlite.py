@@ -89,6 +89,14 @@ class TurnStore:
         """Run ids in the store, oldest first."""
         return [r[0] for r in self._db().execute("SELECT run_id FROM runs ORDER BY run_key")]
 
+    def max_episode_id(self, run_id: str) -> int | None:
+        """The largest episode id stored for ``run_id`` (None: none, or no such run)."""
+        if run_id not in self.runs():
+            return None
+        key, _ = self._run_key(run_id)
+        row = self._db().execute("SELECT MAX(episode_id) FROM episodes WHERE run_key = ?", (key,)).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
     def _run_key(self, run_id: str | None) -> tuple[int, str]:
         """``(run_key, run_id)``; ``None`` picks the only run. Raises ``KeyError`` otherwise."""
         runs = self.runs()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +32,8 @@ from agentrl.rollout.tree import add_linked
 from agentrl.store import TurnStore
 from agentrl.train.critic import Critic, critic_step, make_critic, with_values
 from agentrl.train.run_dir import RunLock, prepare_run_dir, set_aside_interrupted
-from agentrl.train.steps import collect_iteration, open_engines, open_pool, rtpo_iteration, sync_weights, update_policy
+from agentrl.train.steps import (collect_iteration, open_engines, open_pool, open_stream, rtpo_iteration, sync_weights,
+                                 update_policy)
 from agentrl.types import TurnTable
 from agentrl.update.checkpoint import TrainState, load_checkpoint, save_checkpoint
 from agentrl.update.lora import prepare_policy
@@ -84,10 +85,12 @@ class RunParts:
         """Rank 0 (or the only process): rolls out, writes the store, logs, evaluates."""
         return self.dp is None or self.dp.is_main
 
-    def chain_engines(self, cfg: Config):
-        """The run's engine workers (None when ``rollout.engines`` is 0)."""
+    def chain_engines(self, cfg: Config, iteration: int = 0):
+        """The run's engine workers (None when ``rollout.engines`` is 0); with
+        ``rollout.max_staleness`` ≥ 1 an ``EngineStream`` producing from ``iteration`` on."""
         if self.engines is None and cfg.rollout.engines:
-            self.engines = open_engines(cfg, self.policy)
+            self.engines = open_stream(cfg, self.policy, iteration, self.store) if cfg.rollout.max_staleness \
+                else open_engines(cfg, self.policy)
         return self.engines
 
     def chain_pool(self, cfg: Config):
@@ -116,7 +119,8 @@ class RunParts:
 @dataclass(frozen=True)
 class IterationResult:
     """One iteration's episodes, their TurnTable, advantages (float64[N]), update and critic
-    stats, and wall seconds per stage (rollout, credit, update)."""
+    stats, wall seconds per stage (rollout, credit, update) and further metrics (the
+    asynchronous stream's ``async/*``)."""
 
     episodes: list
     table: TurnTable
@@ -124,6 +128,7 @@ class IterationResult:
     stats: list
     critic_stats: list
     seconds: dict
+    extra: dict = field(default_factory=dict)
 
 
 def chain_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
@@ -133,8 +138,11 @@ def chain_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
     Data-parallel: rank 0 alone collects, stores and computes advantages; every rank then
     takes the update steps (rank 0 broadcasts them) and joins the weight sync."""
     t0 = time.perf_counter()
-    episodes, table, adv = [], None, None
-    if parts.is_main:
+    episodes, table, adv, extra = [], None, None, {}
+    if parts.is_main and cfg.rollout.max_staleness:  # asynchronous: groups the workers played meanwhile
+        got = parts.chain_engines(cfg, it).take(parts.policy.engine.policy_version)
+        episodes, extra = got.episodes, got.as_metrics(cfg.rollout.max_staleness)
+    elif parts.is_main:
         episodes = collect_iteration(parts.policy, cfg, it, pool=parts.chain_pool(cfg),
                                      engines=parts.chain_engines(cfg))
     t1 = time.perf_counter()
@@ -146,11 +154,13 @@ def chain_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
         adv = compute_advantages(table, cfg.algorithm.estimator, **cfg.algorithm.kwargs)
         parts.store.set_advantages(cfg.run.name, table.turn_id, adv, iteration=it, estimator=cfg.algorithm.estimator)
     t2 = time.perf_counter()
-    stats = update_policy(parts.policy, parts.optimizer, cfg, table, adv, episodes, it, dp=parts.dp)
+    stats, corr = update_policy(parts.policy, parts.optimizer, cfg, table, adv, episodes, it, dp=parts.dp)
+    if corr is not None:  # behaviour–trainer KL, capped / masked token fractions
+        extra.update(corr.as_metrics())
     sync_weights(parts.policy, engines=parts.engines, dp=parts.dp)
     critic_stats = critic_step(parts.critic, cfg, table, all_turns) if parts.critic is not None else []
     seconds = {"rollout": t1 - t0, "credit": t2 - t1, "update": time.perf_counter() - t2}
-    return IterationResult(episodes, table, adv, stats, critic_stats, seconds)
+    return IterationResult(episodes, table, adv, stats, critic_stats, seconds, extra)
 
 
 def run_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
@@ -173,7 +183,8 @@ def iteration_metrics(out: IterationResult) -> dict[str, float]:
     for cs in out.critic_stats[-1:]:
         m.update({"critic/loss": cs.loss, "critic/explained_var": cs.explained_var})
     m.update({f"time/{k}_s": v for k, v in out.seconds.items()})
-    if "rollout" in out.seconds:
+    m.update(out.extra)
+    if "rollout" in out.seconds and "async/wait_s" not in out.extra:  # async: "rollout" is the wait
         gen = sum(t.completion_ids.size for e in out.episodes for t in e.turns)
         m["perf/gen_tokens_per_s"] = gen / max(out.seconds["rollout"], 1e-9)
     return m
@@ -184,12 +195,14 @@ def check_distributed(cfg: Config, ctx: DistContext) -> None:
 
     Raises:
         ConfigError: turn-PPO's critic, ``rollout.sampler: rtpo`` (updates interleaved with
-        its rollout rounds) or a non-HF ``policy.engine`` with ``WORLD_SIZE`` ≥ 2.
+        its rollout rounds), asynchronous rollouts (``rollout.max_staleness`` ≥ 1) or a non-HF
+        ``policy.engine`` with ``WORLD_SIZE`` ≥ 2.
     """
     if not ctx.distributed:
         return
     why = ("a turn-level critic (estimator needs 'value')" if "value" in get_estimator(cfg.algorithm.estimator).requires
            else "rollout.sampler: rtpo" if cfg.rollout.sampler == "rtpo"
+           else f"rollout.max_staleness: {cfg.rollout.max_staleness}" if cfg.rollout.max_staleness
            else f"policy.engine: {cfg.policy.engine}" if cfg.policy.engine != "hf" else None)
     if why:
         raise ConfigError(f"data-parallel training ({ctx.world_size} ranks) does not support {why} yet; "

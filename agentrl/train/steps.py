@@ -18,6 +18,7 @@ from agentrl.llm.base import SamplingParams
 from agentrl.llm.constrained import constraint_masks
 from agentrl.llm.policy import Policy
 from agentrl.rollout.collector import CollectConfig, collect
+from agentrl.rollout.engine_stream import EngineStream
 from agentrl.rollout.engine_worker import EngineSpec, EngineWorkers, open_engine_workers
 from agentrl.rollout.harness import HarnessSpec, collect_harness_episodes
 from agentrl.rollout.ray_backend import make_env_pool
@@ -26,6 +27,7 @@ from agentrl.rollout.tree import add_linked, sample_trees
 from agentrl.store import TurnStore
 from agentrl.types import Episode, TurnTable
 from agentrl.update.batch import TrainBatch, build_batch, minibatches
+from agentrl.update.correction import Correction, apply_rollout_correction
 from agentrl.update.lora import inference_state_dict
 from agentrl.update.step import update
 
@@ -71,6 +73,32 @@ def open_engines(cfg: Config, policy: Policy) -> EngineWorkers:
     # a data-parallel run's trainer is sharded: start the workers from rank 0's synced engine copy
     weights = inference_state_dict(policy.model) if policy.shares_weights else dict(policy.engine.model.state_dict())
     return open_engine_workers(cfg.rollout.backend, cfg.rollout.engines, spec, weights, policy.engine.policy_version)
+
+
+def production_config(cfg: Config, k: int) -> CollectConfig:
+    """Production ``k`` of an asynchronous run (``rollout.max_staleness`` ≥ 1): iteration k's
+    ``collect_config`` with the episode and group ids the synchronous loop gives them, no
+    progress bar (the workers play it while the trainer updates)."""
+    r = cfg.rollout
+    return replace(collect_config(cfg, k), id_offset=k * r.groups_per_iteration * r.group_size,
+                   group_offset=k * r.groups_per_iteration, progress=False)
+
+
+def open_stream(cfg: Config, policy: Policy, start: int, store: TurnStore | None = None) -> EngineStream:
+    """The engine workers of ``open_engines`` behind an ``EngineStream`` (asynchronous rollouts,
+    ``rollout.max_staleness`` ≥ 1), producing from iteration ``start`` on — or, on a resume,
+    from the first production whose ids are not in ``store`` yet. Close it with ``.close()``."""
+    r = cfg.rollout
+    last = store.max_episode_id(cfg.run.name) if store is not None else None
+    if last is not None:
+        start = max(start, last // (r.groups_per_iteration * r.group_size) + 1)
+    workers = open_engines(cfg, policy)
+    try:
+        return EngineStream(workers, lambda k: production_config(cfg, k), start=start, max_staleness=r.max_staleness,
+                            n_groups=r.groups_per_iteration, mode=r.on_weight_update)
+    except BaseException:
+        workers.close()
+        raise
 
 
 def collect_iteration(policy: Policy, cfg: Config, iteration: int, pool=None,
@@ -145,21 +173,26 @@ def plan_update(policy: Policy, cfg: Config, table: TurnTable, advantages: np.nd
 
 def update_policy(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config, table: TurnTable | None,
                   advantages: np.ndarray | None, episodes: list[Episode], iteration: int,
-                  dp: DistContext | None = None) -> list:
-    """Run the steps of ``plan_update`` and return their UpdateStats.
+                  dp: DistContext | None = None) -> tuple[list, Correction | None]:
+    """Run the steps of ``plan_update``; returns their UpdateStats and the off-policy
+    correction of the phase (``update.rollout_correction``; None when ``none`` or no step).
 
     ``dp`` (data-parallel runs): rank 0 plans from its ``table``/``advantages``/``episodes``
     and broadcasts the plan; the other ranks pass None for those and receive it; each step
-    then trains every rank's share of the minibatch (``agentrl.update.step.update``).
+    then trains every rank's share of the minibatch (``agentrl.update.step.update``). The
+    correction recomputes π_old once per phase on every rank (the same batch everywhere, so
+    the sharded model's collectives match).
     """
     main = dp is None or dp.is_main
     plan = plan_update(policy, cfg, table, advantages, episodes, iteration) if main else None
     if dp is not None:
         plan = dp.broadcast_object(plan)
     if plan is None:
-        return []
-    return [update(policy.model, optimizer, plan.batch.select(chunk), cfg.update, temperature=1.0, dp=dp)
-            for chunks in plan.epochs for chunk in chunks]
+        return [], None
+    batch, corr = apply_rollout_correction(policy.model, plan.batch, cfg.update, temperature=1.0)
+    stats = [update(policy.model, optimizer, batch.select(chunk), cfg.update, temperature=1.0, dp=dp)
+             for chunks in plan.epochs for chunk in chunks]
+    return stats, corr
 
 
 def rtpo_iteration(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config, store: TurnStore,
@@ -182,7 +215,7 @@ def rtpo_iteration(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config
         mine = np.isin(branch, rnd.branch_ids) | (new & (branch < 0))
         store.set_advantages(cfg.run.name, table.turn_id[mine], adv[mine], iteration=iteration, estimator=est)
         written.update(zip(table.turn_id[mine].tolist(), adv[mine].tolist()))
-        stats.extend(update_policy(policy, optimizer, cfg, table, adv, list(rnd.episodes), iteration))
+        stats.extend(update_policy(policy, optimizer, cfg, table, adv, list(rnd.episodes), iteration)[0])
         sync_weights(policy)  # the next round samples with the updated weights
 
     episodes = run_rtpo_iteration(policy.engine, policy.renderer, collect_config(cfg, iteration), cfg.rollout.tree,
