@@ -27,6 +27,7 @@ import numpy as np
 from agentrl.config import Config, ConfigError, config_from_dict
 from agentrl.env.contract import INFO_WALKTHROUGH
 from agentrl.env.pool import EnvPool
+from agentrl.env.registry import action_normalization
 from agentrl.eval import env_kwargs, loop_config
 from agentrl.llm.base import FINISH_STOP, Completion
 from agentrl.llm.chat import ChatRenderer
@@ -140,6 +141,7 @@ def expert_episodes(cfg: Config, renderer: ChatRenderer, max_context: int, n: in
         EnvPoolError: the env cannot be constructed.
     """
     loop, done, skipped = loop_config(cfg), [], 0
+    normalize = action_normalization(cfg.env.id)  # the env's action normalisation, as in collect
     slots_n = max(1, min(num_slots, n))
     with EnvPool(cfg.env.id, slots_n, env_kwargs=env_kwargs(cfg, cfg.env.split), num_workers=cfg.rollout.num_workers,
                  step_timeout_s=cfg.rollout.step_timeout_s) as pool:
@@ -151,7 +153,7 @@ def expert_episodes(cfg: Config, renderer: ChatRenderer, max_context: int, n: in
                 res = results[s]
                 ep = Episode(episode_id=start + s, group_id=start + s, env_id=cfg.env.id,
                              task_id=str(res.info.get("task_id", sd)), seed=sd, run_id="sft")
-                drv = EpisodeDriver(ep, renderer, loop, max_context)
+                drv = EpisodeDriver(ep, renderer, loop, max_context, normalize)
                 walk = list(res.info.get(INFO_WALKTHROUGH) or ())
                 drv.start(res)
                 if drv.done or not walk:

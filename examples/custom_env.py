@@ -35,7 +35,9 @@ class GuessNumberEnv(gymnasium.Env):
     Raises ValueError for ``high < 4``, an unknown split or a task id outside the split.
     """
 
-    metadata = {"render_modes": [], "agentrl.check_kwargs": {"high": 8}}
+    # check_kwargs: cheap construction for check_env; action_normalize: the agent loop sends
+    # "guess  5 " as "guess 5" (a command game; the default "exact" sends actions as written)
+    metadata = {"render_modes": [], "agentrl.check_kwargs": {"high": 8}, "agentrl.action_normalize": "whitespace"}
 
     def __init__(self, high: int = 16, max_turns: int = 6, split: str = "all") -> None:
         if high < 4 or split not in ("train", "eval", "all"):

@@ -4,6 +4,9 @@
 """
 
 from agentrl.env.contract import (
+    ACTION_EXACT,
+    ACTION_WHITESPACE,
+    META_ACTION_NORMALIZE,
     INFO_ADMISSIBLE,
     INFO_ANCHOR,
     INFO_TASK,
@@ -12,16 +15,19 @@ from agentrl.env.contract import (
     INFO_WON,
     DataMissingError,
     MissingExtraError,
+    normalize_action,
     require_module,
 )
 from agentrl.env.check import CheckReport, EnvCheckError, check_env, check_kwargs
 from agentrl.env.pool import EnvPool, EnvPoolError, EnvResult
-from agentrl.env.registry import list_ids, make, validate_id
+from agentrl.env.registry import action_normalization, env_metadata, list_ids, make, validate_id
 from agentrl.env.spaces import UnicodeText, text_spaces
 
 __all__ = [
     "INFO_ADMISSIBLE", "INFO_ANCHOR", "INFO_TASK", "INFO_VALID", "INFO_WALKTHROUGH", "INFO_WON",
     "DataMissingError", "MissingExtraError", "require_module", "list_ids", "make", "validate_id",
     "UnicodeText", "text_spaces",
+    "ACTION_EXACT", "ACTION_WHITESPACE", "META_ACTION_NORMALIZE", "normalize_action", "action_normalization",
+    "env_metadata",
     "check_env", "check_kwargs", "CheckReport", "EnvCheckError", "EnvPool", "EnvPoolError", "EnvResult",
 ]

@@ -13,7 +13,10 @@ Checks (each failure raises ``EnvCheckError`` naming the id and the broken rule)
    actions returns identical observations, rewards, flags and infos' contract keys;
 6. garbage actions (empty, control characters, newlines, non-ASCII, 10k characters) never
    raise; when the env lists admissible actions, a garbage action is ``action_valid=False``;
-7. ``close()`` twice does not raise.
+7. ``close()`` twice does not raise;
+8. action normalisation: ``metadata["agentrl.action_normalize"]``, when declared, is a known
+   mode, and no listed admissible action is changed by it (the agent loop could never
+   send it).
 
 Cheap construction for checking: an env class may declare constructor kwargs used only by
 the checker in its ``metadata["agentrl.check_kwargs"]`` (e.g. ``{"n_tasks": 2}`` so a
@@ -29,11 +32,11 @@ from typing import Any, Callable
 
 import gymnasium
 import numpy as np
-from gymnasium.envs.registration import load_env_creator
 
-from agentrl.env.contract import (INFO_ADMISSIBLE, INFO_ANCHOR, INFO_TASK, INFO_VALID,
-                                  INFO_WALKTHROUGH, INFO_WON, RESET_INFO_KEYS, STEP_INFO_KEYS)
-from agentrl.env.registry import make, validate_id
+from agentrl.env.contract import (ACTION_EXACT, INFO_ADMISSIBLE, INFO_ANCHOR, INFO_TASK, INFO_VALID,
+                                  INFO_WALKTHROUGH, INFO_WON, META_ACTION_NORMALIZE, RESET_INFO_KEYS,
+                                  STEP_INFO_KEYS, normalize_action)
+from agentrl.env.registry import action_normalization, env_metadata, make
 from agentrl.env.spaces import UnicodeText
 
 CHECK_KWARGS_KEY = "agentrl.check_kwargs"
@@ -58,9 +61,7 @@ class CheckReport:
 
 def check_kwargs(env_id: str) -> dict:
     """The env class's declared check kwargs (``metadata["agentrl.check_kwargs"]``), or {}."""
-    spec = gymnasium.spec(validate_id(env_id))
-    creator = spec.entry_point if callable(spec.entry_point) else load_env_creator(spec.entry_point)
-    return dict(getattr(creator, "metadata", {}).get(CHECK_KWARGS_KEY, {}))
+    return dict(env_metadata(env_id).get(CHECK_KWARGS_KEY, {}))
 
 
 def check_env(env_id: str, *, seed: int = 0, max_steps: int = 30, **env_kwargs: Any) -> CheckReport:
@@ -76,9 +77,13 @@ def check_env(env_id: str, *, seed: int = 0, max_steps: int = 30, **env_kwargs: 
         MissingExtraError when the env's optional dependency is absent.
     """
     kwargs = {**check_kwargs(env_id), **env_kwargs}
+    try:
+        normalize = action_normalization(env_id)
+    except ValueError as exc:
+        raise EnvCheckError(str(exc)) from None
     factory: Callable[[], gymnasium.Env] = lambda: make(env_id, **kwargs)  # noqa: E731
     env = factory()
-    c = _Checker(env_id)
+    c = _Checker(env_id, normalize)
     try:
         c.check_spaces(env)
         walk_won = c.play_walkthrough(env, seed)
@@ -104,8 +109,9 @@ def check_env(env_id: str, *, seed: int = 0, max_steps: int = 30, **env_kwargs: 
 class _Checker:
     """Rule checks on one env's answers; counts episodes and steps."""
 
-    def __init__(self, env_id: str) -> None:
+    def __init__(self, env_id: str, normalize: str = ACTION_EXACT) -> None:
         self.env_id, self.episodes, self.steps = env_id, 0, 0
+        self.normalize = normalize
 
     def require(self, ok: bool, rule: str) -> None:
         if not ok:
@@ -156,6 +162,10 @@ class _Checker:
         self.require(isinstance(info[INFO_WON], (bool, np.bool_)), f"{where}: info['won'] must be bool")
         adm = info.get(INFO_ADMISSIBLE)
         self.require(adm is None or _is_str_list(adm), f"{where}: info['admissible_actions'] must be list[str]")
+        changed = [a for a in adm or () if normalize_action(a, self.normalize) != a]
+        self.require(not changed, f"{where}: admissible actions {changed[:3]} change under the env's "
+                     f"metadata[{META_ACTION_NORMALIZE!r}] = {self.normalize!r}, so the agent loop could never "
+                     "send them; list them normalised or declare 'exact'")
 
     def play_walkthrough(self, env: gymnasium.Env, seed: int) -> bool | None:
         _, info = self.reset(env, seed)

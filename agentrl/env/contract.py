@@ -16,12 +16,21 @@ to ``UnicodeText()`` and:
   cheap to get; never computed per step).
 - ``close()`` is idempotent.
 
+- Action normalisation: the agent loop hands ``step`` the parsed action *exactly* as the
+  model wrote it (code, JSON tool calls: every newline and indent matters). A text game
+  that matches commands may ask the loop to normalise first by declaring, in the class's
+  ``metadata``, ``"agentrl.action_normalize": "whitespace"`` (strip, collapse whitespace
+  runs to one space); ``"exact"`` is the default. ``check_env`` refuses other values and a
+  listed admissible action that the declared normalisation would change (unreachable).
+
 Envs register with ``gymnasium.register(id="agentrl/Name-vN", entry_point="pkg.mod:Cls")``
 in ``envs/__init__.py``; bump ``-vN`` when reward, observation format or prompt template
 changes.
 """
 
 from __future__ import annotations
+
+import re
 
 INFO_ANCHOR = "anchor_obs"
 INFO_ADMISSIBLE = "admissible_actions"
@@ -32,6 +41,12 @@ INFO_WALKTHROUGH = "walkthrough"
 #: step info: str set when the env's infrastructure failed (e.g. a sandbox died during
 #: scoring, PITFALLS P8); the episode's status becomes env_error, its reward is not a score.
 INFO_ENV_ERROR = "env_error"  # step info: the env's infrastructure failed (str reason); the episode is env_error, not scored
+
+#: class ``metadata`` key: how the agent loop normalises a parsed action before ``step``.
+META_ACTION_NORMALIZE = "agentrl.action_normalize"
+ACTION_EXACT = "exact"  # the default: the action reaches step as the model wrote it
+ACTION_WHITESPACE = "whitespace"  # stripped, whitespace runs collapsed to one space (text-game commands)
+ACTION_NORMALIZE_MODES = (ACTION_EXACT, ACTION_WHITESPACE)
 
 RESET_INFO_KEYS = (INFO_ANCHOR, INFO_WON, INFO_TASK)
 STEP_INFO_KEYS = (INFO_ANCHOR, INFO_WON, INFO_VALID)
@@ -68,3 +83,17 @@ def require_module(module: str, extra: str):
 class DataMissingError(FileNotFoundError):
     """A data-backed env found no data (PITFALLS P9). The message names the directory it
     looked in and how to provide the data."""
+
+
+def normalize_action(action: str, mode: str = ACTION_EXACT) -> str:
+    """``action`` as an env with normalisation ``mode`` receives it from the agent loop:
+    unchanged (``"exact"``) or stripped with whitespace runs collapsed (``"whitespace"``).
+
+    Raises:
+        ValueError: an unknown mode.
+    """
+    if mode == ACTION_EXACT:
+        return action
+    if mode == ACTION_WHITESPACE:
+        return re.sub(r"\s+", " ", action).strip()
+    raise ValueError(f"unknown action normalisation {mode!r}; use one of {list(ACTION_NORMALIZE_MODES)}")

@@ -11,7 +11,9 @@ import importlib
 import importlib.metadata
 
 import gymnasium
+from gymnasium.envs.registration import load_env_creator
 
+from agentrl.env.contract import ACTION_EXACT, ACTION_NORMALIZE_MODES, META_ACTION_NORMALIZE
 from agentrl.registry import unknown_name_error
 
 _PLUGINS_LOADED = False
@@ -57,6 +59,28 @@ def text_env_ids() -> list[str]:
     load_plugins()
     return sorted(i for i, spec in gymnasium.registry.items()
                   if "/" in i and not str(spec.entry_point).startswith("gymnasium."))
+
+
+def env_metadata(env_id: str) -> dict:
+    """The ``metadata`` the env class of ``env_id`` declares (a copy; {} for a factory
+    function without one), read from its entry point without building the env."""
+    spec = gymnasium.spec(validate_id(env_id))
+    creator = spec.entry_point if callable(spec.entry_point) else load_env_creator(spec.entry_point)
+    return dict(getattr(creator, "metadata", None) or {})
+
+
+def action_normalization(env_id: str) -> str:
+    """How the agent loop normalises a parsed action before it reaches this env's ``step``:
+    the class's ``metadata["agentrl.action_normalize"]``, default ``"exact"`` (unchanged).
+
+    Raises:
+        ValueError: the env declares an unknown mode.
+    """
+    mode = env_metadata(env_id).get(META_ACTION_NORMALIZE, ACTION_EXACT)
+    if mode not in ACTION_NORMALIZE_MODES:
+        raise ValueError(f"{env_id}: metadata[{META_ACTION_NORMALIZE!r}] = {mode!r} is not one of "
+                         f"{list(ACTION_NORMALIZE_MODES)}")
+    return mode
 
 
 def make(env_id: str, **kwargs) -> gymnasium.Env:

@@ -23,7 +23,8 @@ from typing import Protocol
 
 import numpy as np
 
-from agentrl.env.contract import INFO_ADMISSIBLE, INFO_ANCHOR, INFO_ENV_ERROR, INFO_VALID, INFO_WON
+from agentrl.env.contract import (ACTION_EXACT, INFO_ADMISSIBLE, INFO_ANCHOR, INFO_ENV_ERROR, INFO_VALID, INFO_WON,
+                                  normalize_action)
 from agentrl.env.pool import EnvResult
 from agentrl.llm.base import Completion
 from agentrl.llm.chat import ChatRenderer
@@ -183,10 +184,16 @@ class EpisodeDriver:
         renderer: the chat renderer of the policy's tokenizer.
         cfg: loop configuration.
         max_context: the engine's context length in tokens.
+        action_normalize: how the parsed action is normalised before it is sent and stored:
+            the env's declaration (``agentrl.env.action_normalization(env_id)``); ``"exact"``
+            (default) sends it as written, ``"whitespace"`` collapses whitespace runs.
     """
 
-    def __init__(self, episode: Episode, renderer: ChatRenderer, cfg: LoopConfig, max_context: int) -> None:
+    def __init__(self, episode: Episode, renderer: ChatRenderer, cfg: LoopConfig, max_context: int,
+                 action_normalize: str = ACTION_EXACT) -> None:
+        normalize_action("", action_normalize)  # an unknown mode raises here, not at the first turn
         self.episode, self.cfg, self.max_context = episode, cfg, max_context
+        self.action_normalize = action_normalize
         self.fmt: ActionFormat = parse_format(cfg.action_format)
         self.context = make_context(cfg, renderer, f"{cfg.system_prompt} {self.fmt.instructions}".strip())
         self.renderer = renderer
@@ -230,7 +237,7 @@ class EpisodeDriver:
     def act(self, completion: Completion) -> str:
         """Record the completion; return the action text to send (``""`` when unparsable)."""
         text = completion.text if completion.text is not None else self.renderer.completion_text(completion.token_ids)
-        parsed = self.fmt.parse(text)
+        parsed = self.fmt.parse(text, self.action_normalize)
         ep = self.episode
         self._pending = Turn(
             run_id=ep.run_id, episode_id=ep.episode_id, group_id=ep.group_id, t=len(ep.turns),

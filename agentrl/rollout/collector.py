@@ -19,6 +19,7 @@ import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from agentrl.env.pool import EnvPool
+from agentrl.env.registry import action_normalization
 from agentrl.llm.base import LLMClient, SamplingParams
 from agentrl.llm.chat import ChatRenderer
 from agentrl.rollout.agent_loop import EpisodeDriver, LoopConfig
@@ -185,6 +186,7 @@ def _progress(cfg: CollectConfig) -> Progress:
 
 def _run(engine, renderer, cfg, pool, n_slots, on_episode, tick, hooks=None) -> list[Episode]:
     episodes = plan_episodes(cfg, pool.env_id)
+    normalize = action_normalization(pool.env_id)  # what the env asks of its actions (default: exact)
     queue, free = deque(episodes), list(range(n_slots))[::-1]
     seed_of = {id(e): cfg.sampling.seed for e in episodes}  # a plan's turn seeds come from its own base seed
     active: dict[int, EpisodeDriver] = {}
@@ -215,7 +217,7 @@ def _run(engine, renderer, cfg, pool, n_slots, on_episode, tick, hooks=None) -> 
             return
         starting = {}
         while free and queue:
-            starting[free.pop()] = EpisodeDriver(queue.popleft(), renderer, cfg.loop, engine.max_context)
+            starting[free.pop()] = EpisodeDriver(queue.popleft(), renderer, cfg.loop, engine.max_context, normalize)
         if not starting:
             return
         results = pool.reset(list(starting), [d.episode.seed for d in starting.values()])

@@ -4,15 +4,20 @@ Formats (``parse_format``):
 - ``"tag:NAME"`` (default ``tag:action``): the text inside the first ``<NAME>…</NAME>``;
 - ``"regex:PATTERN"``: group 1 of the first match (``re.DOTALL``);
 - ``"whole"``: the whole completion.
-The action is stripped and internal whitespace runs collapse to one space. No match or
-an empty action is *unparsable*: the loop sends ``""`` to the env and stores the turn
-with ``action_valid=False`` (the env answers with its invalid-action feedback).
+The action is the extracted text *exactly* (code and JSON tool calls keep every newline
+and indent) unless the env asks for normalisation (``normalize``; an env declares it in
+its class's ``metadata["agentrl.action_normalize"]``, ``agentrl.env.action_normalization``):
+``"whitespace"`` strips it and collapses whitespace runs to one space (text-game commands).
+No match or a blank action is *unparsable*: the loop sends ``""`` to the env and stores the
+turn with ``action_valid=False`` (the env answers with its invalid-action feedback).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from agentrl.env.contract import ACTION_EXACT, normalize_action
 
 
 @dataclass(frozen=True)
@@ -42,8 +47,9 @@ class ActionFormat:
     pattern: re.Pattern | None
     instructions: str
 
-    def parse(self, text: str) -> ParsedAction:
-        """Extract the action from ``text`` (see module docstring)."""
+    def parse(self, text: str, normalize: str = ACTION_EXACT) -> ParsedAction:
+        """Extract the action from ``text`` and normalise it as ``normalize`` says
+        (``"exact"``: unchanged, ``"whitespace"``; see the module docstring)."""
         if self.pattern is None:
             raw = text
         else:
@@ -51,8 +57,9 @@ class ActionFormat:
             if m is None:
                 return ParsedAction("", False)
             raw = m.group(1)
-        action = re.sub(r"\s+", " ", raw).strip()
-        return ParsedAction(action, bool(action))
+        if not raw.strip():
+            return ParsedAction("", False)
+        return ParsedAction(normalize_action(raw, normalize), True)
 
 
 def parse_format(spec: str = "tag:action") -> ActionFormat:

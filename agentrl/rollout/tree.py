@@ -25,6 +25,7 @@ import numpy as np
 
 from agentrl.config import TreeConfig
 from agentrl.env.pool import EnvPool
+from agentrl.env.registry import action_normalization
 from agentrl.llm.base import LLMClient
 from agentrl.llm.chat import ChatRenderer
 from agentrl.rollout.agent_loop import EpisodeDriver
@@ -88,7 +89,8 @@ class Chain:
 
 def root_chain(episode: Episode, renderer: ChatRenderer, cc: CollectConfig, max_context: int, tree: int = -1) -> Chain:
     """A chain that starts from ``reset(episode.seed)``."""
-    return Chain(episode=episode, driver=EpisodeDriver(episode, renderer, cc.loop, max_context), tree=tree)
+    driver = EpisodeDriver(episode, renderer, cc.loop, max_context, action_normalization(cc.env_id))
+    return Chain(episode=episode, driver=driver, tree=tree)
 
 
 def _start(pool: EnvPool, starting: dict[int, Chain]) -> list[int]:

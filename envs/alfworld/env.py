@@ -56,7 +56,8 @@ class ALFWorldEnv(gymnasium.Env):
     ``walkthrough`` (reset, see ``expert``).
     """
 
-    metadata = {"render_modes": []}
+    # commands are matched against the admissible list: the loop collapses whitespace first
+    metadata = {"render_modes": [], "agentrl.action_normalize": "whitespace"}
 
     def __init__(self, split: str = "train", data_dir: str | os.PathLike | None = None,
                  generated_dir: str | os.PathLike | None = None, grammar: str = "native",

@@ -51,7 +51,9 @@ class HumanEvalEnv(gymnasium.Env):
         max_turns: the trainer's turn limit; here the same as ``max_attempts`` (overrides it).
     """
 
-    metadata = {"render_modes": [], "agentrl.check_kwargs": {"task_ids": ["HumanEval/0", "HumanEval/53"]}}
+    # exact: code reaches step with every newline and indent
+    metadata = {"render_modes": [], "agentrl.check_kwargs": {"task_ids": ["HumanEval/0", "HumanEval/53"]},
+                "agentrl.action_normalize": "exact"}
 
     def __init__(self, *, sandbox: str | Sandbox = "auto", max_attempts: int = 3, exec_timeout_s: float = 5.0,
                  scoring_timeout_s: float | None = None, memory_mb: int = 1024, episode_deadline_s: float = 1800.0,

@@ -44,7 +44,9 @@ class HumanEvalToolsEnv(gymnasium.Env):
     Args: as ``HumanEvalEnv`` plus ``max_turns`` (turn cap → truncated).
     """
 
-    metadata = {"render_modes": [], "agentrl.check_kwargs": {"task_ids": ["HumanEval/0", "HumanEval/53"]}}
+    # exact: tool-call JSON (and the code inside it) reaches step as written
+    metadata = {"render_modes": [], "agentrl.check_kwargs": {"task_ids": ["HumanEval/0", "HumanEval/53"]},
+                "agentrl.action_normalize": "exact"}
     tools = TOOLS
 
     def __init__(self, *, sandbox: str | Sandbox = "auto", max_attempts: int = 3, max_turns: int = 10,

@@ -75,7 +75,8 @@ class TextWorldEnv(gymnasium.Env):
         ValueError: unknown family/split, bad params, n_tasks < 1, max_turns < 1.
     """
 
-    metadata = {"render_modes": [], "agentrl.check_kwargs": {"n_tasks": 2}}
+    # text-game commands: the loop collapses whitespace before step (matching normalises again)
+    metadata = {"render_modes": [], "agentrl.check_kwargs": {"n_tasks": 2}, "agentrl.action_normalize": "whitespace"}
 
     def __init__(self, family: str = "custom", params: Mapping[str, ParamValue] | None = None,
                  split: str = "train", n_tasks: int = 64, max_turns: int = 50,

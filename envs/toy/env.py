@@ -80,7 +80,8 @@ class ToyEnv(gymnasium.Env):
         ValueError: bad room range or unknown split.
     """
 
-    metadata = {"render_modes": [], "agentrl.check_kwargs": {}}
+    # commands are matched against the admissible list: the loop collapses whitespace first
+    metadata = {"render_modes": [], "agentrl.check_kwargs": {}, "agentrl.action_normalize": "whitespace"}
 
     def __init__(self, max_turns: int = 12, min_rooms: int = 3, max_rooms: int = 5, split: str = "all") -> None:
         if not 2 <= min_rooms <= max_rooms:

@@ -50,7 +50,9 @@ class WebShopEnv(gymnasium.Env):
         ValueError: bad ``goal_mode``, ``split``, ``option_match``, ``type_matcher`` or ``max_turns``.
     """
 
-    metadata = {"render_modes": [], "agentrl.check_kwargs": {}}
+    # exact: a few option values hold double spaces ("8.4 ounce  |  250 ml"); their click[...]
+    # must arrive as listed (step strips and lower-cases the action itself)
+    metadata = {"render_modes": [], "agentrl.check_kwargs": {}, "agentrl.action_normalize": "exact"}
 
     def __init__(self, data_dir: str | os.PathLike[str] | None = None, goal_mode: str = "synthetic",
                  split: str = "all", max_turns: int = 15, price_seed: int = 0,

@@ -88,6 +88,20 @@ class MissingKeyEnv(GoodEnv):
         return obs, info
 
 
+class UnknownNormalizeEnv(GoodEnv):
+    metadata = {"render_modes": [], "agentrl.action_normalize": "lowercase"}
+
+
+class NormalizeHidesActionEnv(GoodEnv):
+    """Asks for whitespace normalisation but lists an action it would change."""
+
+    metadata = {"render_modes": [], "agentrl.action_normalize": "whitespace"}
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = super().reset(seed=seed, options=options)
+        return obs, {**info, "admissible_actions": ["ok", "buy  2 | 3"]}
+
+
 BAD = {  # class name -> a phrase check_env's error must contain
     "BytesObsEnv": "obs must be str",
     "BothFlagsEnv": "both True",
@@ -97,6 +111,8 @@ BAD = {  # class name -> a phrase check_env's error must contain
     "BadWalkthroughEnv": "walkthrough",
     "CloseTwiceRaisesEnv": "not idempotent",
     "MissingKeyEnv": "lacks required keys ['task_id']",
+    "UnknownNormalizeEnv": "'lowercase' is not one of ['exact', 'whitespace']",
+    "NormalizeHidesActionEnv": "admissible actions ['buy  2 | 3'] change under",
 }
 
 
