@@ -59,7 +59,7 @@ def _serve(conn, spec: EngineSpec, shared, version: int) -> None:
                 eps = worker.collect(arg, on_episode=lambda ep: conn.send(("episode", ep)))
                 conn.send(("done", len(eps)))
             elif cmd == "stream":  # asynchronous rollouts: more plans may arrive while this one plays
-                from agentrl.rollout.engine_stream import StreamClosed, WorkerHooks
+                from agentrl.rollout.stream_worker import StreamClosed, WorkerHooks
 
                 hooks = WorkerHooks(conn, shared, worker.engine, mode=arg[1])
                 hooks.pull()

@@ -94,3 +94,25 @@ def test_max_staleness_needs_local_engine_workers(tiny_dir):
         config_from_dict({**raw, "rollout": {"max_staleness": 1, "engines": 1, "backend": "ray"}})
     with pytest.raises(ConfigError, match="rollout.max_staleness must be >= 0"):
         config_from_dict({**raw, "rollout": {"max_staleness": -1}})
+
+
+def test_a_resumed_asynchronous_run_produces_after_the_stored_ids(tiny_dir, tmp_path):
+    from agentrl.train import train
+
+    cfg = _cfg(tiny_dir, tmp_path, name="s1-resume", iterations=2, rollout__engines=1, rollout__max_staleness=1,
+               run__eval_every=0, run__seed=0, update__rollout_correction="tis")
+    first = train(cfg, resume=False)
+    more = train(config_from_dict({**_raw(cfg), "run": {**_raw(cfg)["run"], "iterations": 3}}), resume=True)
+    assert first.state.iteration == 2 and more.state.iteration == 3 and more.state.policy_version == 3
+    trained, episodes = _trained(more)
+    assert len({e.episode_id for e in episodes}) == len(episodes) == 3 * 2 * 4  # no id stored twice
+    assert all(0 <= it - v <= 1 for it, v in trained.values())
+    rows = [json.loads(x) for x in (more.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert any("correction/kl" in r for r in rows)  # the correction ran in some update phase
+    assert all(r["correction/kl"] >= 0 for r in rows if "correction/kl" in r)
+
+
+def _raw(cfg):
+    from agentrl.config import to_dict
+
+    return to_dict(cfg)

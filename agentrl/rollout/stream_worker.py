@@ -1,0 +1,72 @@
+"""The worker side of asynchronous rollouts (``agentrl.rollout.engine_stream``): the
+``CollectHooks`` a streaming engine worker plugs into ``collect`` — queued plans joining the
+collect in progress, and when to load newer weights (``rollout.on_weight_update``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from agentrl.rollout.collector import CollectConfig
+from agentrl.rollout.engine_worker import EngineWorkerError
+
+#: ``rollout.on_weight_update`` values.
+WEIGHT_UPDATE_MODES = ("continue", "drain")
+
+
+class StreamClosed(Exception):
+    """Raised inside a streaming worker's ``collect`` when the trainer closes the stream (the
+    worker then closes its env pool and exits; the episodes in flight are abandoned)."""
+
+
+class WorkerHooks:
+    """``CollectHooks`` of a streaming engine worker (runs inside the worker process).
+
+    Args:
+        conn: the worker's pipe (queued ``("stream", (cc, mode))`` plans are read from it).
+        shared: the ``SharedWeights`` buffer. engine: the worker's engine.
+        mode: ``continue`` | ``drain`` (see the module docstring).
+    Raises:
+        ValueError: unknown mode.
+    """
+
+    def __init__(self, conn, shared, engine, mode: str) -> None:
+        if mode not in WEIGHT_UPDATE_MODES:
+            raise ValueError(f"unknown rollout.on_weight_update {mode!r}; choose one of {WEIGHT_UPDATE_MODES}")
+        self.conn, self.shared, self.engine, self.mode = conn, shared, engine, mode
+        self._plans: deque[CollectConfig] = deque()
+
+    def _read(self) -> None:
+        """Queue the plans waiting in the pipe; ``StreamClosed`` on ``close`` (or a closed pipe)."""
+        try:
+            while self.conn.poll():
+                cmd, arg = self.conn.recv()
+                if cmd == "close":
+                    raise StreamClosed()
+                if cmd != "stream":
+                    raise EngineWorkerError(f"engine worker got {cmd!r} while streaming; only 'stream' and 'close' are served")
+                self._plans.append(arg[0])
+        except (EOFError, OSError) as exc:
+            raise StreamClosed() from exc
+
+    def pull(self) -> None:
+        """Load the shared weights when they are newer than the engine's."""
+        if self.shared.version != self.engine.policy_version:
+            self.shared.load_into(self.engine)
+
+    def next_plan(self) -> CollectConfig | None:
+        self._read()
+        return self._plans.popleft() if self._plans else None
+
+    def may_admit(self, n_active: int) -> bool:
+        if self.mode == "continue" or self.shared.version == self.engine.policy_version:
+            return True
+        if n_active == 0:  # drained: load, then admit again
+            self.pull()
+            return True
+        return False
+
+    def before_round(self) -> None:
+        self._read()
+        if self.mode == "continue":
+            self.pull()
