@@ -155,6 +155,29 @@ def clamp_max_tokens(prompt_len: int, max_tokens: int, max_context: int) -> int:
     return budget
 
 
+def context_batches(lengths: Sequence[int], budgets: Sequence[int], max_context: int) -> list[list[int]]:
+    """Row indices split into batches that fit the context once left-padded: in each batch the
+    longest prompt plus the largest new-token budget is ≤ ``max_context`` tokens, so every
+    prompt keeps its own budget ``min(max_tokens, context − its length)`` (``clamp_max_tokens``).
+    One batch, rows in order, when they all fit; else rows by prompt length, greedily.
+
+    Example: lengths (2, 390), budgets (48, 10), context 400 → ``[[0], [1]]`` (392 + 48 > 400).
+    """
+    n = len(lengths)
+    if n == 0 or max(lengths) + max(budgets) <= max_context:
+        return [list(range(n))]
+    out: list[list[int]] = []
+    cur: list[int] = []
+    for i in sorted(range(n), key=lambda k: (lengths[k], k)):
+        room = max([budgets[k] for k in cur] + [budgets[i]])
+        if cur and lengths[i] + room > max_context:
+            out.append(cur)
+            cur = []
+        cur.append(i)
+    out.append(cur)
+    return out
+
+
 def check_prompts(prompts: Sequence[Sequence[int]]) -> list[np.ndarray]:
     """Prompts as int64 arrays. Raises ``ValueError`` on an empty prompt or batch."""
     if len(prompts) == 0:

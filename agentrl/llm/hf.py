@@ -13,6 +13,7 @@ inputs go to it, and every returned array (token ids, logprobs, hidden states) i
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -28,6 +29,7 @@ from agentrl.llm.base import (
     check_allowed,
     check_prompts,
     clamp_max_tokens,
+    context_batches,
 )
 from agentrl.llm.constrained import TokenTrie
 
@@ -108,6 +110,11 @@ class HFEngine:
         the raw-logit log-softmax restricted to the allowed ids of each step.
         ``sampling.row_seeds``: each row samples from its own seeded generator
         (``agentrl.llm.row_sampling``; the same distribution, batch-independent draws).
+        ``sampling.seed``: the draws repeat for the same seed and the global torch RNG is left
+        as it was; None draws fresh randomness from (and advances) the global RNG.
+        Each prompt gets ``min(max_tokens, max_context − its length)`` new tokens; prompts
+        whose padded batch would not fit the context run in separate batches
+        (``context_batches``).
         Raises:
             ValueError: empty prompt, a prompt that fills the context, or ``allowed`` of
                 the wrong length.
@@ -115,8 +122,12 @@ class HFEngine:
         """
         self._gate.admit()
         rows = check_prompts(prompts)
-        tries = [None if a is None else TokenTrie(a) for a in check_allowed(allowed, len(rows))]
+        allowed = check_allowed(allowed, len(rows))
         budgets = [clamp_max_tokens(p.size, sampling.max_tokens, self.max_context) for p in rows]
+        batches = context_batches([p.size for p in rows], budgets, self.max_context)
+        if len(batches) > 1:  # a long prompt would cut a short one's room (or overrun absolute positions)
+            return self._generate_split(rows, sampling, batches, return_hidden, allowed)
+        tries = [None if a is None else TokenTrie(a) for a in allowed]
         ids, mask = _left_pad(rows, self.pad_token_id)  # (B, P)
         ids, mask = ids.to(_device(self.model)), mask.to(_device(self.model))  # GPU: inputs on the model's device
         stops = [self.eos_token_id, *sampling.stop_token_ids]
@@ -146,10 +157,12 @@ class HFEngine:
         self.model.eval()
         try:
             dev = _device(self.model)  # on a GPU manual_seed reseeds CUDA too: fork (restore) that stream as well
-            with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
-                if sampling.seed is not None:
-                    torch.manual_seed(sampling.seed)
+            if sampling.seed is None:  # unseeded: fresh draws from the global RNG (it advances)
                 out = self.model.generate(**kwargs)
+            else:
+                with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
+                    torch.manual_seed(sampling.seed)
+                    out = self.model.generate(**kwargs)
         finally:
             self.model.train(was_training)
         new = out.sequences[:, ids.shape[1] :]  # (B, T)
@@ -163,6 +176,19 @@ class HFEngine:
             self._one(new[b], sampled[b], budgets[b], set(stops), None if hidden is None else hidden[b])
             for b in range(len(rows))
         ]
+
+    def _generate_split(self, rows: list[np.ndarray], sampling: SamplingParams, batches: list[list[int]],
+                        return_hidden: bool, allowed: list) -> list[Completion]:
+        """``generate`` over ``batches`` (row indices) one after the other, answers in row order."""
+        out: list[Completion | None] = [None] * len(rows)
+        for idx in batches:
+            sub = sampling if sampling.row_seeds is None else replace(
+                sampling, row_seeds=tuple(sampling.row_seeds[i] for i in idx))
+            sub_allowed = None if all(a is None for a in allowed) else [allowed[i] for i in idx]
+            for i, c in zip(idx, self.generate([rows[i] for i in idx], sub, return_hidden=return_hidden,
+                                               allowed=sub_allowed)):
+                out[i] = c
+        return out
 
     def _one(self, new: torch.Tensor, lp: torch.Tensor, budget: int, stops: set[int], hidden) -> Completion:
         toks = new[:budget].tolist()

@@ -70,7 +70,9 @@ class OpenAIHTTPEngine:
     def generate(
         self, prompts: Sequence[Sequence[int]], sampling: SamplingParams, *, return_hidden: bool = False
     ) -> list[Completion]:
-        """One batched ``/v1/completions`` request (see ``LLMClient.generate``).
+        """Batched ``/v1/completions`` requests (see ``LLMClient.generate``): one per distinct
+        new-token budget, each prompt getting ``min(max_tokens, max_context − its length)``
+        (the API takes one ``max_tokens`` per request).
 
         Raises:
             ValueError: ``return_hidden`` (not available over HTTP); a prompt that fills the context.
@@ -79,7 +81,16 @@ class OpenAIHTTPEngine:
         if return_hidden:
             raise ValueError("OpenAIHTTPEngine cannot return hidden states; use HFEngine for policy.return_hidden")
         rows = check_prompts(prompts)
-        budget = min(clamp_max_tokens(p.size, sampling.max_tokens, self.max_context) for p in rows)
+        budgets = [clamp_max_tokens(p.size, sampling.max_tokens, self.max_context) for p in rows]
+        out: list[Completion | None] = [None] * len(rows)
+        for budget in sorted(set(budgets), reverse=True):
+            idx = [i for i, b in enumerate(budgets) if b == budget]
+            for i, c in zip(idx, self._request([rows[i] for i in idx], budget, sampling)):
+                out[i] = c
+        return out
+
+    def _request(self, rows: list[np.ndarray], budget: int, sampling: SamplingParams) -> list[Completion]:
+        """One ``/v1/completions`` request for ``rows``, ``budget`` new tokens each."""
         body = {
             "model": self.model,
             "prompt": [p.tolist() for p in rows],

@@ -120,3 +120,25 @@ def test_http_errors_name_the_status():
                            transport=httpx.MockTransport(lambda r: httpx.Response(503, text="overloaded")))
     with pytest.raises(RuntimeError, match="HTTP 503: overloaded"):
         eng.generate([[1]], SamplingParams(max_tokens=2))
+
+
+def test_http_engine_gives_each_prompt_its_own_context_room():
+    server = FakeVLLM()
+    eng = OpenAIHTTPEngine("http://fake", "m", eos_token_id=2, max_context=12, transport=httpx.MockTransport(server))
+    short, long_ = [10, 11], list(range(20, 29))  # 2 tokens: room for 6 (max_tokens); 9 tokens: room for 3
+    a, b = eng.generate([short, long_], SamplingParams(max_tokens=6, seed=1))
+    assert sorted(body["max_tokens"] for _, _, body in server.requests) == [3, 6]  # one request per budget
+    np.testing.assert_array_equal(a.token_ids, [11, 12, 2])  # not cut to the long prompt's 3 tokens
+    assert b.token_ids.size == 3 and b.finish_reason == "length"
+
+
+def test_context_batches_keep_every_prompt_within_the_context():
+    from agentrl.llm.base import context_batches
+
+    assert context_batches([2, 390], [48, 10], 400) == [[0], [1]]
+    assert context_batches([5, 7, 3], [8, 8, 8], 400) == [[0, 1, 2]]  # all fit: one batch, order kept
+    lengths, ctx, mt = [3, 390, 12, 380, 395, 40], 400, 48
+    budgets = [clamp_max_tokens(n, mt, ctx) for n in lengths]
+    batches = context_batches(lengths, budgets, ctx)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    assert all(max(lengths[i] for i in b) + max(budgets[i] for i in b) <= ctx for b in batches)

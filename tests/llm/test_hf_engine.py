@@ -141,3 +141,37 @@ def test_num_threads_zero_follows_omp_num_threads(tiny_dir, monkeypatch, env, ex
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_long_prompt_does_not_cut_a_short_ones_room_or_overrun_the_context(tiny_dir):
+    from agentrl.llm.hf import HFEngine
+
+    eng = HFEngine.from_pretrained(tiny_dir, max_context=40)
+    calls = []
+    real = eng.model.generate
+
+    def spy(**kw):  # every model.generate call must fit the context: prompt width + new tokens
+        calls.append(kw["input_ids"].shape[1] + kw["max_new_tokens"])
+        return real(**kw)
+
+    eng.model.generate = spy
+    short, long_ = [100, 101], list(range(200, 236))  # 2 tokens: room for 12 (max_tokens); 36 tokens: room for 4
+    sp = SamplingParams(max_tokens=12, seed=0, stop_token_ids=())
+    a, b = eng.generate([short, long_], sp)
+    assert calls and max(calls) <= 40  # 36 + 12 = 48 positions before the fix
+    assert b.token_ids.size <= 4
+    alone = eng.generate([short], sp)[0]  # the short prompt kept its own budget (same seed, alone = batched)
+    np.testing.assert_array_equal(a.token_ids, alone.token_ids)
+
+
+def test_unseeded_sampling_draws_fresh_tokens_seeded_sampling_repeats(tiny_engine):
+    import torch
+
+    p = [5, 17, 99, 3]
+    unseeded = {tuple(tiny_engine.generate([p], SamplingParams(max_tokens=8, temperature=1.0))[0].token_ids.tolist())
+                for _ in range(5)}
+    assert len(unseeded) > 1  # five identical calls without a seed: not one reply five times
+    state = torch.random.get_rng_state()
+    seeded = {tuple(tiny_engine.generate([p], SamplingParams(max_tokens=8, seed=4))[0].token_ids.tolist())
+              for _ in range(3)}
+    assert len(seeded) == 1 and torch.equal(torch.random.get_rng_state(), state)  # seeded: repeats, RNG untouched
