@@ -34,10 +34,18 @@ def token_gae(
 ) -> TokenGAE:
     """GAE over each row's tokens, then whitening over all valid tokens (§11).
 
+    Mask-aware (a deviation from §11's plain recursion, which only matches it for right
+    padding): masked tokens inside a row — the observation tokens between the turns of a
+    packed multi-turn row — are skipped, so γ and λ decay only over valid tokens (δ_t uses
+    the value of the next *valid* token) and a masked token gets advantage 0; a reward placed
+    on a masked token is credited to the nearest valid token before it (a reward before the
+    row's first valid token has no token to go to and is dropped). With right padding only
+    (zero rewards and values there) the result equals §11's.
+
     Args:
         token_rewards: float[B, L] reward per response token.
         values: float[B, L] critic values (0 at padding).
-        mask: {0,1}[B, L], 1 on valid response tokens (right padding).
+        mask: {0,1}[B, L], 1 on valid response tokens.
         gamma, lam: GAE γ and λ (verl-agent default 1.0, 1.0).
     Returns:
         ``TokenGAE``.
@@ -51,12 +59,16 @@ def token_gae(
     if n < 2:
         raise ValueError(f"token_gae needs at least 2 valid tokens for whitening; mask has {int(n)}")
     adv = np.zeros_like(r)
-    last = np.zeros(r.shape[0])
+    last, nxt, pending = np.zeros(r.shape[0]), np.zeros(r.shape[0]), np.zeros(r.shape[0])
     for t in range(r.shape[1] - 1, -1, -1):
-        nxt = v[:, t + 1] if t < r.shape[1] - 1 else 0.0
-        last = r[:, t] + gamma * nxt - v[:, t] + gamma * lam * last
-        adv[:, t] = last
+        valid = m[:, t] > 0
+        pending = pending + np.where(valid, 0.0, r[:, t])  # rewards on masked tokens wait for a valid one
+        delta = r[:, t] + pending + gamma * nxt - v[:, t]
+        last = np.where(valid, delta + gamma * lam * last, last)
+        adv[:, t] = np.where(valid, last, 0.0)
+        nxt = np.where(valid, v[:, t], nxt)
+        pending = np.where(valid, 0.0, pending)
     mu = (adv * m).sum() / (n + 1e-8)
     var = ((adv - mu) ** 2 * m).sum() / (n + 1e-8) * n / (n - 1)
     white = np.where(m > 0, (adv - mu) / np.sqrt(var + 1e-8), 0.0)
-    return TokenGAE(adv, adv + v, white)
+    return TokenGAE(adv, np.where(m > 0, adv + v, 0.0), white)

@@ -161,3 +161,15 @@ def _p4_table() -> TurnTable:
 def test_pitfall_p4_episode_weighting_golden(stats_over, mode, a, b):
     out = compute_advantages(_p4_table(), "grpo", stats_over=stats_over, mode=mode)
     np.testing.assert_allclose(out, [a, b, b, b], atol=TOL)
+
+
+def test_token_gae_skips_masked_tokens_inside_a_row():
+    # a packed row: two valid tokens, five masked observation tokens, one valid token with the reward
+    mask = [[1, 1, 0, 0, 0, 0, 0, 1]]
+    rewards = [[0, 0, 0, 0, 0, 0, 0, 1.0]]
+    res = token_gae(rewards, np.zeros((1, 8)), mask, gamma=0.9, lam=1.0)
+    np.testing.assert_allclose(res.advantages[0], [0.81, 0.9, 0, 0, 0, 0, 0, 1.0], atol=TOL)  # not 0.9^6 over the gap
+    assert np.all(res.returns[0, 2:7] == 0)
+    # γ = 0: a reward on a masked token goes to the valid token before it, not lost
+    res0 = token_gae([[0, 0, 0.5, 0]], np.zeros((1, 4)), [[1, 1, 0, 1]], gamma=0.0, lam=1.0)
+    np.testing.assert_allclose(res0.advantages[0], [0, 0.5, 0, 0], atol=TOL)
