@@ -53,3 +53,28 @@ def rollout_stats(episodes: Sequence[Episode]) -> RolloutStats:
         failed_rate=(len(episodes) - len(ok)) / len(episodes) if episodes else nan,
         completion_tokens=int(sum(t.completion_ids.size for e in episodes for t in e.turns)),
     )
+
+
+def proxy_metrics(episodes: Sequence[Episode], prefix: str = "proxy/") -> dict[str, float]:
+    """Per-iteration token-fidelity metrics of episodes recorded through the LLM proxy (the
+    turns carry ``info["cause"]`` / ``"fork"`` / ``"segment"`` / ``"token_prefix_ok"``,
+    ``agentrl.proxy.calls``); ``{}`` when no turn does (the agent loop's episodes).
+
+    Returns ``{prefix + name: value}`` with ``drift_rate`` (fraction of turns whose measured
+    prompt was not a token-prefix extension of the thread, over the turns where it was
+    measured; NaN when none was), ``segments_per_episode`` (mean over the proxied episodes),
+    ``forks`` (turns that forked a thread) and ``forks/<cause>`` per fork cause.
+    """
+    turns = [t for e in episodes for t in e.turns if "cause" in t.info]
+    if not turns:
+        return {}
+    measured = [t.info["token_prefix_ok"] for t in turns if t.info.get("token_prefix_ok") is not None]
+    proxied = [e for e in episodes if any("cause" in t.info for t in e.turns)]
+    segments = [1 + max((t.info["segment"] for t in e.turns if t.info.get("segment") is not None), default=-1)
+                for e in proxied]
+    forks = [t for t in turns if t.info.get("fork")]
+    out = {prefix + "drift_rate": float(np.mean([not ok for ok in measured])) if measured else float("nan"),
+           prefix + "segments_per_episode": float(np.mean(segments)), prefix + "forks": float(len(forks))}
+    for cause in sorted({str(t.info.get("cause")) for t in forks}):
+        out[f"{prefix}forks/{cause}"] = float(sum(str(t.info.get("cause")) == cause for t in forks))
+    return out

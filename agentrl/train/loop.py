@@ -27,7 +27,7 @@ from agentrl.dist import DistContext, distribute_policy, engine_copy
 from agentrl.eval import EvalResult, evaluate
 from agentrl.llm.policy import Policy, load_policy
 from agentrl.log import make_logger
-from agentrl.rollout.stats import rollout_stats
+from agentrl.rollout.stats import proxy_metrics, rollout_stats
 from agentrl.rollout.tree import add_linked
 from agentrl.store import TurnStore
 from agentrl.train.critic import Critic, critic_step, make_critic, with_values
@@ -175,6 +175,7 @@ def run_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
 def iteration_metrics(out: IterationResult) -> dict[str, float]:
     """The per-iteration metrics logged to every sink and to the store."""
     m = rollout_stats(out.episodes).as_metrics()
+    m.update(proxy_metrics(out.episodes))  # harness episodes: drift rate, segments, forks by cause
     m.update(advantage_stats(out.table, out.advantages).as_metrics())
     if out.stats:
         for key in ("loss", "clip_frac", "approx_kl", "entropy", "grad_norm", "kl"):

@@ -179,6 +179,11 @@ def test_harness_config_trains_on_proxy_recorded_episodes(tiny_dir, tmp_path):
         assert len(table) >= 4 and len(store.advantages(result.run_id)) == len(table)
         turns = store.turns(eps[0].episode_id, run_id=result.run_id)
     assert all(t.prompt_ids.size > 0 and t.completion_ids.size == t.completion_logprobs.size for t in turns)
+    import json
+
+    row = json.loads((result.run_dir / "metrics.jsonl").read_text().splitlines()[0])
+    assert row["proxy/segments_per_episode"] >= 1.0 and row["proxy/forks"] >= 0.0  # fidelity counts reach the run
+    assert "proxy/drift_rate" in row
 
 
 @pytest.mark.slow
