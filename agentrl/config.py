@@ -236,7 +236,8 @@ def validate_config(cfg: Config, *, check_registries: bool = True) -> Config:
     keyword defaults into ``algorithm.kwargs``. With ``check_registries`` (default) the env
     id must be registered (P10) and the estimator kwargs must bind to its signature.
     Raises:
-        ConfigError: unknown env id or estimator, or kwargs that do not bind.
+        ConfigError: unknown env id or estimator, kwargs that do not bind, or a chain
+            estimator with ``rollout.sampler: tree | rtpo``.
     """
     update = cfg.update
     if update.sum_norm_tokens is None:
@@ -246,7 +247,22 @@ def validate_config(cfg: Config, *, check_registries: bool = True) -> Config:
         _validate_env_id(cfg.env.id)
         _validate_loss(update.loss)
         algorithm = dataclasses.replace(algorithm, kwargs=_resolve_estimator_kwargs(algorithm.estimator, algorithm.kwargs))
+        _validate_tree_estimator(algorithm.estimator, cfg.rollout.sampler)
     return dataclasses.replace(cfg, update=update, algorithm=algorithm)
+
+
+def _validate_tree_estimator(name: str, sampler: str) -> None:
+    """``rollout.sampler: tree | rtpo`` needs an estimator that accepts trees (ConfigError)."""
+    if sampler == "chain":
+        return
+    try:
+        registry = importlib.import_module("agentrl.credit.registry")
+    except ModuleNotFoundError:
+        return
+    if not registry.get_estimator(name).accepts_trees:
+        raise ConfigError(f"rollout.sampler: {sampler} stores trees, but algorithm.estimator {name!r} scores chains "
+                          f"(its advantages would depend on which branch is stored as a turn's chain); use one of "
+                          f"{registry.tree_estimators()} or rollout.sampler: chain")
 
 
 # --------------------------------------------------------------------------- entry points

@@ -35,6 +35,9 @@ class EstimatorSpec:
         update_order: optional ``(table) -> list of int64 row-index arrays``: the groups of
             rows the trainer must update one after another, in this order (RTPO's
             reverse-turn schedule). None: the trainer shuffles rows into minibatches.
+        accepts_trees: the estimator scores branching rollouts (a turn with several children:
+            Tree-GRPO trees, RTPO's reverse trees). A chain estimator on a tree would depend
+            on which branch is stored as a turn's chain (issue 19 item 9); it is refused.
     """
 
     name: str
@@ -43,6 +46,7 @@ class EstimatorSpec:
     params: Mapping[str, Any]
     choices: Mapping[str, tuple] = field(default_factory=dict)
     update_order: Callable[[TurnTable], list] | None = None
+    accepts_trees: bool = False
 
 
 _REGISTRY: Registry[EstimatorSpec] = Registry("estimator")
@@ -66,7 +70,7 @@ def _signature_params(name: str, fn: EstimatorFn) -> dict[str, Any]:
 
 def register_estimator(
     name: str, requires: tuple[str, ...] = (), choices: Mapping[str, tuple] | None = None,
-    update_order: Callable[[TurnTable], list] | None = None,
+    update_order: Callable[[TurnTable], list] | None = None, accepts_trees: bool = False,
 ) -> Callable[[EstimatorFn], EstimatorFn]:
     """Decorator registering ``fn`` under ``name``; returns ``fn`` unchanged.
 
@@ -76,6 +80,7 @@ def register_estimator(
             ``compute_advantages`` with ``TurnTable.require``.
         choices: allowed values of enumerated keyword arguments (checked at validation).
         update_order: see ``EstimatorSpec.update_order``.
+        accepts_trees: see ``EstimatorSpec.accepts_trees``.
     Raises:
         TypeError: the signature is not ``(table, *, kw=default, ...)``.
         ValueError: ``name`` is already registered, or ``choices`` names an unknown keyword.
@@ -87,7 +92,7 @@ def register_estimator(
         bad = [k for k in ch if k not in params]
         if bad:
             raise ValueError(f"estimator {name!r}: choices given for unknown parameter(s) {bad}")
-        _REGISTRY.register(name, EstimatorSpec(name, fn, tuple(requires), params, ch, update_order))
+        _REGISTRY.register(name, EstimatorSpec(name, fn, tuple(requires), params, ch, update_order, accepts_trees))
         return fn
 
     return deco
@@ -174,18 +179,33 @@ def compute_advantages(table: TurnTable, name: str, **kwargs: Any) -> np.ndarray
         non-trainable rows).
     Raises:
         KeyError / TypeError / ValueError: as ``validate_estimator_kwargs``; ValueError when
-        the table lacks a required column; RuntimeError when the estimator returns a
+        the table lacks a required column, or branches under a chain estimator; RuntimeError when the estimator returns a
         wrong shape or a non-finite value.
     """
     validate_estimator_kwargs(name, kwargs)
     spec = get_estimator(name)
     table.require(spec.requires)
+    if not spec.accepts_trees and is_branching(table):
+        raise ValueError(f"estimator {name!r} scores chains, but the table branches (a turn with several children: "
+                         f"tree rollouts); use one that accepts trees: {', '.join(tree_estimators())}")
     out = np.asarray(spec.fn(table, **kwargs))
     if out.shape != (len(table),) or out.dtype != np.float64:
         raise RuntimeError(f"estimator {name!r} returned {out.dtype}{out.shape}; expected float64({len(table)},)")
     if not np.all(np.isfinite(out)):
         raise RuntimeError(f"estimator {name!r} returned non-finite advantages; check rewards/values for NaN")
     return out
+
+
+def is_branching(table: TurnTable) -> bool:
+    """True when some row is the parent of two or more rows (a tree, not a set of chains)."""
+    parents = np.asarray(table.parent)
+    parents = parents[parents >= 0]
+    return bool(parents.size) and int(np.bincount(parents).max()) > 1
+
+
+def tree_estimators() -> list[str]:
+    """Sorted names of the registered estimators that accept trees."""
+    return [n for n in list_estimators() if get_estimator(n).accepts_trees]
 
 
 def update_groups(name: str, table: TurnTable, rows: np.ndarray) -> list[np.ndarray] | None:

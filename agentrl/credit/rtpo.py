@@ -36,7 +36,8 @@ def _check_branches(table: TurnTable) -> None:
             raise ValueError("RTPO branch ids must be unique over the table (one group per branch id)")
 
 
-@register_estimator("rtpo", requires=("branch",), choices={"mode": S.MODES}, update_order=lambda table: rtpo_update_groups(table))
+@register_estimator("rtpo", requires=("branch",), choices={"mode": S.MODES},
+                    update_order=lambda table: rtpo_update_groups(table), accepts_trees=True)
 def rtpo(table: TurnTable, *, gamma: float = 1.0, mode: str = "mean_std_norm", eps: float = S.EPS) -> np.ndarray:
     """RTPO branch-group advantage on branching-turn rows (§9.3).
 

@@ -147,3 +147,38 @@ def test_turn_ppo_single_turn_and_truncation_edge_cases():
 def test_credit_imports_no_torch():
     code = "import sys, agentrl.credit; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _fork_table() -> TurnTable:
+    """r → t1 → {a: reward 1, b: reward 0}: turn t1 (row 1) has two children (rows 2 and 3)."""
+    n = 4
+    return TurnTable(group=[0] * n, episode=[0, 0, 0, 1], t=[0, 1, 2, 2], reward=[0.0, 0.0, 1.0, 0.0],
+                     terminated=[False, False, True, True], truncated=[False] * n, action_valid=[True] * n,
+                     anchor_key=[0, 1, 2, 2], next_anchor_key=[1, 2, 3, 3], action_key=[0, 1, 2, 3],
+                     parent=[-1, 0, 1, 1], episode_ok=[True] * n, trainable=[True] * n, turn_id=list(range(n)),
+                     tree=[0] * n)
+
+
+def test_chain_estimators_refuse_a_tree_and_tree_estimators_take_it():
+    from agentrl.credit import get_estimator, list_estimators
+    from agentrl.credit.registry import is_branching, tree_estimators
+
+    tb = _fork_table()
+    assert is_branching(tb) and not is_branching(batch12())
+    assert tree_estimators() == ["rtpo", "tree_grpo"]
+    for name in list_estimators():
+        if not get_estimator(name).accepts_trees and not get_estimator(name).requires:
+            with pytest.raises(ValueError, match="scores chains, but the table branches"):
+                compute_advantages(tb, name)
+    adv = compute_advantages(tb, "tree_grpo")
+    assert adv.shape == (4,) and adv[2] > adv[3]  # the winning branch beats the losing one
+
+
+def test_config_refuses_a_chain_estimator_with_a_tree_sampler():
+    from agentrl.config import ConfigError, config_from_dict
+
+    raw = {"env": {"id": "agentrl/Toy-v0"}, "rollout": {"sampler": "tree"}, "algorithm": {"estimator": "gigpo"}}
+    with pytest.raises(ConfigError, match="stores trees, but algorithm.estimator 'gigpo' scores chains"):
+        config_from_dict(raw)
+    ok = config_from_dict({**raw, "algorithm": {"estimator": "tree_grpo"}})
+    assert ok.algorithm.estimator == "tree_grpo"
