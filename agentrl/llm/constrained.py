@@ -22,6 +22,7 @@ completion, the allowed ids at each position (int64 arrays); the engine
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Callable, Mapping, Sequence
 
@@ -34,6 +35,7 @@ CONSTRAINTS = ("none", "admissible")
 #: ``Turn.info`` keys written by a constrained turn.
 INFO_ALLOWED = "allowed_actions"
 INFO_FORMAT = "action_format"
+INFO_DIGEST = "allowed_digest"
 
 Encode = Callable[[str], Sequence[int]]
 
@@ -185,18 +187,37 @@ def allowed_token_ids(actions: Sequence[str], action_format: str, encode: Encode
     return trie.walk(completion_ids)
 
 
+def allowed_digest(sequences: Sequence[Sequence[int]]) -> str:
+    """A digest (16 hex chars of SHA-256) of the allowed completions a constrained turn was
+    sampled under: the id sequences, in order. Stored with the turn (``info["allowed_digest"]``)
+    so the update can tell the mask it rebuilds from the stored list is the one the sampler used."""
+    h = hashlib.sha256()
+    for seq in sequences:
+        ids = np.asarray(seq, dtype="<i8")
+        h.update(np.int64(ids.size).tobytes() + ids.tobytes())
+    return h.hexdigest()[:16]
+
+
 def turn_allowed_ids(turn: Turn, encode: Encode, eos_token_id: int) -> list[np.ndarray] | None:
     """The per-position allowed ids of a stored turn, or None when it was sampled unconstrained
     (no ``allowed_actions`` in ``turn.info``).
 
     Raises:
-        ValueError: the stored completion does not follow its stored constraint.
+        ValueError: the stored completion does not follow its stored constraint, or the stored
+            list no longer gives the allowed ids the turn was sampled under (its
+            ``allowed_digest``: the list was edited after sampling, or the tokenizer changed).
     """
     actions = turn.info.get(INFO_ALLOWED)
     if not actions:
         return None
-    return allowed_token_ids(actions, str(turn.info.get(INFO_FORMAT, "tag:action")), encode, eos_token_id,
-                             turn.completion_ids)
+    fmt = str(turn.info.get(INFO_FORMAT, "tag:action"))
+    digest = turn.info.get(INFO_DIGEST)
+    if digest is not None and allowed_digest(completion_sequences(actions, fmt, encode, eos_token_id)) != digest:
+        raise ValueError(f"turn {turn.turn_id} (episode {turn.episode_id}, t={turn.t}): its stored allowed_actions no "
+                         f"longer encode to the allowed ids it was sampled under (digest {digest}); the list was "
+                         "edited after sampling or the tokenizer changed — the rebuilt mask would move the ratio. "
+                         "Train it with the original list and tokenizer, or leave the turn out")
+    return allowed_token_ids(actions, fmt, encode, eos_token_id, turn.completion_ids)
 
 
 def constraint_masks(turns: Sequence[Turn], renderer) -> list[list[np.ndarray] | None] | None:

@@ -28,7 +28,8 @@ from agentrl.env.contract import (ACTION_EXACT, INFO_ADMISSIBLE, INFO_ANCHOR, IN
 from agentrl.env.pool import EnvResult
 from agentrl.llm.base import Completion
 from agentrl.llm.chat import ChatRenderer
-from agentrl.llm.constrained import INFO_ALLOWED, INFO_FORMAT, check_constraint, completion_sequences, has_template
+from agentrl.llm.constrained import (INFO_ALLOWED, INFO_DIGEST, INFO_FORMAT, allowed_digest, check_constraint,
+                                    completion_sequences, has_template)
 from agentrl.rollout.parsing import ActionFormat, parse_format
 from agentrl.types import Episode, EpisodeStatus, Message, Turn
 
@@ -254,6 +255,7 @@ class EpisodeDriver:
         if self._constrained():
             self._pending.info[INFO_ALLOWED] = list(dict.fromkeys(self._admissible))
             self._pending.info[INFO_FORMAT] = self.fmt.spec
+            self._pending.info[INFO_DIGEST] = allowed_digest(self.allowed())  # what the sampler was given
         self._completion = completion.token_ids
         return parsed.text
 

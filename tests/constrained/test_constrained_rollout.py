@@ -121,3 +121,22 @@ def test_template_turns_stay_unconstrained(tiny_tokenizer):
     assert "allowed_actions" not in drv._pending.info
     drv.observe(EnvResult("results", 0.0, False, False, {"admissible_actions": ["click[item a]", "click[next >]"]}))
     assert [a.size > 0 for a in drv.allowed()] == [True, True]
+
+
+def test_an_allowed_list_edited_after_sampling_is_refused(tiny_engine, tiny_tokenizer):
+    from agentrl.llm.chat import ChatRenderer
+    from agentrl.llm.constrained import constraint_masks
+
+    r = ChatRenderer(tiny_tokenizer)
+    eps = collect(tiny_engine, r, _cfg(context="window", n_groups=1, group_size=1))
+    turns = [t for e in eps for t in e.turns if "allowed_actions" in t.info]
+    assert turns and all(len(t.info["allowed_digest"]) == 16 for t in turns)
+    assert constraint_masks(turns, r) is not None  # as sampled: accepted
+    t = turns[0]
+    edited = [a for a in t.info["allowed_actions"] if a == t.action] + ["xyzzy plugh"]  # sampled action kept
+    assert edited != t.info["allowed_actions"]
+    t.info["allowed_actions"] = edited
+    with pytest.raises(ValueError, match="edited after sampling"):
+        turn_allowed_ids(t, r.encode, r.eos_token_id)
+    del t.info["allowed_digest"]  # a store written before digests: rebuilt as before
+    assert turn_allowed_ids(t, r.encode, r.eos_token_id) is not None
