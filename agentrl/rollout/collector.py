@@ -156,8 +156,9 @@ def collect(
         cfg: what to collect.
         pool: an open pool with ≥ ``num_slots`` slots (default: one is opened and closed here).
         on_episode: called with each episode as it finishes (finish order).
-        hooks: ``CollectHooks`` of a long-lived caller (the plans it adds are played too and
-            returned with the rest); None plays ``cfg`` only.
+        hooks: ``CollectHooks`` of a long-lived caller: the plans it adds are played too and
+            reported through ``on_episode`` only (not returned: such a collect may last the
+            whole run); None plays ``cfg`` only.
     Returns:
         ``list[Episode]`` sorted by ``episode_id``; failed episodes carry their status.
     Raises:
@@ -199,14 +200,15 @@ def _run(engine, renderer, cfg, pool, n_slots, on_episode, tick, hooks=None) -> 
         if plan.env_id != cfg.env_id or plan.env_kwargs != cfg.env_kwargs:
             raise ValueError(f"collect: a hooked plan for {plan.env_id} {plan.env_kwargs} cannot play on the pool of "
                              f"{cfg.env_id} {cfg.env_kwargs}; start another collect for it")
-        new = plan_episodes(plan, pool.env_id)
-        seed_of.update((id(e), plan.sampling.seed) for e in new)
-        episodes.extend(new)
+        new = plan_episodes(plan, pool.env_id)  # reported through on_episode only: a streaming collect may
+        seed_of.update((id(e), plan.sampling.seed) for e in new)  # run for the whole training run
         queue.extend(new)
 
     def finish(slot: int) -> None:
         drv = active.pop(slot)
         free.append(slot)
+        if hooks is not None:
+            seed_of.pop(id(drv.episode), None)
         if on_episode is not None:
             on_episode(drv.episode)
         tick(1, n_turns)
@@ -247,7 +249,7 @@ def _run(engine, renderer, cfg, pool, n_slots, on_episode, tick, hooks=None) -> 
                 finish(s)
         tick(0, n_turns)
         admit()
-    return sorted(episodes, key=lambda e: e.episode_id) if hooks is not None else episodes
+    return episodes
 
 
 def _generate(engine: LLMClient, prompts: list, cfg: CollectConfig, rnd: int, allowed: list | None = None,

@@ -112,8 +112,10 @@ def test_a_hooked_plan_plays_as_it_does_alone(tiny_engine, tiny_tokenizer, hold)
     a = replace(checks.toy_config(seed=5, n_groups=2), turn_seeds=True)
     b = replace(checks.toy_config(seed=8, n_groups=2), turn_seeds=True, id_offset=100, group_offset=10)
     alone = collect(tiny_engine, renderer, b)
-    hooks = _Hooks(b, hold=hold)
-    both = collect(tiny_engine, renderer, a, hooks=hooks)
+    hooks, seen = _Hooks(b, hold=hold), []
+    first = collect(tiny_engine, renderer, a, hooks=hooks, on_episode=seen.append)
+    assert [e.episode_id for e in first] == [0, 1, 2, 3]  # the hooked plan is reported, not returned
+    both = sorted(seen, key=lambda e: e.episode_id)
     assert [e.episode_id for e in both] == [0, 1, 2, 3, 100, 101, 102, 103]
     assert [e.group_id for e in both[4:]] == [10, 10, 11, 11]
     for x, y in zip(alone, both[4:]):
