@@ -53,7 +53,8 @@ def run_dtype(dtype: str, args) -> dict:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(path)
-    prompts = [tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True)
+    prompts = [tok.encode(tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True,
+                                                  tokenize=False), add_special_tokens=False)
                for t in (TASKS * ((args.prompts + len(TASKS) - 1) // len(TASKS)))[: args.prompts]]
     t0 = time.perf_counter()
     comps = eng.generate(prompts, SamplingParams(max_tokens=args.tokens, temperature=1.0, seed=0))
