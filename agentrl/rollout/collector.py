@@ -188,9 +188,10 @@ def _progress(cfg: CollectConfig) -> Progress:
 def _run(engine, renderer, cfg, pool, n_slots, on_episode, tick, hooks=None) -> list[Episode]:
     episodes = plan_episodes(cfg, pool.env_id)
     normalize = action_normalization(pool.env_id)  # what the env asks of its actions (default: exact)
-    queue, free = deque(episodes), list(range(n_slots))[::-1]
-    seed_of = {id(e): cfg.sampling.seed for e in episodes}  # a plan's turn seeds come from its own base seed
+    queue = deque((e, cfg.sampling.seed) for e in episodes)  # (episode, its plan's base seed for turn seeds)
+    free = list(range(n_slots))[::-1]
     active: dict[int, EpisodeDriver] = {}
+    seed_of: dict[int, int | None] = {}  # slot → the base seed of the plan its episode belongs to
     n_turns, rnd = 0, 0
 
     def more() -> None:
@@ -200,15 +201,12 @@ def _run(engine, renderer, cfg, pool, n_slots, on_episode, tick, hooks=None) -> 
         if plan.env_id != cfg.env_id or plan.env_kwargs != cfg.env_kwargs:
             raise ValueError(f"collect: a hooked plan for {plan.env_id} {plan.env_kwargs} cannot play on the pool of "
                              f"{cfg.env_id} {cfg.env_kwargs}; start another collect for it")
-        new = plan_episodes(plan, pool.env_id)  # reported through on_episode only: a streaming collect may
-        seed_of.update((id(e), plan.sampling.seed) for e in new)  # run for the whole training run
-        queue.extend(new)
+        # reported through on_episode only, not returned: a streaming collect may run for the whole run
+        queue.extend((e, plan.sampling.seed) for e in plan_episodes(plan, pool.env_id))
 
     def finish(slot: int) -> None:
         drv = active.pop(slot)
         free.append(slot)
-        if hooks is not None:
-            seed_of.pop(id(drv.episode), None)
         if on_episode is not None:
             on_episode(drv.episode)
         tick(1, n_turns)
@@ -219,7 +217,8 @@ def _run(engine, renderer, cfg, pool, n_slots, on_episode, tick, hooks=None) -> 
             return
         starting = {}
         while free and queue:
-            starting[free.pop()] = EpisodeDriver(queue.popleft(), renderer, cfg.loop, engine.max_context, normalize)
+            slot, (ep, seed_of[slot]) = free.pop(), queue.popleft()
+            starting[slot] = EpisodeDriver(ep, renderer, cfg.loop, engine.max_context, normalize)
         if not starting:
             return
         results = pool.reset(list(starting), [d.episode.seed for d in starting.values()])
@@ -236,10 +235,10 @@ def _run(engine, renderer, cfg, pool, n_slots, on_episode, tick, hooks=None) -> 
         if hooks is not None:
             hooks.before_round()
         slots = sorted(active)
-        eps = [active[s].episode for s in slots]
         completions = _generate(engine, [active[s].prompt() for s in slots], cfg, rnd,
                                 [active[s].allowed() for s in slots],
-                                [(seed_of[id(e)], e.episode_id, len(e.turns)) for e in eps])
+                                [(seed_of[s], active[s].episode.episode_id, len(active[s].episode.turns))
+                                 for s in slots])
         rnd += 1
         actions = {s: active[s].act(c) for s, c in zip(slots, completions)}
         results = pool.step(actions)

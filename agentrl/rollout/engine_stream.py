@@ -47,7 +47,6 @@ __all__ = ["EngineStream", "GroupBuffer", "StreamBatch", "StreamClosed", "Worker
 class _Shard:
     cc: CollectConfig
     waiting: set[int] = field(default_factory=set)  # episode ids not yet received
-    have: set[int] = field(default_factory=set)
 
 
 class EngineStream:
@@ -78,8 +77,7 @@ class EngineStream:
         self._last_take, self._error, self._stop = time.monotonic(), None, False
         self._cv = threading.Condition()
         with self._cv:
-            while self._next <= self._taken + max_staleness:
-                self._submit()
+            self._fill()
         self._thread = threading.Thread(target=self._serve, name="agentrl-engine-stream", daemon=True)
         self._thread.start()
 
@@ -106,6 +104,11 @@ class EngineStream:
                 self._buffer.expect(cc.group_offset + g for g in groups)
         self._next += 1
 
+    def _fill(self) -> None:
+        """Submit productions up to the one S ahead of the iteration being taken (caller holds the condition)."""
+        while self._next <= self._taken + self.max_staleness:
+            self._submit()
+
     def push_weights(self, state, version: int) -> None:
         """Publish ``state`` as ``version``; the workers load it on their own (returns at once)."""
         self.workers.publish(state, version)
@@ -119,8 +122,7 @@ class EngineStream:
         t0 = time.monotonic()
         dropped: list[list[Episode]] = []
         with self._cv:
-            while self._next <= self._taken + self.max_staleness:
-                self._submit()
+            self._fill()
             self._cv.notify_all()
             extra = 0
             while True:
@@ -197,7 +199,7 @@ class EngineStream:
                 reason = (f"engine worker {i} died or went silent while streaming; it was restarted with "
                           f"policy version {self.workers.policy_version}")
                 for shard in self._out[i]:
-                    for ep in aborted_episodes(shard.cc, shard.have, reason):
+                    for ep in aborted_episodes(shard.cc, self._ids_of(shard.cc) - shard.waiting, reason):
                         self._buffer.add(ep)
                 self._out[i] = []
             elif msg[0] == "episode":
@@ -205,7 +207,6 @@ class EngineStream:
                 for shard in self._out[i]:
                     if ep.episode_id in shard.waiting:
                         shard.waiting.discard(ep.episode_id)
-                        shard.have.add(ep.episode_id)
                         self._buffer.add(ep)
                 self._out[i] = [s for s in self._out[i] if s.waiting]
             elif msg[0] == "error":
