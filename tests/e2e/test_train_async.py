@@ -116,3 +116,16 @@ def _raw(cfg):
     from agentrl.config import to_dict
 
     return to_dict(cfg)
+
+
+def test_bf16_asynchronous_run_keeps_the_bound_and_corrects(tiny_dir, tmp_path):
+    """The same mechanism in bf16 (weights published to bf16 engine workers, turns within S, the
+    correction's metrics logged)."""
+    cfg = _cfg(tiny_dir, tmp_path, name="s1-bf16", iterations=2, rollout__engines=1, rollout__max_staleness=1,
+               run__eval_every=0, run__seed=0, policy__dtype="bfloat16", update__rollout_correction="tis")
+    result = _train(cfg)
+    assert result.state.iteration == 2 and result.state.policy_version == 2
+    trained, episodes = _trained(result)
+    assert trained and all(0 <= it - v <= 1 for it, v in trained.values())
+    rows = [json.loads(x) for x in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["async/staleness_max"] <= 1 for r in rows) and any("correction/kl" in r for r in rows)
