@@ -49,7 +49,10 @@ class Limits:
         max_procs: processes + threads of the sandbox uid (RLIMIT_NPROC / pids cgroup).
         max_file_mb: largest file the code may write (MiB, RLIMIT_FSIZE).
         max_open_files: open file descriptors (RLIMIT_NOFILE).
-        work_mb: size of the private work dir tmpfs (MiB); ``tmp_mb``: of the private /tmp.
+        work_mb: size of the private work dir tmpfs (MiB); ``tmp_mb``: of the private /tmp;
+            ``shm_mb``: of ``/dev/shm`` (POSIX shared memory, semaphores). These three
+            are the only writable places of a bwrap run (``/`` and ``/dev`` are
+            read-only), so files can take at most their sum of host RAM.
         max_output_bytes: bytes of stdout and of stderr kept each (head and tail kept,
             the middle replaced by a marker).
     """
@@ -62,12 +65,13 @@ class Limits:
     max_open_files: int = 256
     work_mb: int = 64
     tmp_mb: int = 64
+    shm_mb: int = 16
     max_output_bytes: int = 1 << 20
 
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0 seconds, got {self.timeout_s}")
-        for name in ("memory_mb", "max_procs", "max_file_mb", "max_open_files", "work_mb", "tmp_mb"):
+        for name in ("memory_mb", "max_procs", "max_file_mb", "max_open_files", "work_mb", "tmp_mb", "shm_mb"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_output_bytes < 64:

@@ -3,8 +3,9 @@
 One run (as root) = ``setpriv --pdeathsig KILL → [sh (cgroup join)] → unshare --pid
 (reaper) → setpriv (drop to the slot uid) → prlimit (CPU, AS, NPROC, FSIZE, NOFILE) →
 bwrap --unshare-all --die-with-parent --new-session`` with a read-only
-``/usr`` and ``/etc``, size-capped private tmpfs ``/tmp`` and ``/sandbox`` (the work dir,
-files copied in from memfds), fresh pid/net/ipc/uts/user namespaces, and a parent wall
+``/usr`` and ``/etc``, size-capped private tmpfs ``/tmp``, ``/dev/shm`` and ``/sandbox``
+(the work dir, files copied in from memfds) as the only writable places (``/`` and ``/dev``
+are remounted read-only), fresh pid/net/ipc/uts/user namespaces, and a parent wall
 clock that SIGKILLs the reaper's child and then the process group (the pid namespaces take
 every descendant with them; the reaper's namespace reaps bwrap's helper, which the host
 init here would leave as a zombie counting against RLIMIT_NPROC). ``setpriv --pdeathsig``
@@ -177,7 +178,11 @@ class BwrapSandbox:
         argv += ["--size", str(lim.tmp_mb << 20), "--tmpfs", "/tmp"]
         for path in self.python.bind_dirs:  # after the /tmp tmpfs, which would hide a venv under /tmp
             argv += ["--ro-bind", path, path]
-        argv += ["--size", str(lim.work_mb << 20), "--tmpfs", WORKDIR, *extra, "--chdir", WORKDIR]
+        argv += ["--size", str(lim.work_mb << 20), "--tmpfs", WORKDIR, *extra]
+        argv += ["--size", str(lim.shm_mb << 20), "--tmpfs", "/dev/shm"]
+        # bwrap's own root and /dev are tmpfs without a size: read-only, else files there
+        # take host RAM past every limit (issue 20 item 2); non-recursive, the caps stay rw
+        argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", WORKDIR]
         return argv + ["--", *req.argv]
 
     def run(self, cmd: Sequence[str] | None = None, *, code: str | None = None,
@@ -198,7 +203,7 @@ class BwrapSandbox:
     def _run_in_slot(self, slot: Slot, req: ExecRequest) -> ExecResult:
         lim = req.limits
         group = self._group(slot)
-        mem_bytes = (lim.memory_mb + lim.work_mb + lim.tmp_mb) << 20
+        mem_bytes = (lim.memory_mb + lim.work_mb + lim.tmp_mb + lim.shm_mb) << 20
         oom_before = group.configure(lim.max_procs, mem_bytes) if group else 0
         extra, fds = file_args(req.files)
         try:
