@@ -55,7 +55,7 @@ def _cap(data: bytes, cap: int) -> tuple[str, bool]:
 def container_kwargs(req: ExecRequest) -> dict:
     """Keyword arguments of ``containers.create`` for one request: nobody, no network, no
     capabilities, no-new-privileges, memory = memory+swap limit, pids limit, CPU/FSIZE/
-    NOFILE ulimits, a size-capped /tmp; stdin is read from a file copied in with the rest."""
+    NOFILE ulimits, a size-capped /tmp and /dev/shm; stdin is read from a file copied in with the rest."""
     from docker.types import Ulimit
 
     lim, mib = req.limits, 1 << 20
@@ -66,6 +66,7 @@ def container_kwargs(req: ExecRequest) -> dict:
         command=argv, user="65534:65534", working_dir=WORKDIR, environment=minimal_env(req.env, WORKDIR),
         network_mode="none", cap_drop=["ALL"], security_opt=["no-new-privileges"], mem_limit=f"{lim.memory_mb}m",
         memswap_limit=f"{lim.memory_mb}m", pids_limit=lim.max_procs, tmpfs={"/tmp": f"size={lim.tmp_mb}m"},
+        shm_size=f"{lim.shm_mb}m",
         ulimits=[Ulimit(name="cpu", soft=lim.cpu_limit_s, hard=lim.cpu_limit_s + 1),
                  Ulimit(name="fsize", soft=lim.max_file_mb * mib, hard=lim.max_file_mb * mib),
                  Ulimit(name="nofile", soft=lim.max_open_files, hard=lim.max_open_files)],

@@ -86,6 +86,7 @@ def test_container_kwargs_are_accepted_by_the_sdk_and_isolating():
     args = _create_container_args({"image": "img", "version": "1.44", **kw})
     host = args["host_config"]
     assert host["NetworkMode"] == "none" and host["CapDrop"] == ["ALL"]
+    assert host["ShmSize"] == 16 * 2**20
     assert host["PidsLimit"] == 16 and host["Memory"] == 256 * 2**20 and host["MemorySwap"] == 256 * 2**20
     assert args["user"] == "65534:65534" and args["command"][:2] == ["sh", "-c"]
     import io
