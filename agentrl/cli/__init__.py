@@ -40,8 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyError, ValueError, FileNotFoundError, ImportError, PermissionError) as exc:
         from rich.console import Console
 
-        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {msg}", highlight=False)
+        from agentrl.cli._text import markup_safe
+
+        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)  # may quote stored text
+        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {markup_safe(msg)}", highlight=False)
         return 2
 
 

@@ -3,13 +3,16 @@
 Without ``--run``: the latest run. Without ``--episode``: a table of the run's episodes (id, group, task, status, return,
 success, turns). With ``--episode N``: every turn of episode N — observation, action,
 reward, validity, token counts and, when the trainer wrote them, the latest advantage of
-each estimator.
+each estimator. Stored text is printed literally: ``[...]`` is not rich markup, and control
+characters other than newline and tab are shown as escapes (``\x1b``), never sent raw.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+
+from agentrl.cli._text import text, visible
 
 
 def register(subparsers) -> None:
@@ -39,8 +42,8 @@ def run(args: argparse.Namespace) -> int:
         run_id, runs = args.run, store.runs()
         if run_id is None and len(runs) > 1:  # the latest run, not a resume's split-off attempt
             run_id = ([r for r in runs if INTERRUPTED not in r] or runs)[-1]
-            console.print(f"showing run {run_id}, the latest of {len(runs)} runs ({', '.join(runs)}); "
-                          f"pick one with --run", highlight=False, markup=False)
+            console.print(text(f"showing run {run_id}, the latest of {len(runs)} runs ({', '.join(runs)}); "
+                               f"pick one with --run"), highlight=False)
         if args.episode is None:
             _summary(console, store, run_id, args.limit)
         else:
@@ -57,12 +60,12 @@ def _summary(console, store, run_id: str | None, limit: int) -> None:
 
     recs = store.episodes(run_id)
     title = f"run {recs[0].run_id}: {len(recs)} episodes" if recs else "no episodes"
-    table = Table(title=title, title_justify="left")
+    table = Table(title=text(title), title_justify="left")
     for col in ("episode", "group", "task", "status", "return", "success", "turns"):
         table.add_column(col, justify="right" if col in ("episode", "group", "return", "turns") else "left")
     for r in recs[:limit]:
-        status = r.status.value if r.status.value == "ok" else f"[red]{r.status.value}[/]"
-        table.add_row(str(r.episode_id), str(r.group_id), r.task_id, status, _fmt(r.return_),
+        status = text(r.status.value, "" if r.status.value == "ok" else "red")
+        table.add_row(str(r.episode_id), str(r.group_id), text(r.task_id), status, _fmt(r.return_),
                       "yes" if r.success else "no", str(r.n_turns))
     console.print(table)
     if len(recs) > limit:
@@ -82,7 +85,6 @@ def _latest_advantages(store, run_id: str) -> dict[int, list[str]]:
 
 def _episode(console, store, run_id: str | None, episode_id: int) -> None:
     from rich.panel import Panel
-    from rich.text import Text
 
     recs = store.episodes(run_id, [episode_id])
     if not recs:
@@ -92,9 +94,9 @@ def _episode(console, store, run_id: str | None, episode_id: int) -> None:
     head = (f"run {rec.run_id} · episode {rec.episode_id} · group {rec.group_id} · {rec.env_id} task {rec.task_id} "
             f"seed {rec.seed} · status {rec.status.value} · return {_fmt(rec.return_)} · "
             f"success {'yes' if rec.success else 'no'}")
-    console.print(Text(head, style="bold"))
+    console.print(text(head, "bold"))
     if rec.error:
-        console.print(Text(f"error: {rec.error}", style="red"))
+        console.print(text(f"error: {rec.error}", "red"))
     adv = _latest_advantages(store, rec.run_id)
     for tr in store.turns(episode_id, rec.run_id):
         flags = [f for f, on in (("terminated", tr.terminated), ("truncated", tr.truncated)) if on]
@@ -103,10 +105,10 @@ def _episode(console, store, run_id: str | None, episode_id: int) -> None:
                 f"policy_version={tr.policy_version}" + (f" {' '.join(flags)}" if flags else ""))
         if tr.turn_id in adv:
             meta += " advantage " + " ".join(adv[tr.turn_id])
-        body = Text(tr.observation)
+        body = text(tr.observation)
         body.append("\n> ", style="bold green")
-        body.append(tr.action, style="bold green")
-        console.print(Text(meta, style="cyan"))
+        body.append(visible(tr.action), style="bold green")
+        console.print(text(meta, "cyan"))
         if tr.info:  # e.g. segment / fork / drift fields recorded by the rollout loop or the proxy
-            console.print(Text("info " + json.dumps(tr.info, sort_keys=True, separators=(",", ":")), style="dim"), soft_wrap=True)
+            console.print(text("info " + json.dumps(tr.info, sort_keys=True, separators=(",", ":")), "dim"), soft_wrap=True)
         console.print(Panel(body))

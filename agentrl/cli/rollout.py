@@ -136,8 +136,10 @@ def run(args: argparse.Namespace) -> int:
                 flush()
     done = sum(counts.values())
     summary = ", ".join(f"{n} {s.value}" for s, n in counts.items() if n)
-    console.print(f"stored {done} episodes of run [bold]{run_id}[/] in {args.store} ({summary}; {n_won} won)",
-                  highlight=False)
+    from agentrl.cli._text import markup_safe
+
+    console.print(f"stored {done} episodes of run [bold]{markup_safe(run_id)}[/] in {markup_safe(args.store)} "
+                  f"({summary}; {n_won} won)", highlight=False)
     console.print(f"replay: agentrl replay {shlex.quote(str(args.store))} --run {shlex.quote(run_id)}", highlight=False,
                   markup=False)
     return 0
