@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sqlite3
+from pathlib import Path
 
 from agentrl.cli._text import text, visible
 
@@ -31,13 +33,24 @@ def run(args: argparse.Namespace) -> int:
 
     Raises:
         FileNotFoundError: no store at PATH. KeyError: unknown run or episode.
-        SchemaVersionError: the store has another schema version.
+        SchemaVersionError: the store has another schema version. StoreDamagedError: the
+        file fails SQLite's integrity check (at open, or a read fails later).
     """
     from rich.console import Console
 
+    console = Console()
+    try:
+        _replay(console, args)
+    except sqlite3.DatabaseError as exc:  # damage past the open-time check (e.g. a page changed since)
+        from agentrl.store.schema import damaged_error
+
+        raise damaged_error(Path(args.store), str(exc), writing=False) from exc
+    return 0
+
+
+def _replay(console, args: argparse.Namespace) -> None:
     from agentrl.store import INTERRUPTED, TurnStore
 
-    console = Console()
     with TurnStore(args.store, readonly=True) as store:
         run_id, runs = args.run, store.runs()
         if run_id is None and len(runs) > 1:  # the latest run, not a resume's split-off attempt
@@ -48,7 +61,6 @@ def run(args: argparse.Namespace) -> int:
             _summary(console, store, run_id, args.limit)
         else:
             _episode(console, store, run_id, args.episode)
-    return 0
 
 
 def _fmt(x: float | None) -> str:

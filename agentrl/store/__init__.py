@@ -10,7 +10,7 @@ pyarrow. It meets the rest of agentrl only through ``Episode``/``Turn`` in and
 
 from agentrl.store.export import export_parquet
 from agentrl.store.records import AdvantageRecord, EpisodeRecord, MetricRecord
-from agentrl.store.schema import SchemaVersionError, StoreError, StorePathError
+from agentrl.store.schema import SchemaVersionError, StoreDamagedError, StoreError, StorePathError
 from agentrl.store.sqlite import INTERRUPTED, TurnStore
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "INTERRUPTED",
     "MetricRecord",
     "SchemaVersionError",
+    "StoreDamagedError",
     "StoreError",
     "StorePathError",
     "TurnStore",

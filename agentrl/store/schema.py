@@ -23,6 +23,8 @@ copying (measured: the same turns/s once the final checkpoint is counted).
 
 from __future__ import annotations
 
+import logging
+import os
 import sqlite3
 from pathlib import Path
 
@@ -73,8 +75,27 @@ class SchemaVersionError(StoreError):
     """The file was written with another ``SCHEMA_VERSION`` than this agentrl reads."""
 
 
+class StoreDamagedError(StoreError):
+    """The file is an SQLite file whose pages fail SQLite's integrity check (``quick_check``)."""
+
+
 class StorePathError(PermissionError):
     """The store path cannot be created or written; the message names the path and the fix."""
+
+
+_log = logging.getLogger("agentrl.store")
+_NOTED: set[Path] = set()  # read-only stores already reported (one log line per path and process)
+
+
+def _read_only_reason(folder: Path) -> str | None:
+    """Why ``folder`` cannot be written (``None``: it can): a read-only file system (found with
+    ``statvfs``, so it holds for root too) or missing write permission."""
+    try:
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return "it is on a read-only file system"
+    except OSError:
+        return None
+    return None if os.access(folder, os.W_OK) else "its directory is not writable by this user"
 
 
 def _check_path(path: Path, readonly: bool) -> None:
@@ -94,31 +115,101 @@ def _check_path(path: Path, readonly: bool) -> None:
             f"cannot create the directory of store path {path} ({exc.strerror}); "
             f"pass --store / store.path in a writable directory"
         ) from exc
+    reason = _read_only_reason(path.parent)
+    if reason is not None and path.exists():
+        raise StorePathError(
+            f"turn store {path} is read-only ({reason}): it can be read (`agentrl replay {path}`, `agentrl view "
+            f"{path}`) but not appended to; pass a new --store / store.path in a writable directory, or copy it "
+            f"there first with `agentrl store backup {path} NEW.sqlite`"
+        )
 
 
-def connect(path: str | Path, *, readonly: bool = False) -> sqlite3.Connection:
-    """Open (creating if needed) the store file and check its schema version.
+def damaged_error(path: Path, detail: str, *, writing: bool) -> "StoreDamagedError":
+    """The one-line ``StoreDamagedError`` for ``path``, quoting SQLite's first complaint ``detail``."""
+    detail = " ".join(str(detail).split())
+    detail = detail if len(detail) <= 160 else detail[:157] + "..."
+    return StoreDamagedError(
+        f"turn store {path} is damaged (SQLite: {detail}); nothing was {'written' if writing else 'read'}. "
+        f"Restore it from a backup (`agentrl store backup` copies a live store), or salvage the readable rows "
+        f"into a new file with the sqlite3 shell: `sqlite3 {path} .recover | sqlite3 NEW.sqlite`"
+    )
+
+
+def check_integrity(conn: sqlite3.Connection, path: Path, *, writing: bool) -> None:
+    """SQLite's ``PRAGMA quick_check`` (every b-tree page and cell, not index contents): about
+    0.8 ms per MiB of store (benchmarks/store_indexes.py), i.e. ~1 s per GB.
+
+    Raises:
+        StoreDamagedError: the check reports a problem.
+    """
+    try:
+        rows = conn.execute("PRAGMA quick_check(1)").fetchall()
+    except sqlite3.DatabaseError as exc:  # e.g. the schema page itself is unreadable
+        if "not a database" in str(exc):
+            raise
+        raise damaged_error(path, str(exc), writing=writing) from exc
+    if rows != [("ok",)]:
+        raise damaged_error(path, rows[0][0] if rows else "no result", writing=writing)
+
+
+def _open_read(path: Path) -> sqlite3.Connection:
+    """``mode=ro``; on a read-only file system (no ``-shm`` can be created beside the file)
+    ``immutable=1`` instead, which is exact when no ``-wal`` file holds newer transactions."""
+    uri = path.resolve().as_uri()
+    kw = dict(uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+    conn = sqlite3.connect(f"{uri}?mode=ro", **kw)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # opens the WAL index (-shm)
+        return conn
+    except sqlite3.OperationalError as exc:
+        reason = _read_only_reason(path.parent)
+        if "unable to open" not in str(exc) or reason is None:
+            conn.close()
+            raise
+    conn.close()
+    wal = path.with_name(path.name + "-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        raise StorePathError(
+            f"turn store {path} is read-only ({reason}) and its latest transactions sit in {wal.name}, which SQLite "
+            f"cannot read there without a {path.name}-shm file; copy {path.name} and {wal.name} to a writable "
+            f"directory and open the copy"
+        )
+    if path not in _NOTED:
+        _NOTED.add(path)
+        _log.info("turn store %s is read-only (%s): opened it read-only (immutable)", path, reason)
+    return sqlite3.connect(f"{uri}?mode=ro&immutable=1", **kw)
+
+
+def connect(path: str | Path, *, readonly: bool = False, check: bool = True) -> sqlite3.Connection:
+    """Open (creating if needed) the store file, check its pages and its schema version.
 
     Args:
         path: the SQLite file.
-        readonly: open for reading only; the file must exist.
+        readonly: open for reading only; the file must exist. A store on a read-only file
+            system is opened ``immutable`` (and logged once).
+        check: run ``check_integrity`` on an existing file (~0.8 ms per MiB); the viewer's
+            per-request connections skip it (it checks once at start-up).
     Returns:
         a connection in autocommit mode (transactions are explicit ``BEGIN IMMEDIATE``).
     Raises:
-        StorePathError: the path is a directory or cannot be written.
+        StorePathError: the path is a directory or cannot be written (e.g. a store on a
+            read-only file system opened for writing).
         FileNotFoundError: ``readonly`` and the file does not exist.
+        StoreDamagedError: the file fails SQLite's integrity check; nothing is written.
         StoreError: the file is not an agentrl store (e.g. not SQLite).
         SchemaVersionError: the file has another schema version.
     """
     path = Path(path)
     _check_path(path, readonly)
+    existed = path.exists() and path.stat().st_size > 0
     try:
         if readonly:
-            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S,
-                                   isolation_level=None, check_same_thread=False)
+            conn = _open_read(path)
         else:
             conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        if check and existed:
+            check_integrity(conn, path, writing=not readonly)
         if not readonly:
             conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")  # no effect on an existing file
             conn.execute("PRAGMA journal_mode = WAL")
@@ -134,6 +225,8 @@ def connect(path: str | Path, *, readonly: bool = False) -> sqlite3.Connection:
             ) from exc
         raise StoreError(f"cannot open the turn store at {path}: {exc}") from exc
     except sqlite3.DatabaseError as exc:
+        if "malformed" in str(exc):
+            raise damaged_error(path, str(exc), writing=not readonly) from exc
         raise StoreError(
             f"{path} is not an agentrl turn store ({exc}); pass the path of a store file or a new path"
         ) from exc
