@@ -2,12 +2,13 @@
 
 Owns: the on-disk schema (``schema``), exact Turn encoding (``codec``), batch validation
 and id assignment (``batch``), ``TurnStore`` (``sqlite``), the columnar ``TurnTable`` build
-(``table``) and Parquet export (``export``).
+(``table``), Parquet export (``export``) and consistent copies (``backup``).
 May import: ``agentrl.types``, ``agentrl.registry`` and the standard library / NumPy /
 pyarrow. It meets the rest of agentrl only through ``Episode``/``Turn`` in and
 ``TurnTable`` out; it never imports torch.
 """
 
+from agentrl.store.backup import BackupSummary, backup
 from agentrl.store.export import export_parquet
 from agentrl.store.records import AdvantageRecord, EpisodeRecord, MetricRecord
 from agentrl.store.schema import SchemaVersionError, StoreDamagedError, StoreError, StorePathError
@@ -15,6 +16,7 @@ from agentrl.store.sqlite import INTERRUPTED, TurnStore
 
 __all__ = [
     "AdvantageRecord",
+    "BackupSummary",
     "EpisodeRecord",
     "INTERRUPTED",
     "MetricRecord",
@@ -23,5 +25,6 @@ __all__ = [
     "StoreError",
     "StorePathError",
     "TurnStore",
+    "backup",
     "export_parquet",
 ]

@@ -31,6 +31,8 @@ _STATUS = {s.value: s for s in EpisodeStatus}
 _INSERT_EPISODE = f"INSERT INTO episodes (run_key, {_EPISODE_COLS}) VALUES ({', '.join('?' * 12)})"
 #: Marks the run id a resume splits an interrupted attempt off to: ``<run>.interrupted-<time>``.
 INTERRUPTED = ".interrupted-"
+#: Seconds a closing writer waits for readers to let its final WAL checkpoint finish.
+CLOSE_CHECKPOINT_S = 5.0
 _INSERT_TURN = f"INSERT INTO turns (uid, run_key, turn_id, {_TURN_SELECT}) VALUES ({', '.join('?' * 21)})"
 
 
@@ -59,8 +61,20 @@ class TurnStore:
 
     # -- lifecycle ---------------------------------------------------------------------
     def close(self) -> None:
-        """Close the connection (idempotent)."""
-        if self._conn is not None:
+        """Close the connection (idempotent). A writer first checkpoints the WAL into the main
+        file and empties it (``wal_checkpoint(TRUNCATE)``), so the ``.sqlite`` file alone holds
+        every committed turn even while other connections (a viewer) keep the WAL alive; the
+        checkpoint waits at most ``CLOSE_CHECKPOINT_S`` for busy readers, then leaves the rest
+        in the WAL (nothing is lost; ``agentrl store backup`` copies both)."""
+        if self._conn is None:
+            return
+        with self._lock:
+            if not self.readonly:
+                try:
+                    self._conn.execute(f"PRAGMA busy_timeout = {int(CLOSE_CHECKPOINT_S * 1000)}")
+                    self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                except sqlite3.Error:  # busy or locked: the WAL keeps the rest, as before
+                    pass
             self._conn.close()
             self._conn = None
 
