@@ -1,7 +1,8 @@
 """``agentrl/HumanEval-v0``: multi-turn HumanEval with test feedback.
 
 reset shows the function to complete; each step is one attempt: the code is extracted from
-the answer (markdown fences when present), HumanEval's check program runs in the sandbox,
+the answer (markdown fences when present), HumanEval's tests run in the sandbox
+(``envs.code.grading``: a pass needs the checker's nonce line, never exit status alone),
 and a failure's output (e.g. the failing ``assert`` and its traceback) is the next
 observation. Reward 1.0 on pass (terminated, won), 0.0 otherwise; after ``max_attempts``
 failed attempts the episode terminates (lost). An answer without code is an invalid action
@@ -20,8 +21,9 @@ from agentrl.env.contract import INFO_ANCHOR, INFO_ENV_ERROR, INFO_TASK, INFO_VA
 from agentrl.env.spaces import UnicodeText
 from envs.code.episode import canonical_answer, episode_lease, open_sandbox, pick_task, select_tasks
 from envs.code.extract import extract_code
-from envs.code.scoring import describe_failure, run_guarded
-from envs.code.tasks import CodeTask, check_program
+from envs.code.grading import grade
+from envs.code.scoring import describe_failure
+from envs.code.tasks import CodeTask
 from sandboxes import Sandbox
 
 INSTRUCTIONS = (
@@ -96,14 +98,15 @@ class HumanEvalEnv(gymnasium.Env):
         if code is None:
             self._done = last
             return NO_CODE, 0.0, last, False, {INFO_ANCHOR: NO_CODE, INFO_WON: False, INFO_VALID: False}
-        outcome = run_guarded(self.lease, check_program(self.task, code), exec_timeout_s=self.exec_timeout_s,
-                              scoring_timeout_s=self.scoring_timeout_s, memory_mb=self.memory_mb)
+        graded = grade(self.lease, self.task, code, exec_timeout_s=self.exec_timeout_s,
+                       scoring_timeout_s=self.scoring_timeout_s, memory_mb=self.memory_mb)
+        outcome = graded.outcome
         if outcome.infra_error is not None:
             self._done = True
             msg = f"The code could not be scored (sandbox failure): {outcome.infra_error}"
             return msg, 0.0, False, True, {INFO_ANCHOR: msg, INFO_WON: False, INFO_VALID: True,
                                            INFO_ENV_ERROR: outcome.infra_error}
-        if outcome.result.ok:
+        if graded.passed:
             self._done = True
             return PASSED, 1.0, True, False, {INFO_ANCHOR: PASSED, INFO_WON: True, INFO_VALID: True}
         feedback = describe_failure(outcome.result, self.exec_timeout_s, self.memory_mb)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Mapping
 
 from sandboxes import ExecResult, Sandbox
 
@@ -28,9 +29,10 @@ class Outcome:
 
 
 def run_guarded(sandbox: Sandbox, code: str, *, exec_timeout_s: float, scoring_timeout_s: float,
-                memory_mb: int = 1024) -> Outcome:
-    """Run Python ``code`` in ``sandbox`` with ``exec_timeout_s`` for the program and a hard
-    ``scoring_timeout_s`` for the whole call (must exceed ``exec_timeout_s``).
+                memory_mb: int = 1024, files: Mapping[str, str] | None = None) -> Outcome:
+    """Run Python ``code`` (with ``files`` in its work dir) in ``sandbox`` with
+    ``exec_timeout_s`` for the program and a hard ``scoring_timeout_s`` for the whole call
+    (must exceed ``exec_timeout_s``).
 
     Raises:
         ValueError: ``scoring_timeout_s <= exec_timeout_s``.
@@ -44,7 +46,7 @@ def run_guarded(sandbox: Sandbox, code: str, *, exec_timeout_s: float, scoring_t
 
     def call() -> None:
         try:
-            box["result"] = sandbox.run(code=code, timeout_s=exec_timeout_s, memory_mb=memory_mb)
+            box["result"] = sandbox.run(code=code, files=files, timeout_s=exec_timeout_s, memory_mb=memory_mb)
         except Exception as exc:  # noqa: BLE001 - every sandbox failure is an infra failure here
             box["error"] = f"{type(exc).__name__}: {exc}"
 

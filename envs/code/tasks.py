@@ -49,6 +49,8 @@ def solution_program(task: CodeTask, code: str) -> str:
 
 
 def check_program(task: CodeTask, code: str) -> str:
-    """The upstream check program: solution + ``test`` + ``check(entry_point)``; it passes
-    iff it exits 0 within the time limit."""
+    """The upstream check program: solution + ``test`` + ``check(entry_point)`` in one
+    process; it "passes" iff it exits 0. The solution can fake that (``os._exit(0)``, an
+    always-equal return value): for benchmarks only, never for rewards, which go through
+    ``envs.code.grading.grade``."""
     return f"{solution_program(task, code)}\n\n{task.test}\n\ncheck({task.entry_point})\n"

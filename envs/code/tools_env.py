@@ -2,9 +2,9 @@
 
 Tools (schemas in ``envs.code.tool_calls.TOOLS``, also in reset ``info["tools"]``):
 ``run_python(code)`` runs code in the sandbox and returns exit code/stdout/stderr;
-``submit(code)`` grades the function against HumanEval's tests (reward 1.0 on pass,
-terminated). After ``max_attempts`` failed submissions the episode terminates (lost); at
-``max_turns`` turns it is truncated. An action that is not exactly one valid call is an
+``submit(code)`` grades the function against HumanEval's tests (``envs.code.grading``;
+reward 1.0 on pass, terminated). After ``max_attempts`` failed submissions the episode
+terminates (lost); at ``max_turns`` turns it is truncated. An action that is not exactly one valid call is an
 invalid action whose observation says what was wrong. Step info carries ``tool_name`` and
 ``tool_call_id`` (for the ``tool`` message of the reply). Sandbox failures set
 ``info["env_error"]`` (PITFALLS P8).
@@ -20,8 +20,9 @@ from agentrl.env.contract import INFO_ANCHOR, INFO_ENV_ERROR, INFO_TASK, INFO_VA
 from agentrl.env.spaces import UnicodeText
 from envs.code.episode import canonical_answer, episode_lease, open_sandbox, pick_task, select_tasks
 from envs.code.extract import extract_code
+from envs.code.grading import grade
 from envs.code.scoring import describe_failure, run_guarded, tail
-from envs.code.tasks import CodeTask, check_program
+from envs.code.tasks import CodeTask
 from envs.code.tool_calls import TOOLS, ToolCallError, parse_tool_call
 from sandboxes import Sandbox
 
@@ -99,9 +100,10 @@ class HumanEvalToolsEnv(gymnasium.Env):
             return obs, 0.0, False, cut, {INFO_ANCHOR: obs, INFO_WON: False, INFO_VALID: False}
         info = {"tool_name": call.name, "tool_call_id": call.call_id}
         code = extract_code(call.code, self.task.entry_point) or call.code
-        program = code if call.name == "run_python" else check_program(self.task, code)
-        outcome = run_guarded(self.lease, program, exec_timeout_s=self.exec_timeout_s,
-                              scoring_timeout_s=self.scoring_timeout_s, memory_mb=self.memory_mb)
+        limits = dict(exec_timeout_s=self.exec_timeout_s, scoring_timeout_s=self.scoring_timeout_s,
+                      memory_mb=self.memory_mb)
+        graded = grade(self.lease, self.task, code, **limits) if call.name == "submit" else None
+        outcome = graded.outcome if graded else run_guarded(self.lease, code, **limits)
         if outcome.infra_error is not None:
             self._done = True
             msg = f"The sandbox failed: {outcome.infra_error}"
@@ -111,11 +113,11 @@ class HumanEvalToolsEnv(gymnasium.Env):
             obs = format_run(outcome.result)
             self._done = cut
             return obs, 0.0, False, cut, {**info, INFO_ANCHOR: obs, INFO_WON: False, INFO_VALID: True}
-        return self._graded(outcome.result, cut, info)
+        return self._graded(outcome.result, graded.passed, cut, info)
 
-    def _graded(self, result, cut: bool, info: dict) -> tuple[str, float, bool, bool, dict]:
+    def _graded(self, result, passed: bool, cut: bool, info: dict) -> tuple[str, float, bool, bool, dict]:
         self._submits += 1
-        if result.ok:
+        if passed:
             self._done = True
             return PASSED, 1.0, True, False, {**info, INFO_ANCHOR: PASSED, INFO_WON: True, INFO_VALID: True}
         feedback = describe_failure(result, self.exec_timeout_s, self.memory_mb)

