@@ -11,14 +11,18 @@ created and closed on the admin routes with the printed admin token, e.g.::
     curl -H "Authorization: Bearer $TOKEN" -d '{"reward": 1.0}' http://127.0.0.1:8000/admin/episodes/0/reward
     curl -H "Authorization: Bearer $TOKEN" -d '{}' http://127.0.0.1:8000/admin/episodes/0/close
 
-Ctrl-C stops the server; episodes still open are stored with status ``aborted``.
+Ctrl-C or SIGTERM stops the server; episodes still open are stored with status ``aborted``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
+import socket
 import threading
 import time
+from typing import Iterator
 
 
 def register(subparsers) -> None:
@@ -40,12 +44,52 @@ def register(subparsers) -> None:
     s.set_defaults(func=serve)
 
 
-def serve(args: argparse.Namespace, *, ready: threading.Event | None = None,
-          stop: threading.Event | None = None) -> int:
-    """Handler of ``agentrl proxy serve``; blocks until Ctrl-C (or ``stop`` is set). Returns 0.
+def check_port(host: str, port: int) -> None:
+    """Fail fast, before the model loads, when ``host:port`` cannot be bound.
 
     Raises:
-        FileNotFoundError / KeyError: unknown or unprepared policy. OSError: port in use.
+        ValueError: the address is in use or cannot be bound (one line: which and the fix).
+    """
+    if port == 0:
+        return
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as RecordingProxy.start binds
+            sock.bind((host, port))
+    except OSError as exc:
+        raise ValueError(f"cannot listen on {host}:{port}: {_reason(exc)}; stop the other server or pick another "
+                         "--port (0 = a free one)") from None
+
+
+def _reason(exc: OSError) -> str:
+    import errno
+
+    return "address already in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
+
+
+@contextlib.contextmanager
+def stop_on_signals(stop: threading.Event, signals=(signal.SIGINT, signal.SIGTERM)) -> Iterator[None]:
+    """While inside, ``signals`` set ``stop`` (instead of KeyboardInterrupt or death), so SIGTERM
+    shuts down as cleanly as Ctrl-C. Outside the main thread (no signal handlers there) a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, lambda signum, frame: stop.set()) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def serve(args: argparse.Namespace, *, ready: threading.Event | None = None,
+          stop: threading.Event | None = None) -> int:
+    """Handler of ``agentrl proxy serve``; blocks until Ctrl-C or SIGTERM (or ``stop`` is
+    set), then stores the open episodes as ``aborted``. Returns 0.
+
+    Raises:
+        FileNotFoundError / KeyError: unknown or unprepared policy. ValueError: the port
+        cannot be bound (in use).
     """
     from rich.console import Console
 
@@ -54,21 +98,28 @@ def serve(args: argparse.Namespace, *, ready: threading.Event | None = None,
     from agentrl.proxy import RecordingProxy
     from agentrl.store import TurnStore
 
+    check_port(args.host, args.port)
     console = Console()
     engine, renderer = load_hf_policy(args.policy)
     run_id = args.run or f"proxy-{int(time.time())}"
-    with TurnStore(args.store) as store:
+    stop = stop or threading.Event()
+    with TurnStore(args.store) as store, stop_on_signals(stop):
         proxy = RecordingProxy(engine, renderer, sink=store, run_id=run_id, mode=args.mode,
                                admin_token=args.admin_token, sampling=SamplingParams(max_tokens=args.max_tokens),
                                max_batch=args.max_batch, model_name=args.policy)
-        url = proxy.start(args.host, args.port)
+        try:
+            url = proxy.start(args.host, args.port)
+        except OSError as exc:  # lost a race for the port since check_port
+            proxy.stop()
+            raise ValueError(f"cannot listen on {args.host}:{args.port}: {_reason(exc)}; pick another --port") from None
         console.print(f"recording proxy at [bold]{url}[/] · run {run_id} · store {args.store} · mode {args.mode}\n"
                       f"admin token: {proxy.admin_token}\ncreate episodes: POST {url}/admin/episodes", highlight=False)
         if ready is not None:
             ready.set()
         try:
-            (stop or threading.Event()).wait()
-        except KeyboardInterrupt:
+            while not stop.wait(0.5):
+                pass
+        except KeyboardInterrupt:  # a SIGINT before the handler was installed
             pass
         finally:
             for s in proxy.list_episodes():
