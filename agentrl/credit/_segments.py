@@ -24,7 +24,7 @@ from agentrl.types import TurnTable
 
 EPS = 1e-6
 MODES = ("mean_std_norm", "mean_norm")
-STATS_OVER = ("steps", "trajectories")
+STATS_OVER = ("steps", "trajectories", "episodes")  # "episodes" = "trajectories"
 
 
 def check_choice(param: str, value: str, allowed: tuple[str, ...]) -> None:

@@ -126,7 +126,7 @@ def pace_q(ret: np.ndarray, cluster: np.ndarray, action: np.ndarray, elig: np.nd
     return np.where(elig & ok[c], x, 0.0)
 
 
-@register_estimator("bipace", requires=("hidden",), choices={"mode": S.MODES})
+@register_estimator("bipace", requires=("hidden",), choices={"mode": S.MODES, "stats_over": S.STATS_OVER})
 def bipace(
     table: TurnTable,
     *,
@@ -135,6 +135,7 @@ def bipace(
     merge_identical_anchor: bool = True,
     step_advantage_w: float = 1.0,
     mode: str = "mean_std_norm",
+    stats_over: str = "steps",
     c_inv: float = 0.1,
     eps: float = S.EPS,
 ) -> np.ndarray:
@@ -145,6 +146,9 @@ def bipace(
         gamma: step-return discount. tau: cosine-distance threshold τ.
         merge_identical_anchor: also link rows with equal anchors.
         step_advantage_w: ω. mode: ``"mean_std_norm"`` / ``"mean_norm"``.
+        stats_over: whose scores form the episode term's statistics (§1.5): ``"steps"``
+            (every step row, the reference default) or ``"trajectories"`` / ``"episodes"``
+            (only the first row of each episode).
         c_inv: invalid penalty (score and return). eps: §0.5.
     Returns:
         float64[N]; 0 for failed-episode and non-trainable rows.
@@ -157,5 +161,5 @@ def bipace(
     elig = S.eligible(st)
     cluster = bigpo_clusters(st, table.hidden, order, elig, tau, merge_identical_anchor)
     a_step = pace_q(S.discounted_returns(st, gamma, c_inv), cluster, st.action_key, elig, mode=mode, eps=eps)
-    a_ep = S.episode_term(st, S.outcome_score(st, c_inv), elig, mode=mode, stats_over="steps", eps=eps)
+    a_ep = S.episode_term(st, S.outcome_score(st, c_inv), elig, mode=mode, stats_over=stats_over, eps=eps)
     return S.uncanon(order, a_ep + step_advantage_w * a_step)

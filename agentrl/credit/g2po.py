@@ -45,11 +45,12 @@ def successor_values(st: TurnTable, elig: np.ndarray, beta: float, success_rewar
     return vnode[node], vsucc
 
 
-@register_estimator("g2po", choices={"mode": S.MODES})
+@register_estimator("g2po", choices={"mode": S.MODES, "stats_over": S.STATS_OVER})
 def g2po(
     table: TurnTable,
     *,
     mode: str = "mean_std_norm",
+    stats_over: str = "steps",
     step_advantage_w: float = 1.0,
     beta: float = 0.95,
     success_reward: float = 10.0,
@@ -62,6 +63,9 @@ def g2po(
     Args:
         table: turns (N rows).
         mode: ``"mean_std_norm"`` or ``"mean_norm"`` for all three normalisations.
+        stats_over: whose scores form the episode term's statistics (§1.5): ``"steps"``
+            (every step row, the reference default) or ``"trajectories"`` / ``"episodes"``
+            (only the first row of each episode).
         step_advantage_w: ω.
         beta: node-value discount β (hard-coded 0.95 upstream).
         success_reward: episode reward that marks SUCCESS (exact equality) and its value.
@@ -80,5 +84,5 @@ def g2po(
     y = vsucc - sibling_invalid_penalty * (~st.action_valid)
     comp1 = S.step_group_norm(y, node, elig, mode=mode, eps=eps)
     comp2 = S.step_group_norm(vsucc - vnode, S.dense(st.group)[0], elig, mode=mode, eps=eps)
-    a_ep = S.episode_term(st, S.outcome_score(st, c_inv), elig, mode=mode, stats_over="steps", eps=eps)
+    a_ep = S.episode_term(st, S.outcome_score(st, c_inv), elig, mode=mode, stats_over=stats_over, eps=eps)
     return S.uncanon(order, a_ep + step_advantage_w * (comp1 + comp2))

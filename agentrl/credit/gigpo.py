@@ -39,13 +39,14 @@ def anchor_groups(table: TurnTable, order: np.ndarray, enable_similarity: bool, 
     return codes
 
 
-@register_estimator("gigpo", choices={"mode": S.MODES})
+@register_estimator("gigpo", choices={"mode": S.MODES, "stats_over": S.STATS_OVER})
 def gigpo(
     table: TurnTable,
     *,
     gamma: float = 0.95,
     step_advantage_w: float = 1.0,
     mode: str = "mean_std_norm",
+    stats_over: str = "steps",
     c_inv: float = 0.1,
     enable_similarity: bool = False,
     similarity_thresh: float = 0.95,
@@ -58,6 +59,9 @@ def gigpo(
         gamma: step-return discount γ.
         step_advantage_w: weight ω of the step term.
         mode: ``"mean_std_norm"`` or ``"mean_norm"``, for both terms.
+        stats_over: whose scores form the episode term's statistics (§1.5): ``"steps"``
+            (every step row, the reference default) or ``"trajectories"`` / ``"episodes"``
+            (only the first row of each episode).
         c_inv: invalid-action penalty on the row's own score and return.
         enable_similarity / similarity_thresh: fuzzy anchor grouping (§3.6).
         eps: added to the std.
@@ -69,7 +73,7 @@ def gigpo(
     S.check_choice("mode", mode, S.MODES)
     st, order = S.canonical(table)
     elig = S.eligible(st)
-    a_ep = S.episode_term(st, S.outcome_score(st, c_inv), elig, mode=mode, stats_over="steps", eps=eps)
+    a_ep = S.episode_term(st, S.outcome_score(st, c_inv), elig, mode=mode, stats_over=stats_over, eps=eps)
     seg = anchor_groups(table, order, enable_similarity, similarity_thresh)
     a_step = S.step_group_norm(S.discounted_returns(st, gamma, c_inv), seg, elig, mode=mode, eps=eps)
     return S.uncanon(order, a_ep + step_advantage_w * a_step)

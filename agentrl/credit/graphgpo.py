@@ -93,7 +93,7 @@ def _keys(table: TurnTable, order: np.ndarray, enable_similarity: bool, thresh: 
     return a[order], nx[order]
 
 
-@register_estimator("graphgpo", choices={"mode": S.MODES})
+@register_estimator("graphgpo", choices={"mode": S.MODES, "stats_over": S.STATS_OVER})
 def graphgpo(
     table: TurnTable,
     *,
@@ -101,6 +101,7 @@ def graphgpo(
     step_advantage_w: float = 1.0,
     episode_advantage_w: float = 1.0,
     mode: str = "mean_std_norm",
+    stats_over: str = "steps",
     normalize_distance: bool = False,
     enable_similarity: bool = False,
     similarity_thresh: float = 0.95,
@@ -115,6 +116,9 @@ def graphgpo(
         gamma: graph decay γ (0.10 ALFWorld, 0.20 WebShop scripts).
         step_advantage_w / episode_advantage_w: weights of the two terms.
         mode: ``"mean_std_norm"`` or ``"mean_norm"``.
+        stats_over: whose scores form the episode term's statistics (§1.5): ``"steps"``
+            (every step row, the reference default) or ``"trajectories"`` / ``"episodes"``
+            (only the first row of each episode).
         normalize_distance: use ``d(next) − d(anchor) + 1`` as the exponent.
         enable_similarity / similarity_thresh: fuzzy node canonicalisation (§6.4).
         goal_value: the constant 10 of §6.3 step 4. c_inv: invalid penalty. eps: §0.5.
@@ -138,6 +142,6 @@ def graphgpo(
     seg, _ = S.dense(st.group, anchor)
     adv = step_advantage_w * S.step_group_norm(ret, seg, elig, mode=mode, eps=eps)
     if episode_advantage_w != 0:
-        a_ep = S.episode_term(st, S.outcome_score(st, c_inv), elig, mode=mode, stats_over="steps", eps=eps)
+        a_ep = S.episode_term(st, S.outcome_score(st, c_inv), elig, mode=mode, stats_over=stats_over, eps=eps)
         adv = adv + episode_advantage_w * a_ep
     return S.uncanon(order, np.where(elig, adv, 0.0))

@@ -43,7 +43,7 @@ def grpo(
         table: turns (N rows).
         mode: ``"mean_std_norm"`` (divide by unbiased std + eps) or ``"mean_norm"``.
         stats_over: ``"steps"`` (every step row counts; verl-agent default) or
-            ``"trajectories"`` (only the first row of each episode counts; classic GRPO).
+            ``"trajectories"`` = ``"episodes"`` (only the first row of each episode counts; classic GRPO).
         c_inv: invalid-action penalty on the row's own score (§1.1).
         eps: added to the std (§0.5 N3).
     Returns:

@@ -54,7 +54,7 @@ def history_keys(st: TurnTable, k_max: int) -> list[np.ndarray]:
     return keys
 
 
-@register_estimator("hgpo", choices={"mode": S.MODES})
+@register_estimator("hgpo", choices={"mode": S.MODES, "stats_over": S.STATS_OVER})
 def hgpo(
     table: TurnTable,
     *,
@@ -62,6 +62,7 @@ def hgpo(
     length_weight_alpha: float = 1.0,
     mode: str = "mean_std_norm",
     base_group: bool = False,
+    stats_over: str = "steps",
     gamma: float = 0.95,
     c_inv: float = 0.1,
     eps: float = S.EPS,
@@ -74,6 +75,9 @@ def hgpo(
         length_weight_alpha: α in ``w_k = (k+1)^α`` (0 = uniform).
         mode: ``"mean_std_norm"`` (population std) or ``"mean_norm"``.
         base_group: add GiGPO's episode term as item k = 0 (weight 1).
+        stats_over: whose scores form the episode term's statistics (§1.5): ``"steps"``
+            (every step row, the reference default) or ``"trajectories"`` / ``"episodes"``
+            (only the first row of each episode).
         gamma: step-return discount. c_inv: invalid penalty. eps: §0.5.
     Returns:
         float64[N]; 0 for failed-episode and non-trainable rows.
@@ -96,7 +100,7 @@ def hgpo(
         den[keep] += w
 
     if base_group:
-        add(S.episode_term(st, S.outcome_score(st, c_inv), elig, mode=mode, stats_over="steps", eps=eps), 0)
+        add(S.episode_term(st, S.outcome_score(st, c_inv), elig, mode=mode, stats_over=stats_over, eps=eps), 0)
     for k, key in enumerate(history_keys(st, history_length + 1), start=1):
         m = elig & (key >= 0)
         add(S.group_norm(ret, np.maximum(key, 0), m, m, mode=mode, keep_singleton=False, ddof=0, eps=eps), k)

@@ -17,7 +17,9 @@ from agentrl.env import list_ids
 def _env_id() -> str:
     ids = [i for i in list_ids("") if "/" in i]
     assert ids, "no env id registered at all"
-    return ids[0]
+    # the toy env: its default splits (train/eval) exist and it needs no data (issue 20 item 7
+    # checks split, keywords and data of the env at config time)
+    return "agentrl/Toy-v0" if "agentrl/Toy-v0" in ids else ids[0]
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -29,18 +31,18 @@ def _write(tmp_path: Path, text: str) -> Path:
 def test_yaml_plus_overrides(tmp_path: Path) -> None:
     p = _write(tmp_path, f"""
         run: {{name: demo, seed: 3}}
-        env: {{id: {_env_id()}, kwargs: {{games: 4}}}}
+        env: {{id: {_env_id()}, kwargs: {{max_rooms: 4}}}}
         policy: {{temperature: 0.7, lora: {{rank: 8}}}}
         update: {{lr: 1e-5, clip_high: 0.28}}
         algorithm: {{estimator: grpo, kwargs: {{stats_over: trajectories}}}}
     """)
-    cfg = load_config(p, ["update.lr=3e-5", "policy.lora.target_modules=[q_proj]", "env.kwargs.games=8",
+    cfg = load_config(p, ["update.lr=3e-5", "policy.lora.target_modules=[q_proj]", "env.kwargs.max_rooms=5",
                           "update.clip_c=3", "run.name='007'", "log.wandb_project=null"])
     assert isinstance(cfg, Config) and cfg.run.name == "007" and cfg.run.seed == 3
     assert cfg.update.lr == 3e-5 and isinstance(cfg.update.lr, float) and cfg.update.clip_high == 0.28
     assert cfg.update.clip_c == 3.0 and isinstance(cfg.update.clip_c, float)  # int accepted for float
     assert cfg.policy.lora == LoraSpec(rank=8, target_modules=("q_proj",)) and cfg.policy.temperature == 0.7
-    assert cfg.env.kwargs == {"games": 8} and cfg.log.wandb_project is None
+    assert cfg.env.kwargs == {"max_rooms": 5} and cfg.log.wandb_project is None
     assert cfg.update.sum_norm_tokens == cfg.policy.max_tokens == 64  # default in effect filled
 
 
@@ -102,6 +104,20 @@ def test_estimator_kwargs_validated_and_defaults_recorded() -> None:
         config_from_dict({"env": {"id": _env_id()}}, ["algorithm.kwargs.stats_ovr=steps"])
     with pytest.raises(ConfigError, match="algorithm.estimator: unknown estimator 'gigp'"):
         config_from_dict({"env": {"id": _env_id()}}, ["algorithm.estimator=gigp"])
+
+
+@pytest.mark.parametrize("estimator", ["gigpo", "hgpo", "g2po", "graphgpo", "bipace"])
+def test_episode_term_stats_over_recorded_for_every_estimator_with_one(estimator: str) -> None:
+    """Issue 19 item 10: the episode term's statistics are an explicit, recorded option of every
+    estimator that has an episode term (default "steps", ALGORITHMS.md §1.5); a bad value is refused."""
+    cfg = config_from_dict({"env": {"id": _env_id()}, "algorithm": {"estimator": estimator}})
+    assert cfg.algorithm.kwargs["stats_over"] == "steps"
+    cfg = config_from_dict({"env": {"id": _env_id()}, "algorithm": {"estimator": estimator}},
+                           ["algorithm.kwargs.stats_over=episodes"])
+    assert cfg.algorithm.kwargs["stats_over"] == "episodes"
+    with pytest.raises(ConfigError, match="stats_over"):
+        config_from_dict({"env": {"id": _env_id()}, "algorithm": {"estimator": estimator}},
+                         ["algorithm.kwargs.stats_over=turns"])
 
 
 def test_dump_round_trip_with_every_default(tmp_path: Path) -> None:

@@ -110,21 +110,22 @@ def visit_order(tb) -> list[int]:
 
 
 def gigpo(tb, gamma=0.95, step_advantage_w=1.0, mode="mean_std_norm", c_inv=0.1, enable_similarity=False,
-          similarity_thresh=0.95):
+          similarity_thresh=0.95, stats_over="steps"):
     keys = [(int(tb.group[i]), int(tb.anchor_key[i])) for i in _rows(tb)]
     if enable_similarity:
         canon = similarity_keys(tb, [keys[i] for i in visit_order(tb)], similarity_thresh)
         keys = [(k[0], canon[k]) for k in keys]
     step = step_gn(tb, returns(tb, gamma, c_inv), keys, mode)
-    ep = epi(tb, c_inv, mode)
+    ep = epi(tb, c_inv, mode, stats_over)
     return [ep[i] + step_advantage_w * step[i] for i in _rows(tb)]
 
 
-def hgpo(tb, history_length=2, length_weight_alpha=1.0, mode="mean_std_norm", base_group=False, gamma=0.95, c_inv=0.1):
+def hgpo(tb, history_length=2, length_weight_alpha=1.0, mode="mean_std_norm", base_group=False, gamma=0.95, c_inv=0.1,
+         stats_over="steps"):
     ret = returns(tb, gamma, c_inv)
     items = defaultdict(list)
     if base_group:
-        for i, a in enumerate(epi(tb, c_inv, mode)):
+        for i, a in enumerate(epi(tb, c_inv, mode, stats_over)):
             items[i].append((0, a))
     for k in range(1, history_length + 2):
         keys = {}
@@ -148,7 +149,7 @@ def hgpo(tb, history_length=2, length_weight_alpha=1.0, mode="mean_std_norm", ba
 
 
 def g2po(tb, mode="mean_std_norm", step_advantage_w=1.0, beta=0.95, success_reward=10.0,
-         sibling_invalid_penalty=0.1, c_inv=0.1):
+         sibling_invalid_penalty=0.1, c_inv=0.1, stats_over="steps"):
     er, eps_ = ep_reward(tb), episodes(tb)
     occ = defaultdict(list)
     for e, rs in eps_.items():
@@ -168,12 +169,12 @@ def g2po(tb, mode="mean_std_norm", step_advantage_w=1.0, beta=0.95, success_rewa
     y = [vsucc[i] - sibling_invalid_penalty * (not tb.action_valid[i]) for i in _rows(tb)]
     c1 = step_gn(tb, y, [(int(tb.group[i]), int(tb.anchor_key[i])) for i in _rows(tb)], mode)
     c2 = step_gn(tb, [vsucc[i] - vcur[i] for i in _rows(tb)], [int(tb.group[i]) for i in _rows(tb)], mode)
-    ep = epi(tb, c_inv, mode)
+    ep = epi(tb, c_inv, mode, stats_over)
     return [ep[i] + step_advantage_w * (c1[i] + c2[i]) for i in _rows(tb)]
 
 
 def graphgpo(tb, gamma=0.1, step_advantage_w=1.0, episode_advantage_w=1.0, mode="mean_std_norm",
-             normalize_distance=False, goal_value=10.0, c_inv=0.1):
+             normalize_distance=False, goal_value=10.0, c_inv=0.1, stats_over="steps"):
     er = ep_reward(tb)
     goal = "__GOAL__"
     nxt = {}
@@ -211,11 +212,12 @@ def graphgpo(tb, gamma=0.1, step_advantage_w=1.0, episode_advantage_w=1.0, mode=
         ex = dn - da + 1 if normalize_distance else dn
         ret.append(goal_value * gamma**ex - c_inv * (not tb.action_valid[i]))
     step = step_gn(tb, ret, [(int(tb.group[i]), int(tb.anchor_key[i])) for i in _rows(tb)], mode)
-    ep = epi(tb, c_inv, mode)
+    ep = epi(tb, c_inv, mode, stats_over)
     return [step_advantage_w * step[i] + episode_advantage_w * ep[i] if _elig(tb, i) else 0.0 for i in _rows(tb)]
 
 
-def bipace(tb, gamma=0.95, tau=0.05, merge_identical_anchor=True, step_advantage_w=1.0, mode="mean_std_norm", c_inv=0.1):
+def bipace(tb, gamma=0.95, tau=0.05, merge_identical_anchor=True, step_advantage_w=1.0, mode="mean_std_norm", c_inv=0.1,
+           stats_over="steps"):
     parent = list(_rows(tb))
 
     def find(x):
@@ -250,7 +252,7 @@ def bipace(tb, gamma=0.95, tau=0.05, merge_identical_anchor=True, step_advantage
         for i in members:
             q = [ret[j] for j in members if tb.action_key[j] == tb.action_key[i]]
             step[i] = (sum(q) / len(q) - v) / ((std + EPS) if mode == "mean_std_norm" else 1.0)
-    ep = epi(tb, c_inv, mode)
+    ep = epi(tb, c_inv, mode, stats_over)
     return [ep[i] + step_advantage_w * step[i] for i in _rows(tb)]
 
 

@@ -37,7 +37,7 @@ def test_bad_values_fail_at_validation():
     with pytest.raises(ValueError, match=r"mode='std'.*mean_std_norm"):
         validate_estimator_kwargs("gigpo", {"mode": "std"})
     with pytest.raises(ValueError, match="stats_over"):
-        validate_estimator_kwargs("grpo", {"stats_over": "episodes"})
+        validate_estimator_kwargs("grpo", {"stats_over": "per_turn"})
     with pytest.raises(TypeError, match="gamma"):
         validate_estimator_kwargs("gigpo", {"gamma": "0.9"})
     with pytest.raises(TypeError, match="history_length"):

@@ -30,6 +30,12 @@ CONFIGS = [
     ("graphgpo", {"episode_advantage_w": 0.0}),
     ("bipace", {}),
     ("bipace", {"tau": 0.3, "merge_identical_anchor": False, "mode": "mean_norm"}),
+    # §1.5 stats_over on the episode term of every estimator that has one (issue 19 item 10)
+    ("gigpo", {"stats_over": "trajectories"}),
+    ("hgpo", {"base_group": True, "stats_over": "episodes"}),
+    ("g2po", {"stats_over": "trajectories"}),
+    ("graphgpo", {"stats_over": "episodes"}),
+    ("bipace", {"stats_over": "trajectories"}),
     ("turn_ppo", {}),
     ("turn_ppo", {"gamma": 0.9, "lam": 0.5, "whiten": True, "c_inv": 1.2}),
 ]
