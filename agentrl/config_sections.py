@@ -253,8 +253,12 @@ class UpdateConfig:
     arXiv 2503.14476); ``clip_c`` enables dual-clip (arXiv 1912.09729, > 1). ``epochs``
     passes over each iteration's batch, ``minibatch`` rows per optimizer step (0 = all),
     ``micro_batch`` rows per forward pass (gradient accumulation in between).
-    ``aggregation``: token-mean | seq-mean-token-mean | seq-mean-token-sum-norm (Dr.GRPO,
-    arXiv 2503.20783, with ``sum_norm_tokens``, defaulting to ``policy.max_tokens``).
+    ``aggregation`` (one row per turn, so it decides how much a turn and an episode weigh):
+    ``token-mean`` (every trained token the same: an N-turn episode weighs ~N× a 1-turn one) |
+    ``seq-mean-token-mean`` (every turn the same, whatever its length: still N× per episode) |
+    ``seq-mean-token-sum-norm`` (Dr.GRPO, arXiv 2503.20783: token sums / ``sum_norm_tokens``,
+    defaulting to ``policy.max_tokens``; weight ∝ tokens, N× per episode) |
+    ``episode-mean-token-mean`` (every episode the same; inside it every token the same).
     ``kl_coef`` > 0 adds a KL penalty to the frozen reference (``k1`` | ``k2`` | ``k3``).
     ``pack`` puts prefix-consistent turns of one episode into one sequence. ``critic_lr`` and
     ``value_clip`` configure the turn-level critic of turn-PPO.
@@ -282,7 +286,8 @@ class UpdateConfig:
     kl_coef: float = 0.0
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
     entropy_coef: float = 0.0
-    aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
+    aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm",
+                         "episode-mean-token-mean"] = "token-mean"
     sum_norm_tokens: Optional[int] = None
     pack: bool = False
     gradient_checkpointing: bool = False

@@ -50,6 +50,9 @@ class TrainBatch:
         is_weights: optional (B, T) float32 detached importance weights of the rollout
             correction (``agentrl.update.correction``), 0 off the loss mask; the per-token
             policy loss is multiplied by them. None = no correction (weight 1).
+        token_episode: optional (B, T) int64, the episode index (0..E-1 over the whole batch,
+            not renumbered by ``select``) of each completion token, −1 elsewhere; the
+            ``episode-mean-token-mean`` aggregation weighs episodes by it. None = unknown.
     """
 
     input_ids: torch.Tensor
@@ -65,6 +68,7 @@ class TrainBatch:
     old_values: torch.Tensor | None = None
     allowed_ids: torch.Tensor | None = None
     is_weights: torch.Tensor | None = None
+    token_episode: torch.Tensor | None = None
 
     @property
     def num_rows(self) -> int:
@@ -102,6 +106,7 @@ class TrainBatch:
             returns=None if self.returns is None else self.returns[keep],
             old_values=None if self.old_values is None else self.old_values[keep],
             allowed_ids=cut(self.allowed_ids), is_weights=cut(self.is_weights),
+            token_episode=cut(self.token_episode),
         )
 
     def to(self, device: torch.device | str) -> "TrainBatch":
@@ -134,6 +139,9 @@ def _check_inputs(prompt_ids, completion_ids, old_logprobs, advantages) -> tuple
     for i, (p, c, lp) in enumerate(zip(prompts, comps, lps)):
         if p.size == 0:
             raise ValueError(f"turn {i} has an empty prompt; a completion token needs at least one token before it")
+        if c.size == 0:
+            raise ValueError(f"turn {i} has no completion ids (a text-only turn?): there is nothing to train on; "
+                             f"pass only turns with their exact sampled token ids")
         if lp.size != c.size:
             raise ValueError(f"turn {i}: {lp.size} old logprobs for {c.size} completion tokens (need one per token)")
     adv = np.asarray(advantages, dtype=object if _ragged(advantages) else np.float64)
@@ -171,7 +179,8 @@ def pack_chains(prompt_ids: Sequence[np.ndarray], completion_ids: Sequence[np.nd
 def build_batch(prompt_ids: Sequence[np.ndarray], completion_ids: Sequence[np.ndarray],
                 old_logprobs: Sequence[np.ndarray], advantages: np.ndarray | Sequence[np.ndarray],
                 pad_id: int, pack: bool = False,
-                allowed: Sequence[Sequence[np.ndarray] | None] | None = None) -> TrainBatch:
+                allowed: Sequence[Sequence[np.ndarray] | None] | None = None,
+                episodes: Sequence[int] | np.ndarray | None = None) -> TrainBatch:
     """Build the padded batch for N turns.
 
     Args:
@@ -185,11 +194,14 @@ def build_batch(prompt_ids: Sequence[np.ndarray], completion_ids: Sequence[np.nd
         allowed: optional, per turn None (unconstrained) or C_i int arrays (A_k,): the ids
             allowed at each completion position under constrained decoding
             (``agentrl.llm.constrained.turn_allowed_ids``); fills ``TrainBatch.allowed_ids``.
+        episodes: optional int[N], the episode id of each turn (any integers); fills
+            ``TrainBatch.token_episode`` (dense indices in order of first appearance).
     Returns:
         ``TrainBatch`` with B = N rows (or one per chain when packing), T = longest row.
     Raises:
         ValueError: mismatched lengths, an empty prompt, non-integer ids, NaN/inf advantages,
-            ``allowed`` not matching the completions (or not containing the sampled id).
+            ``allowed`` not matching the completions (or not containing the sampled id),
+            ``episodes`` not one per turn.
     """
     prompts, comps, lps, advs = _check_inputs(prompt_ids, completion_ids, old_logprobs, advantages)
     allowed = _check_allowed(allowed, comps)
@@ -200,6 +212,8 @@ def build_batch(prompt_ids: Sequence[np.ndarray], completion_ids: Sequence[np.nd
     attn = np.zeros((b, t), dtype=np.int64)
     mask, adv, old = (np.zeros((b, t), dtype=np.float32) for _ in range(3))
     tid = np.full((b, t), -1, dtype=np.int64)
+    ep_of_turn = _episode_index(episodes, n)
+    tep = None if ep_of_turn is None else np.full((b, t), -1, dtype=np.int64)
     turn_row, value_pos = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     for r, chain in enumerate(chains):
         last = chain[-1]
@@ -209,13 +223,29 @@ def build_batch(prompt_ids: Sequence[np.ndarray], completion_ids: Sequence[np.nd
             s, e = prompts[i].size, prompts[i].size + comps[i].size
             mask[r, s:e], adv[r, s:e], old[r, s:e], tid[r, s:e] = 1.0, advs[i], lps[i], i
             turn_row[i], value_pos[i] = r, s - 1
+            if tep is not None:
+                tep[r, s:e] = ep_of_turn[i]
     return TrainBatch(
         allowed_ids=_allowed_tensor(allowed, chains, prompts, b, t),
         input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(attn),
         loss_mask=torch.from_numpy(mask), advantages=torch.from_numpy(adv),
         old_logprobs=torch.from_numpy(old), turn_ids=torch.from_numpy(tid),
         turn_row=torch.from_numpy(turn_row), turn_value_pos=torch.from_numpy(value_pos),
+        token_episode=None if tep is None else torch.from_numpy(tep),
     )
+
+
+def _episode_index(episodes: Sequence[int] | np.ndarray | None, n: int) -> np.ndarray | None:
+    """Dense int64[N] episode index per turn (order of first appearance), or None."""
+    if episodes is None:
+        return None
+    ids = np.asarray(episodes).reshape(-1)
+    if ids.size != n:
+        raise ValueError(f"episodes has {ids.size} entries for {n} turns; pass the episode id of every turn")
+    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    rank = np.empty(first.size, dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(first.size)
+    return rank[inverse]
 
 
 def _check_allowed(allowed, comps: list[np.ndarray]) -> list | None:

@@ -13,7 +13,7 @@ Sign convention: losses are minimised; advantage > 0 pushes the token's logprob 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
@@ -23,7 +23,7 @@ from agentrl.registry import Registry
 __all__ = [
     "PolicyLossInputs", "ClipSpec", "TokenLoss", "LossScale", "LOSSES", "AGGREGATIONS", "KL_ESTIMATORS",
     "register_loss", "register_aggregation", "ppo_clip", "gspo", "token_mean", "seq_mean_token_mean",
-    "seq_mean_token_sum_norm", "kl_k1", "kl_k2", "kl_k3", "turn_mean",
+    "seq_mean_token_sum_norm", "episode_mean_token_mean", "kl_k1", "kl_k2", "kl_k3", "turn_mean",
 ]
 
 _MAX_LOG_RATIO = 20.0  # exp(±20) keeps ratios finite on masked or wildly off-policy tokens
@@ -76,11 +76,20 @@ class LossScale:
         tokens: number of trained tokens (Σ loss_mask).
         turns: number of turns (sequences) with at least one trained token.
         norm_tokens: Dr.GRPO's constant (the maximum response length, in tokens).
+        episodes: number of episodes with at least one trained token (1 when unknown).
+        episode_counts: optional (E,) float64, trained tokens of episode index e in the
+            minibatch (``TrainBatch.token_episode`` indices); None when the batch has no
+            episode index.
+        episode_tokens: optional (B, T) float32 of the *current micro-batch*: the minibatch
+            token count of each trained token's episode, 0 elsewhere (``for_tokens``).
     """
 
     tokens: float
     turns: float
     norm_tokens: float
+    episodes: float = 1.0
+    episode_counts: torch.Tensor | None = None
+    episode_tokens: torch.Tensor | None = None
 
     @staticmethod
     def of(loss_mask: torch.Tensor, turn_ids: torch.Tensor, norm_tokens: float) -> "LossScale":
@@ -88,6 +97,24 @@ class LossScale:
         turns = torch.unique(turn_ids[(loss_mask > 0) & (turn_ids >= 0)]).numel()
         return LossScale(tokens=max(float(loss_mask.sum().item()), 1.0), turns=max(float(turns), 1.0),
                          norm_tokens=float(norm_tokens))
+
+    def with_episodes(self, loss_mask: torch.Tensor, token_episode: torch.Tensor | None) -> "LossScale":
+        """Copy with the episode counts of the full minibatch: ``token_episode`` (B, T) int64
+        episode index of each token (−1 off completions) or None (unknown: unchanged)."""
+        if token_episode is None:
+            return self
+        on = (loss_mask > 0) & (token_episode >= 0)
+        idx = token_episode[on]
+        counts = torch.bincount(idx, minlength=int(token_episode.max().item()) + 1 if idx.numel() else 1)
+        return replace(self, episodes=max(float((counts > 0).sum().item()), 1.0), episode_counts=counts.double())
+
+    def for_tokens(self, token_episode: torch.Tensor | None) -> "LossScale":
+        """Copy whose ``episode_tokens`` (B, T) belong to a micro-batch with ``token_episode``."""
+        if self.episode_counts is None or token_episode is None:
+            return self
+        on = token_episode >= 0
+        counts = self.episode_counts.to(token_episode.device)[token_episode.clamp(min=0)]
+        return replace(self, episode_tokens=torch.where(on, counts, torch.zeros_like(counts)).float())
 
 
 PolicyLossFn = Callable[[PolicyLossInputs, ClipSpec], TokenLoss]
@@ -188,6 +215,22 @@ def seq_mean_token_sum_norm(values: torch.Tensor, loss_mask: torch.Tensor, turn_
     (``norm_tokens``, the maximum response length) instead of its length, averaged over the
     turns of the minibatch: Σ_tokens v·m / (turns · norm_tokens)."""
     return (values * loss_mask).sum() / (scale.turns * scale.norm_tokens)
+
+
+@register_aggregation("episode-mean-token-mean")
+def episode_mean_token_mean(values: torch.Tensor, loss_mask: torch.Tensor, turn_ids: torch.Tensor,
+                            scale: LossScale) -> torch.Tensor:
+    """Mean over episodes of each episode's token mean: Σ_episodes (Σ_{its tokens} v·m / n_e) /
+    (episodes in the minibatch) — every episode weighs the same however many turns and tokens
+    it has (verl's seq-mean-token-mean when one row holds a whole trajectory).
+
+    Raises:
+        ValueError: the batch carries no episode index (``build_batch(episodes=...)``).
+    """
+    if scale.episode_tokens is None:
+        raise ValueError("aggregation 'episode-mean-token-mean' needs the episode of every turn; "
+                         "build the batch with build_batch(..., episodes=<episode id per turn>)")
+    return (values * loss_mask / scale.episode_tokens.clamp(min=1.0)).sum() / scale.episodes
 
 
 @KL_ESTIMATORS.decorator("k1")

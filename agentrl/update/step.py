@@ -124,6 +124,7 @@ def _micro_step(model: torch.nn.Module, mb: TrainBatch, cfg: UpdateConfig, scale
     x = PolicyLossInputs(out.logprobs, mb.old_logprobs, mb.advantages, m, mb.turn_ids)
     tl = policy_loss(x, ClipSpec(cfg.clip_low, cfg.clip_high, cfg.clip_c))
     token_loss = tl.loss if mb.is_weights is None else tl.loss * mb.is_weights  # rollout correction (detached w)
+    scale = scale.for_tokens(mb.token_episode)  # per-token episode sizes (episode-mean-token-mean)
     pg = agg(token_loss, m, mb.turn_ids, scale)  # a weight-0 token still counts in the denominators
     total = pg
     if cfg.kl_coef > 0:
@@ -165,7 +166,7 @@ def update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Trai
     Raises:
         KeyError: unknown loss / aggregation / KL estimator name (with suggestions).
         ValueError: KL requested without reference logprobs; Dr.GRPO aggregation without
-            ``sum_norm_tokens``; ``is_weights`` not shaped like the loss mask; non-finite loss.
+            ``sum_norm_tokens``; the episode aggregation without ``batch.token_episode``; ``is_weights`` not shaped like the loss mask; non-finite loss.
     """
     if cfg.kl_coef > 0 and batch.ref_logprobs is None:
         raise ValueError("update.kl_coef > 0 needs batch.ref_logprobs; set them with "
@@ -173,12 +174,16 @@ def update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Trai
     if batch.is_weights is not None and batch.is_weights.shape != batch.loss_mask.shape:
         raise ValueError(f"batch.is_weights has shape {tuple(batch.is_weights.shape)}, the loss mask "
                          f"{tuple(batch.loss_mask.shape)}; build them with apply_rollout_correction")
+    if cfg.aggregation == "episode-mean-token-mean" and batch.token_episode is None:
+        raise ValueError("aggregation 'episode-mean-token-mean' needs the episode of every turn; "
+                         "build the batch with build_batch(..., episodes=<episode id per turn>)")
     if cfg.aggregation == "seq-mean-token-sum-norm" and cfg.sum_norm_tokens is None:
         raise ValueError("aggregation 'seq-mean-token-sum-norm' needs update.sum_norm_tokens (max response tokens)")
     model.train()
     mine = batch if dp is None else batch.select(torch.arange(batch.num_rows)[dp.rank :: dp.world_size])  # may be empty
     norm = cfg.sum_norm_tokens or 1
     scale = LossScale.of(batch.loss_mask, batch.turn_ids, norm) if dp is None else _global_scale(mine, norm, dp)
+    scale = scale.with_episodes(batch.loss_mask, batch.token_episode)  # every rank holds the whole minibatch
     optimizer.zero_grad(set_to_none=True)
     sums = _Sums()
     device = model_device(model)

@@ -35,6 +35,7 @@ CASES = {
     "token-mean": dict(aggregation="token-mean"),
     "seq-mean-token-mean": dict(aggregation="seq-mean-token-mean"),
     "seq-mean-token-sum-norm": dict(aggregation="seq-mean-token-sum-norm"),
+    "episode-mean-token-mean": dict(aggregation="episode-mean-token-mean"),  # episodes split over ranks
     "clip+entropy+dual": dict(aggregation="token-mean", entropy_coef=0.01, clip_c=3.0, grad_clip=0.05),
     "gspo": dict(loss="gspo", aggregation="seq-mean-token-mean", clip_low=3e-4, clip_high=4e-4),
     # π_old recomputed on every rank through the sharded model, weights on every rank's rows
@@ -47,7 +48,8 @@ def _batch():
     """9 turns of 5 episodes (uneven lengths), old logprobs = current + noise (ratios clip)."""
     prompts, comps, _, adv = random_turns(11, (3, 1, 2, 1, 2))
     model = tiny_model(0)
-    b = build_batch(prompts, comps, [np.zeros(c.size) for c in comps], adv, pad_id=PAD)
+    b = build_batch(prompts, comps, [np.zeros(c.size) for c in comps], adv, pad_id=PAD,
+                    episodes=[0, 0, 0, 1, 2, 2, 3, 4, 4])
     lp = batch_logprobs(model, b)
     noise = 0.3 * torch.randn(lp.shape, generator=torch.Generator().manual_seed(0))
     return b.with_(old_logprobs=(lp + noise) * b.loss_mask)

@@ -96,6 +96,41 @@ def test_aggregations_hand_values_and_split_sum(name: str, want: float) -> None:
     assert abs(parts.item() - want) < 1e-6
 
 
+EPISODES = torch.tensor([[-1, 0, 0, 0], [-1, 1, 1, -1]])  # turns 0, 1 in episode 0; turn 2 in episode 1
+
+
+def test_episode_mean_token_mean_hand_values_and_split_sum() -> None:
+    """Episode 0 (turns 0, 1): token mean (1+2+3)/3 = 2; episode 1: (4+8)/2 = 6 → (2+6)/2 = 4;
+    micro-batches with the minibatch's episode counts add up to it."""
+    agg = AGGREGATIONS.get("episode-mean-token-mean")
+    scale = LossScale.of(MASK, TURNS, norm_tokens=4).with_episodes(MASK, EPISODES)
+    assert scale.episodes == 2.0 and scale.episode_counts.tolist() == [3.0, 2.0]
+    assert abs(agg(VALUES, MASK, TURNS, scale.for_tokens(EPISODES)).item() - 4.0) < 1e-6
+    parts = (agg(VALUES[:1], MASK[:1], TURNS[:1], scale.for_tokens(EPISODES[:1]))
+             + agg(VALUES[1:], MASK[1:], TURNS[1:], scale.for_tokens(EPISODES[1:])))
+    assert abs(parts.item() - 4.0) < 1e-6
+    with pytest.raises(ValueError, match="needs the episode of every turn"):
+        agg(VALUES, MASK, TURNS, LossScale.of(MASK, TURNS, norm_tokens=4))
+
+
+@pytest.mark.parametrize("name, ratio", [
+    ("token-mean", 10.0), ("seq-mean-token-mean", 10.0), ("seq-mean-token-sum-norm", 10.0),
+    ("episode-mean-token-mean", 1.0),
+])
+def test_gradient_weight_of_a_ten_turn_vs_a_one_turn_episode(name: str, ratio: float) -> None:
+    """Issue 19 item 10: one row per turn, 2 tokens per turn; episode A has 10 turns, B 1.
+    The summed gradient weight (∂loss/∂value over an episode's tokens) is 10:1 in the per-token
+    and per-turn modes and 1:1 in the episode-normalised one."""
+    values = torch.ones(11, 2, requires_grad=True)
+    mask = torch.ones(11, 2)
+    turns = torch.arange(11).repeat_interleave(2).reshape(11, 2)
+    episode = torch.tensor([0] * 10 + [1]).repeat_interleave(2).reshape(11, 2)
+    scale = LossScale.of(mask, turns, norm_tokens=2).with_episodes(mask, episode).for_tokens(episode)
+    AGGREGATIONS.get(name)(values, mask, turns, scale).backward()
+    weight_a, weight_b = values.grad[:10].sum().item(), values.grad[10:].sum().item()
+    assert abs(weight_a / weight_b - ratio) < 1e-5
+
+
 def test_turn_mean_broadcasts_per_turn() -> None:
     assert torch.allclose(turn_mean(VALUES, MASK, TURNS), torch.tensor([[0, 1.5, 1.5, 3], [0, 6, 6, 0]]))
 

@@ -69,6 +69,28 @@ def test_one_by_four_equals_four_by_one(changes: dict) -> None:
     _assert_same(full, _step(cfg, micro_batch=3, ref=ref))
 
 
+def _episode_batch(model, pack: bool = False, noise: float = 0.3):
+    """Turns of 3 episodes (3, 1 and 2 turns) with their episode ids, ratios off 1 (noise > 0)."""
+    prompts, comps, _, adv = random_turns(3, (3, 1, 2))
+    b = build_batch(prompts, comps, [np.zeros(c.size) for c in comps], adv, pad_id=PAD, pack=pack,
+                    episodes=[7, 7, 7, 2, 5, 5])
+    lp = batch_logprobs(model, b)
+    return b.with_(old_logprobs=(lp + noise * torch.randn(lp.shape, generator=torch.Generator().manual_seed(3))) * b.loss_mask)
+
+
+def test_episode_aggregation_is_micro_batch_and_packing_invariant() -> None:
+    """episode-mean-token-mean: 1 × 6 rows == 6 × 1 rows == packed rows (episode sizes are
+    counted over the minibatch), and a batch without episode ids is refused."""
+    cfg = dataclasses.replace(CFG, aggregation="episode-mean-token-mean")
+    full = _step(cfg, micro_batch=6, batch_fn=_episode_batch)
+    _assert_same(full, _step(cfg, micro_batch=1, batch_fn=_episode_batch))
+    flat = _step(cfg, micro_batch=2, batch_fn=lambda m: _episode_batch(m, noise=0.0))
+    _assert_same(flat, _step(cfg, micro_batch=1, batch_fn=lambda m: _episode_batch(m, pack=True, noise=0.0)))
+    assert _episode_batch(tiny_model(0)).token_episode.max().item() == 2  # dense ids 7→0, 2→1, 5→2
+    with pytest.raises(ValueError, match="needs the episode of every turn"):
+        _step(cfg, micro_batch=1)
+
+
 def test_gradient_checkpointing_gives_the_same_step() -> None:
     _assert_same(_step(CFG, 2), _step(dataclasses.replace(CFG, gradient_checkpointing=True), 2), tol=1e-6)
 
