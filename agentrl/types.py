@@ -122,6 +122,13 @@ class Turn:
         if self.hidden is not None:
             self.hidden = np.asarray(self.hidden, dtype=np.float32).reshape(-1)
 
+    @property
+    def has_tokens(self) -> bool:
+        """True when the turn carries the exact tokens an update trains on: non-empty
+        ``prompt_ids`` and ``completion_ids`` (a text-only turn, e.g. plain ``{role, content}``
+        messages or a scripted policy's action, has neither and is never trainable)."""
+        return self.prompt_ids.size > 0 and self.completion_ids.size > 0
+
 
 @dataclass(slots=True)
 class Episode:
@@ -299,8 +306,9 @@ class TurnTable:
         Args:
             episodes: episodes with their turns; ``parent_turn_id`` refers to ``turn_id``s
                 of turns in these episodes.
-            trainable: optional per-row flags (length N); default: rows with at least one
-                completion token, or all rows when no turn has tokens.
+            trainable: optional per-row flags (length N); default: rows with token ids
+                (``Turn.has_tokens``). Text-only turns are not trainable, so estimators give
+                them 0 and keep them out of every group statistic.
         ``tree`` / ``branch`` are filled from ``Turn.info["tree"]`` / ``Turn.info["branch"]``
         when any turn records them (-1 on the other rows).
         """
@@ -313,8 +321,7 @@ class TurnTable:
         row_of = {tr.turn_id: i for i, tr in enumerate(turns) if tr.turn_id >= 0}
         parent = [row_of.get(tr.parent_turn_id, -1) if tr.parent_turn_id is not None else -1 for tr in turns]
         if trainable is None:
-            any_tokens = any(tr.completion_ids.size for tr in turns)
-            trainable = [tr.completion_ids.size > 0 or not any_tokens for tr in turns]
+            trainable = [tr.has_tokens for tr in turns]
         tree = branch = None  # tree rollouts (agentrl.rollout.tree / reverse) record them in Turn.info
         if any("tree" in tr.info for tr in turns):
             tree = [int(tr.info.get("tree", -1)) for tr in turns]

@@ -25,7 +25,7 @@ from agentrl.rollout.ray_backend import make_env_pool
 from agentrl.rollout.reverse import RtpoRound, run_rtpo_iteration
 from agentrl.rollout.tree import add_linked, sample_trees
 from agentrl.store import TurnStore
-from agentrl.types import Episode, TurnTable
+from agentrl.types import Episode, EpisodeStatus, TurnTable
 from agentrl.update.batch import TrainBatch, build_batch, minibatches
 from agentrl.update.correction import Correction, apply_rollout_correction
 from agentrl.update.lora import inference_state_dict
@@ -147,6 +147,30 @@ class UpdatePlan:
     epochs: list[list[torch.Tensor]]
 
 
+def require_tokens(episodes: list[Episode]) -> None:
+    """Refuse to train on turns without the exact sampled tokens.
+
+    A turn meant for training (``info["trainable"]`` not False, e.g. not a proxy-aborted call)
+    of a finished episode must carry ``prompt_ids``, ``completion_ids`` and one behaviour
+    logprob per completion id: agentrl never re-tokenizes text for an update (the tokens
+    would not be the ones sampled; PITFALLS P1).
+
+    Raises:
+        ValueError: naming the first such turn, how many there are, and the fix.
+    """
+    bad = [(ep, t) for ep in episodes if ep.status == EpisodeStatus.OK for t in ep.turns
+           if t.info.get("trainable", True)
+           and (not t.has_tokens or t.completion_logprobs.size != t.completion_ids.size)]
+    if bad:
+        ep, t = bad[0]
+        what = ("no token ids (a text-only turn)" if not t.has_tokens else
+                f"{t.completion_ids.size} completion ids but {t.completion_logprobs.size} logprobs")
+        raise ValueError(
+            f"{len(bad)} turn(s) to train on lack their sampled tokens, first: episode {ep.episode_id} "
+            f"t={t.t} has {what}; train only on turns recorded with exact token ids and logprobs "
+            f"(an agentrl engine, the recording proxy, or a server that returns token_ids and logprobs)")
+
+
 def plan_update(policy: Policy, cfg: Config, table: TurnTable, advantages: np.ndarray, episodes: list[Episode],
                 iteration: int) -> UpdatePlan | None:
     """``update.epochs`` passes over the trainable rows with a non-zero advantage (None when
@@ -156,6 +180,7 @@ def plan_update(policy: Policy, cfg: Config, table: TurnTable, advantages: np.nd
     reverse-turn ``update_order``: one group per branch, latest branch point first);
     otherwise they are shuffled chunks of ``update.minibatch`` rows.
     """
+    require_tokens(episodes)
     turns = {t.turn_id: t for ep in episodes for t in ep.turns}
     rows = np.flatnonzero(table.episode_ok & table.trainable & (advantages != 0.0))
     if rows.size == 0:
@@ -163,7 +188,8 @@ def plan_update(policy: Policy, cfg: Config, table: TurnTable, advantages: np.nd
     picked = [turns[int(i)] for i in table.turn_id[rows]]
     batch = build_batch([t.prompt_ids for t in picked], [t.completion_ids for t in picked],
                         [t.completion_logprobs for t in picked], advantages[rows], pad_id=policy.pad_id,
-                        pack=cfg.update.pack, allowed=constraint_masks(picked, policy.renderer))
+                        pack=cfg.update.pack, allowed=constraint_masks(picked, policy.renderer),
+                        episodes=[t.episode_id for t in picked])
     groups = update_groups(cfg.algorithm.estimator, table, rows)
     epochs = [groups if groups is not None else minibatches(
         batch.num_rows, cfg.update.minibatch, seed=cfg.run.seed * 7_919 + iteration * 101 + epoch)

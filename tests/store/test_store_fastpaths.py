@@ -81,7 +81,7 @@ def test_table_without_hidden_tokens_or_trees(tmp_path):
         table = store.table()
         _assert_tables_equal(table, TurnTable.from_episodes(store.load_episodes()))
     assert table.hidden is None and table.tree is None and table.branch is None
-    assert table.trainable.all()  # no row has tokens: every row trains
+    assert not table.trainable.any()  # no row has tokens: none trains (issue 19 item 7)
     assert table.anchor_vocab == ("room 0", "room 1", "room 2")
 
 

@@ -103,6 +103,8 @@ def test_select_renumbers_turns_and_trims_padding() -> None:
 @pytest.mark.parametrize("bad, match", [
     (dict(old_logprobs=[np.zeros(1)]), "old logprobs for 2 completion tokens"),
     (dict(prompt_ids=[np.zeros(0, np.int32)]), "empty prompt"),
+    (dict(completion_ids=[np.zeros(0, np.int32)], old_logprobs=[np.zeros(0)]), "no completion ids"),
+    (dict(episodes=[0, 1]), "episodes has 2 entries for 1 turns"),
     (dict(advantages=np.array([np.nan])), "NaN or inf"),
     (dict(advantages=np.array([1.0, 2.0])), r"float64\[N\] with N=1"),
     (dict(prompt_ids=[np.array([1.5])]), "integer array"),
