@@ -31,6 +31,7 @@ from agentrl.llm.chat import ChatRenderer
 from agentrl.proxy.encoder import Encoder
 from agentrl.proxy.engine import EngineWorker, Gate
 from agentrl.proxy.messages import canonical, split_tool_calls
+from agentrl.proxy.retry import retry_target, supersede, threads_before
 from agentrl.proxy.sessions import EpisodeSession, SessionRegistry
 from agentrl.proxy.tito import (MODES, PromptPlan, commit_thread, drift_of, new_segment, plan_chat, plan_completion,
                                 thread_index)
@@ -70,6 +71,7 @@ class PendingCall:
     _prev: object = field(default=None, repr=False)  # the thread's last full encode (drift base)
     _thread: object = field(default=None, repr=False)  # the ThreadState this call committed
     _undo: tuple | None = field(default=None, repr=False)  # (segment, n_segments, forks, old thread)
+    retry_of: "PendingCall | None" = field(default=None, repr=False)  # the call this one resends
 
     def commit(self) -> Turn:
         """Record the turn as delivered, before the reply's last bytes are sent (idempotent;
@@ -142,9 +144,9 @@ class ProxyCore:
         session.acquire()
         self.gate.enter()
         try:
-            plan, sampling, version, t0 = self._plan(session, req)
+            plan, sampling, version, t0, retry = self._plan(session, req)
             return self._pending(session, req, plan, sampling, version, t0,
-                                 self._engine_result(self.worker.submit(plan.prompt_ids, sampling)))
+                                 self._engine_result(self.worker.submit(plan.prompt_ids, sampling)), retry)
         except BaseException:
             self.gate.leave()
             session.release()
@@ -162,28 +164,31 @@ class ProxyCore:
             session.release()
             raise
         try:
-            plan, sampling, version, t0 = self._plan(session, req)
+            plan, sampling, version, t0, retry = self._plan(session, req)
             fut = self.worker.submit(plan.prompt_ids, sampling)
             await asyncio.wrap_future(fut)
-            return self._pending(session, req, plan, sampling, version, t0, self._engine_result(fut))
+            return self._pending(session, req, plan, sampling, version, t0, self._engine_result(fut), retry)
         except BaseException:
             self.gate.leave()
             session.release()
             raise
 
-    def _plan(self, session: EpisodeSession, req: ChatRequest) -> tuple[PromptPlan, SamplingParams, int, float]:
+    def _plan(self, session: EpisodeSession,
+              req: ChatRequest) -> tuple[PromptPlan, SamplingParams, int, float, "PendingCall | None"]:
         t0 = time.time()
+        retry = retry_target(session, req)  # an identical resend plans as the first attempt did
+        threads = session.threads if retry is None else threads_before(session, retry)
         with self._render_lock:
             if req.prompt is not None:
-                plan = plan_completion(self.renderer, session.threads, req, encoder=self.encoder)
+                plan = plan_completion(self.renderer, threads, req, encoder=self.encoder)
             else:
-                plan = plan_chat(self.renderer, session.threads, req, mode=self.mode, measure_drift=self.measure_drift,
+                plan = plan_chat(self.renderer, threads, req, mode=self.mode, measure_drift=self.measure_drift,
                                  encoder=self.encoder)
         limit = int(self.engine.max_context)
         if plan.prompt_ids.size >= limit:  # refused here, so it never fails a whole engine batch
             raise WireError(400, f"the prompt has {plan.prompt_ids.size} tokens and leaves no room in the model's "
                                  f"context of {limit} tokens; shorten or compact the conversation", param="messages")
-        return plan, session.effective(req.sampling), int(self.engine.policy_version), t0
+        return plan, session.effective(req.sampling), int(self.engine.policy_version), t0, retry
 
     @staticmethod
     def _engine_result(fut) -> Completion:
@@ -195,12 +200,13 @@ class ProxyCore:
             raise WireError(503, f"the engine refused the call ({exc}); retry later", kind="server_error") from None
 
     def _pending(self, session: EpisodeSession, req: ChatRequest, plan: PromptPlan, sampling: SamplingParams,
-                 version: int, t0: float, completion: Completion) -> PendingCall:
+                 version: int, t0: float, completion: Completion, retry: "PendingCall | None" = None) -> PendingCall:
         with self._render_lock:
             text = self.renderer.completion_text(completion.token_ids)
         content, calls = split_tool_calls(text, tools_offered=bool(req.tools))
         reason = "tool_calls" if calls else ("length" if completion.finish_reason == FINISH_LENGTH else "stop")
-        return PendingCall(self, session, plan, req, completion, text, content, calls, reason, sampling, version, t0)
+        return PendingCall(self, session, plan, req, completion, text, content, calls, reason, sampling, version, t0,
+                           retry_of=retry)
 
     def record(self, call: PendingCall, delivered: bool) -> Turn:
         """Append the call's ``Turn`` to its episode and, when delivered, advance its thread
@@ -208,6 +214,7 @@ class ProxyCore:
         ``strict``) goes into ``info`` here; a pending one is left to ``measure``."""
         s, plan, c = call.session, call.plan, call.completion
         aborted = not delivered or c.finish_reason == FINISH_ABORT
+        retry_of = supersede(s, call.retry_of) if call.retry_of is not None and not aborted else None
         old = s.threads.get(plan.key)
         call._prev = old.rendered if old is not None else None
         info = {"call": s.calls, "thread": thread_index(s.threads, plan.key), "prompt_source": plan.source,
@@ -236,6 +243,9 @@ class ProxyCore:
                 reply = canonical(WireMessage("assistant", call.content, call.tool_calls))
             call._thread = commit_thread(s.threads, plan, call.request, reply, c.token_ids, call.text, s.segment)
             info["segment"], info["forks"] = s.segment, s.forks
+            s.last_call = call
+        if retry_of is not None:
+            info["retry_of"] = retry_of
         ep = s.episode
         obs = _observation(call.request)
         turn = Turn(run_id=ep.run_id, episode_id=ep.episode_id, group_id=ep.group_id, t=len(ep.turns), observation=obs,
@@ -259,6 +269,8 @@ class ProxyCore:
         else:
             s.threads[call.plan.key] = old
         call._undo = call._thread = None
+        if s.last_call is call:
+            s.last_call = None
         info = {k: v for k, v in t.info.items() if k not in ("segment", "forks")}
         _mark_aborted(info, int(t.completion_ids.size))
         with s.cv:  # atomic for set_reward

@@ -77,6 +77,7 @@ class EpisodeSession:
     n_segments: int = 0
     forks: int = 0
     calls: int = 0
+    last_call: object = None  # the last delivered PendingCall (an identical resend retries it)
     episode_reward: float | None = None
     final_return: float | None = None
     closed: bool = False
