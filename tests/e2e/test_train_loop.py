@@ -132,6 +132,26 @@ def test_turn_ppo_trains_a_critic(tiny_dir, tmp_path):
         assert len(store.advantages(result.run_id, estimator="turn_ppo")) == n_turns
 
 
+def test_episode_weighting_options_through_the_loop(tiny_dir, tmp_path):
+    """Issue 19 item 10 through the whole loop: the episode-normalised aggregation trains (its
+    steps see real tokens) and both weighting choices are recorded in the run's config.yaml."""
+    import yaml
+
+    from agentrl.train import train
+
+    result = train(_cfg(tiny_dir, tmp_path, name="epw", iterations=2, run__eval_every=0,
+                        update__aggregation="episode-mean-token-mean",
+                        algorithm__kwargs={"stats_over": "episodes"}), resume=False)
+    lines = [json.loads(x) for x in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
+    stepped = [x for x in lines if "update/grad_norm" in x]
+    assert result.state.optimizer_steps >= 1 and stepped
+    assert all(x["update/steps"] >= 1 and np.isfinite(x["update/loss"]) for x in stepped)
+    assert any(x["update/grad_norm"] > 0 for x in stepped)
+    recorded = yaml.safe_load((result.run_dir / "config.yaml").read_text())
+    assert recorded["update"]["aggregation"] == "episode-mean-token-mean"
+    assert recorded["algorithm"]["kwargs"]["stats_over"] == "episodes"
+
+
 def test_cli_eval_checkpoint_and_train_summary(finished_run, tmp_path, capsys):
     """`agentrl eval RUN/config.yaml --checkpoint ...` reads the run's own config (every default
     in effect was written there) and the trained adapters; `agentrl train` prints the summary
