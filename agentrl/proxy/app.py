@@ -67,6 +67,10 @@ def build_app(core: ProxyCore, *, admin_token: str, base_url: Callable[[], str],
     """
     app = Starlette()
     pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="agentrl-proxy")
+    vocab = _vocab_size(core.renderer)
+
+    def parse(data: dict, chat: bool):
+        return parse_chat(data, core.sampling) if chat else parse_completion(data, core.sampling, vocab)
 
     async def run(fn, *args):
         return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
@@ -78,7 +82,7 @@ def build_app(core: ProxyCore, *, admin_token: str, base_url: Callable[[], str],
         try:
             session = session_of(request)
             data = loads(await request.body())
-            req = (parse_chat if chat else parse_completion)(data, core.sampling)
+            req = parse(data, chat)
             if session.closed:
                 raise WireError(409, f"episode {session.episode.episode_id} is closed", kind="conflict")
             call: PendingCall = await _watch(request, core.start_async(session, req, run))
@@ -112,6 +116,15 @@ def build_app(core: ProxyCore, *, admin_token: str, base_url: Callable[[], str],
     _admin_routes(app, core, admin_token, base_url, run)
     app.state.pool = pool  # shut down by RecordingProxy.stop
     return app
+
+
+def _vocab_size(renderer) -> int | None:
+    """Number of token ids the policy's tokenizer knows (``len(tokenizer)``, added tokens
+    included), or None when the renderer has no sized tokenizer."""
+    try:
+        return int(len(renderer.tokenizer))
+    except (AttributeError, TypeError):
+        return None
 
 
 def _deliver(call: PendingCall, make_body):

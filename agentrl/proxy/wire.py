@@ -4,7 +4,9 @@ Only what the recording proxy supports is accepted; anything else is a 400 with 
 OpenAI-style body ``{"error": {"message", "type", "param", "code"}}`` naming the parameter
 and the fix, so a harness fails loudly instead of training on silently-ignored settings.
 Sampling maps onto ``SamplingParams``: ``temperature == 0`` means greedy;
-``max_completion_tokens`` wins over ``max_tokens``.
+``max_completion_tokens`` is the chat name of ``max_tokens`` (both sent and different: 400).
+Flags (``stream``, ``logprobs``, ...) must be JSON booleans, ``stream_options`` an object,
+token-id prompts ids of the vocabulary: a wrong type is a 400, never a guess or a 500.
 """
 
 from __future__ import annotations
@@ -171,6 +173,53 @@ def parse_messages(raw: Any) -> tuple[WireMessage, ...]:
     return tuple(out)
 
 
+def _flag(data: dict, key: str, where: str = "") -> bool:
+    """``data[key]`` as a bool (missing/null → False). Raises ``WireError`` 400 unless a JSON boolean."""
+    v = data.get(key)
+    if v is None:
+        return False
+    if not isinstance(v, bool):
+        raise bad(f"'{where}{key}' must be true or false, got {v!r}", where + key)
+    return v
+
+
+def _include_usage(data: dict) -> bool:
+    """``stream_options.include_usage``. Raises ``WireError`` 400 unless ``stream_options`` is an
+    object (or null) and ``include_usage`` a boolean."""
+    opts = data.get("stream_options")
+    if opts is None:
+        return False
+    if not isinstance(opts, dict):
+        raise bad(f"'stream_options' must be an object such as {{\"include_usage\": true}} or null, got {opts!r}",
+                  "stream_options")
+    return _flag(opts, "include_usage", "stream_options.")
+
+
+def check_token_ids(ids: tuple[int, ...], vocab_size: int | None) -> None:
+    """Raise ``WireError`` 400 (param ``prompt``) when an id is outside ``[0, vocab_size)``
+    (``[0, 2**31)`` when the vocabulary size is unknown)."""
+    limit = vocab_size or 1 << 31
+    outside = [i for i in ids if not 0 <= i < limit]
+    if outside:
+        raise bad(f"'prompt' has {len(outside)} token id(s) outside the vocabulary [0, {limit}), e.g. {outside[:3]}; "
+                  "send ids of this model's tokenizer", "prompt")
+
+
+def _max_tokens(data: dict, default: int) -> int:
+    """``max_completion_tokens`` or its older name ``max_tokens`` (≥ 1). Raises ``WireError``
+    400 when both are sent and differ, or the value is not an integer ≥ 1."""
+    new, old = _number(data, "max_completion_tokens", int, None), _number(data, "max_tokens", int, None)
+    if new is not None and old is not None and new != old:
+        raise bad(f"'max_completion_tokens' ({new}) and 'max_tokens' ({old}) differ; send one of them "
+                  "(max_tokens is the older name of the same limit)", "max_completion_tokens")
+    key, value = ("max_completion_tokens", new) if new is not None else ("max_tokens", old)
+    if value is None:
+        return default
+    if value < 1:
+        raise bad(f"'{key}' must be >= 1, got {value}", key)
+    return value
+
+
 def _number(data: dict, key: str, kind: type, default):
     v = data.get(key)
     if v is None:
@@ -197,8 +246,7 @@ def parse_sampling(data: dict, default: SamplingParams) -> tuple[SamplingParams,
     temperature = _number(data, "temperature", float, default.temperature)
     if temperature < 0:
         raise bad(f"'temperature' must be >= 0 (0 = greedy), got {temperature}", "temperature")
-    max_tokens = _number(data, "max_completion_tokens", int, None)
-    max_tokens = max_tokens or _number(data, "max_tokens", int, default.max_tokens)
+    max_tokens = _max_tokens(data, default.max_tokens)
     seed = _number(data, "seed", int, default.seed)
     top_p = _number(data, "top_p", float, default.top_p)
     try:
@@ -235,28 +283,30 @@ def parse_chat(data: dict, default: SamplingParams) -> ChatRequest:
     if data.get("top_logprobs"):
         raise bad("'top_logprobs' is not supported; only the sampled token's logprob is returned", "top_logprobs")
     sampling, sent = parse_sampling(data, default)
-    opts = data.get("stream_options") or {}
     return ChatRequest(messages=parse_messages(data.get("messages")), tools=tuple(tools) if choice != "none" else (),
-                       sampling=sampling, sent=sent, stream=bool(data.get("stream")),
-                       include_usage=bool(isinstance(opts, dict) and opts.get("include_usage")),
-                       logprobs=bool(data.get("logprobs")), return_token_ids=bool(data.get("return_token_ids")),
+                       sampling=sampling, sent=sent, stream=_flag(data, "stream"), include_usage=_include_usage(data),
+                       logprobs=_flag(data, "logprobs"), return_token_ids=_flag(data, "return_token_ids"),
                        model=str(data.get("model") or ""))
 
 
-def parse_completion(data: dict, default: SamplingParams) -> ChatRequest:
-    """Parse a legacy ``completions`` body (``prompt``: a string or a list of token ids)."""
+def parse_completion(data: dict, default: SamplingParams, vocab_size: int | None = None) -> ChatRequest:
+    """Parse a legacy ``completions`` body (``prompt``: a string or a list of token ids, each
+    in ``[0, vocab_size)``). Raises ``WireError`` 400."""
     _check_keys(data, _COMPLETION_KEYS, "completions")
     prompt = data.get("prompt")
     if isinstance(prompt, list) and prompt and all(isinstance(i, int) and not isinstance(i, bool) for i in prompt):
         prompt = tuple(prompt)
+        check_token_ids(prompt, vocab_size)
     elif isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
     elif not isinstance(prompt, str) or not prompt:
         raise bad("'prompt' must be a non-empty string or a list of token ids (one prompt per request)", "prompt")
     sampling, sent = parse_sampling(data, default)
-    if data.get("logprobs") not in (None, False, 0, True, 1):
+    logprobs = data.get("logprobs")
+    if logprobs is not None and not isinstance(logprobs, int):
+        raise bad(f"'logprobs' must be an integer (0 or 1) or null, got {logprobs!r}", "logprobs")
+    if logprobs not in (None, False, 0, True, 1):
         raise bad("'logprobs' > 1 is not supported; only the sampled token's logprob is returned", "logprobs")
-    return ChatRequest(prompt=prompt, sampling=sampling, sent=sent, stream=bool(data.get("stream")),
-                       include_usage=bool((data.get("stream_options") or {}).get("include_usage")),
-                       logprobs=bool(data.get("logprobs")), return_token_ids=bool(data.get("return_token_ids")),
-                       model=str(data.get("model") or ""))
+    return ChatRequest(prompt=prompt, sampling=sampling, sent=sent, stream=_flag(data, "stream"),
+                       include_usage=_include_usage(data), logprobs=bool(logprobs),
+                       return_token_ids=_flag(data, "return_token_ids"), model=str(data.get("model") or ""))
