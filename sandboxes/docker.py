@@ -55,7 +55,8 @@ def _cap(data: bytes, cap: int) -> tuple[str, bool]:
 def container_kwargs(req: ExecRequest) -> dict:
     """Keyword arguments of ``containers.create`` for one request: nobody, no network, no
     capabilities, no-new-privileges, memory = memory+swap limit, pids limit, CPU/FSIZE/
-    NOFILE ulimits, a size-capped /tmp and /dev/shm; stdin is read from a file copied in with the rest."""
+    NOFILE ulimits, a size-capped /tmp and /dev/shm; stdin is read from a file copied in
+    with the rest."""
     from docker.types import Ulimit
 
     lim, mib = req.limits, 1 << 20
