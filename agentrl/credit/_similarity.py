@@ -4,8 +4,16 @@ Inside each task group, observations are visited in a given order; each joins th
 *first* existing cluster whose representative (first member) has
 ``difflib.SequenceMatcher(None, obs, rep).ratio() >= thresh``, otherwise it starts a new
 cluster. Order dependent by design (§0.6 D4). Identical strings always land in the same
-cluster, so the work is done once per distinct string (a Python loop over distinct
-anchors per group: O(distinct²) ratio calls, which is why the mode is off by default).
+cluster, so the work is done once per distinct string: O(distinct²) comparisons per group.
+
+Exact shortcuts (the clusters are exactly those of the plain loop): difflib's ratio is
+``2·M / (len(a) + len(b))`` where M counts the characters of matching blocks, a common
+subsequence, so ``2·LCS / (len(a) + len(b))`` bounds it from above. A pair whose bound is
+below ``thresh`` cannot join; only the others run ``SequenceMatcher.ratio``. The bound comes
+from rapidfuzz's bit-parallel Indel distance (``len(a) + len(b) − 2·LCS``) when rapidfuzz is
+installed (the ``credit`` extra), else from difflib's own ``real_quick_ratio`` /
+``quick_ratio`` bounds; each representative keeps one ``SequenceMatcher`` (its analysis of
+the representative is cached as ``b``, exactly as a fresh ``SequenceMatcher(None, obs, rep)``).
 """
 
 from __future__ import annotations
@@ -13,6 +21,11 @@ from __future__ import annotations
 import difflib
 
 import numpy as np
+
+try:  # optional: exact LCS bounds in C++ (agentrl[credit])
+    from rapidfuzz.distance import Indel as _Indel
+except ImportError:  # pragma: no cover - exercised when rapidfuzz is absent
+    _Indel = None
 
 
 def visit_rank(table_episode: np.ndarray, table_t: np.ndarray) -> np.ndarray:
@@ -46,16 +59,38 @@ def similarity_clusters(
         raise ValueError("similarity grouping needs TurnTable.anchor_vocab covering every anchor code")
     out = np.empty_like(keys)
     reps: dict[int, list[int]] = {}
+    matchers: dict[int, difflib.SequenceMatcher] = {}  # per representative, made when first needed
     canon: dict[tuple[int, int], int] = {}
     for i in np.argsort(rank, kind="stable"):
         g, k = int(group[i]), int(keys[i])
         if (g, k) not in canon:
             text = vocab[k]
             rs = reps.setdefault(g, [])
-            hit = next((r for r in rs if difflib.SequenceMatcher(None, text, vocab[r]).ratio() >= thresh), None)
+            hit = next((r for r in rs if _joins(text, r, vocab, matchers, thresh)), None)
             if hit is None:
                 rs.append(k)
                 hit = k
             canon[(g, k)] = hit
         out[i] = canon[(g, k)]
     return out
+
+
+def _joins(text: str, r: int, vocab: tuple[str, ...], matchers: dict[int, difflib.SequenceMatcher],
+           thresh: float) -> bool:
+    """``SequenceMatcher(None, text, vocab[r]).ratio() >= thresh``, skipping the ratio when an
+    upper bound already fails (``matchers[r]`` caches ``vocab[r]`` as the second sequence)."""
+    rep = vocab[r]
+    total = len(text) + len(rep)
+    if not total:
+        return 1.0 >= thresh  # difflib: two empty strings have ratio 1.0
+    if _Indel is not None:
+        lcs = (total - _Indel.distance(text, rep)) // 2
+        if 2.0 * lcs / total < thresh:  # difflib's own formula: ratio <= this bound
+            return False
+    sm = matchers.get(r)
+    if sm is None:
+        sm = matchers[r] = difflib.SequenceMatcher(None, "", rep)
+    sm.set_seq1(text)
+    if _Indel is None and (sm.real_quick_ratio() < thresh or sm.quick_ratio() < thresh):
+        return False
+    return sm.ratio() >= thresh
