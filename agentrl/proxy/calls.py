@@ -31,7 +31,7 @@ from agentrl.llm.chat import ChatRenderer
 from agentrl.proxy.encoder import Encoder
 from agentrl.proxy.engine import EngineWorker, Gate
 from agentrl.proxy.messages import canonical, split_tool_calls
-from agentrl.proxy.retry import retry_target, supersede, threads_before
+from agentrl.proxy.retry import restore, retry_target, supersede, threads_before
 from agentrl.proxy.sessions import EpisodeSession, SessionRegistry
 from agentrl.proxy.tito import (MODES, PromptPlan, commit_thread, drift_of, new_segment, plan_chat, plan_completion,
                                 thread_index)
@@ -72,6 +72,7 @@ class PendingCall:
     _thread: object = field(default=None, repr=False)  # the ThreadState this call committed
     _undo: tuple | None = field(default=None, repr=False)  # (segment, n_segments, forks, old thread)
     retry_of: "PendingCall | None" = field(default=None, repr=False)  # the call this one resends
+    _superseded: tuple | None = field(default=None, repr=False)  # supersede's token, for unrecord
 
     def commit(self) -> Turn:
         """Record the turn as delivered, before the reply's last bytes are sent (idempotent;
@@ -214,7 +215,10 @@ class ProxyCore:
         ``strict``) goes into ``info`` here; a pending one is left to ``measure``."""
         s, plan, c = call.session, call.plan, call.completion
         aborted = not delivered or c.finish_reason == FINISH_ABORT
-        retry_of = supersede(s, call.retry_of) if call.retry_of is not None and not aborted else None
+        retry_of = None
+        if call.retry_of is not None and not aborted:
+            call._superseded = supersede(s, call.retry_of)
+            retry_of = call._superseded[0]
         old = s.threads.get(plan.key)
         call._prev = old.rendered if old is not None else None
         info = {"call": s.calls, "thread": thread_index(s.threads, plan.key), "prompt_source": plan.source,
@@ -271,7 +275,10 @@ class ProxyCore:
         call._undo = call._thread = None
         if s.last_call is call:
             s.last_call = None
-        info = {k: v for k, v in t.info.items() if k not in ("segment", "forks")}
+        if call._superseded is not None:  # the first attempt was superseded by this reply: it stays
+            restore(s, call._superseded)
+            call._superseded = None
+        info = {k: v for k, v in t.info.items() if k not in ("segment", "forks", "retry_of")}
         _mark_aborted(info, int(t.completion_ids.size))
         with s.cv:  # atomic for set_reward
             new = dataclasses.replace(t, action_valid=False, completion_ids=np.zeros(0, np.int32),

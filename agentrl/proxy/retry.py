@@ -14,7 +14,9 @@ delivered call* exactly (the same thread and canonical messages, or the same
   turn records ``info["retry_of"]`` = the first attempt's ``t``.
 
 So the episode trains on one copy of the turn: the one whose reply the harness went on with.
-A retry that is itself not delivered changes nothing (the first attempt stays).
+A retry that is itself not delivered changes nothing (the first attempt stays) — also when
+its reply was recorded and the client left before the last bytes went out: ``restore`` puts
+the first attempt's turn, thread and counters back.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from agentrl.proxy.messages import canonical, thread_key
 from agentrl.proxy.tito import ThreadState
 from agentrl.proxy.wire import ChatRequest
 
-__all__ = ["request_signature", "retry_target", "threads_before", "supersede"]
+__all__ = ["request_signature", "retry_target", "threads_before", "supersede", "restore"]
 
 
 def request_signature(req: ChatRequest) -> tuple:
@@ -57,10 +59,13 @@ def threads_before(session, last) -> dict[bytes, ThreadState]:
     return threads
 
 
-def supersede(session, last) -> int:
+def supersede(session, last) -> tuple:
     """Undo ``last`` (a delivered call being retried): restore the thread and the segment / fork
     counters, and turn its turn into a superseded, non-trainable one (ids dropped, ``t`` and
-    reward kept). Returns the superseded turn's ``t``. The caller holds the episode."""
+    reward kept). Returns what ``restore`` needs to take it back (its first item is the
+    superseded turn's ``t``). The caller holds the episode."""
+    token = (last.turn.t, last, last.turn, last._undo, last._thread, session.segment, session.n_segments,
+             session.forks, session.threads.get(last.plan.key))
     session.segment, session.n_segments, session.forks, old = last._undo
     if old is None:
         session.threads.pop(last.plan.key, None)
@@ -77,4 +82,19 @@ def supersede(session, last) -> int:
         session.episode.turns[turn.t] = new
     last.turn = new
     session.last_call = None
-    return turn.t
+    return token
+
+
+def restore(session, token: tuple) -> None:
+    """Take back a ``supersede`` whose retry was not delivered after all (the client left after
+    the retry was recorded): the first attempt's turn (with any reward set meanwhile), its
+    thread, the segment / fork counters and ``last_call`` are as before the retry. The caller
+    holds the episode and has undone the retry's own changes."""
+    _, last, turn, undo, thread, session.segment, session.n_segments, session.forks, state = token
+    session.threads[last.plan.key] = state
+    last._undo, last._thread = undo, thread
+    with session.cv:  # atomic for set_reward
+        turn = dataclasses.replace(turn, reward=session.episode.turns[turn.t].reward)
+        session.episode.turns[turn.t] = turn
+    last.turn = turn
+    session.last_call = last

@@ -79,3 +79,46 @@ def test_completions_resend_is_a_retry(serve, renderer, reply_ids):
         ep = proxy.close_episode(h.episode_id)
     assert ep.turns[0].info["superseded_by_retry"] is True and ep.turns[1].info["retry_of"] == 0
     assert ep.turns[1].completion_ids.tolist() == reply_ids("b") and ep.turns[1].info["fork"] is False
+
+
+def test_retry_recorded_then_not_delivered_keeps_the_first_attempt(renderer, reply_ids):
+    """A retry whose reply was recorded (``commit``, just before its last bytes) but whose
+    client left before they went out changes nothing: the first attempt stays trainable with
+    its ids, thread and counters (it had been superseded and stayed so, with no trainable copy
+    of the turn), a reward set on it meanwhile is kept, and the next identical resend retries
+    it again."""
+    from agentrl.llm.base import SamplingParams
+    from agentrl.proxy import RecordingProxy
+    from agentrl.proxy.wire import parse_chat
+
+    replies = [reply_ids("go east"), reply_ids("take key"), reply_ids("open door"), reply_ids("win")]
+    proxy = RecordingProxy(ScriptedEngine(replies, eos_token_id=renderer.eos_token_id), renderer)
+    try:
+        h = proxy.create_episode()
+        s, core = proxy.registry.get(h.episode_id), proxy.core
+
+        def req(messages):
+            return parse_chat({"model": "p", "messages": messages}, SamplingParams())
+        m1 = [SYSTEM, {"role": "user", "content": "obs 0"}]
+        core.start(s, req(m1)).finish(True)
+        m2 = m1 + [{"role": "assistant", "content": "go east"}, {"role": "user", "content": "obs 1"}]
+        core.start(s, req(m2)).finish(True)  # turn 1, delivered
+        threads_after = dict(s.threads)
+        retry = core.start(s, req(m2))
+        retry.commit()  # recorded as delivered: turn 1 superseded ...
+        assert s.episode.turns[1].info["superseded_by_retry"] is True
+        proxy.set_reward(h.episode_id, 0.5, turn=1)
+        retry.finish(False)  # ... but the client left before the last bytes
+        first, aborted = s.episode.turns[1], s.episode.turns[2]
+        assert first.info["trainable"] is True and "superseded_by_retry" not in first.info
+        assert first.completion_ids.tolist() == replies[1] and first.reward == 0.5
+        assert first.info["segment"] == 0 and first.action_valid
+        assert aborted.info["finish_reason"] == "abort" and "retry_of" not in aborted.info
+        assert s.threads == threads_after and (s.segment, s.n_segments, s.forks) == (0, 1, 0)
+        again = core.start(s, req(m2))  # the harness resends once more: a retry of turn 1 again
+        again.finish(True)
+        ep = proxy.close_episode(h.episode_id)
+    finally:
+        proxy.core.close()
+    assert again.turn.info["retry_of"] == 1 and ep.turns[1].info["superseded_by_retry"] is True
+    assert TurnTable.from_episodes([ep]).trainable.tolist() == [True, False, False, True]
