@@ -4,8 +4,9 @@ Serves pages over the turn store, read-only (one fresh connection per request, s
 opened while a training run is still writing): runs → iterations (metric charts) → groups →
 episodes → turns (observation, tokens coloured by advantage, logprobs on hover, anchor
 groups, branch trees). Filters: env, task, success, estimator, iteration, policy version.
-At start-up it adds four indexes to the store (CREATE INDEX IF NOT EXISTS) unless
---no-index is given; pages stay correct without them, only slower on large stores.
+It never writes the store: the indexes its pages use are in the store schema; on a store
+written before them it warns (pages correct, slower on large stores; `agentrl store index`
+adds them).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ def register(subparsers) -> None:
                    help="tokenizer.json or model folder to decode token ids (default: the run's config.yaml beside STORE)")
     p.add_argument("--page-size", type=int, default=50, help="rows per page of runs, iterations, groups, episodes")
     p.add_argument("--turns-per-page", type=int, default=10, help="turns per page of an episode (default: 10)")
-    p.add_argument("--no-index", action="store_true", help="do not add the viewer's indexes to the store")
     p.set_defaults(func=run)
 
 
@@ -50,13 +50,14 @@ def run(args: argparse.Namespace) -> int:
         raise ImportError("agentrl view needs uvicorn: pip install 'agentrl[view]'") from exc
     from rich.console import Console
 
+    from agentrl.cli._text import markup_safe
     from agentrl.view import ViewerOptions, create_app
 
     app = create_app(ViewerOptions(store=Path(args.store), tokenizer=args.tokenizer, page_size=args.page_size,
-                                   turns_per_page=args.turns_per_page, add_indexes=not args.no_index))
+                                   turns_per_page=args.turns_per_page))
     console = Console()
     for w in app.state.warnings:
-        console.print(f"[yellow]warning:[/] {w}", highlight=False)
+        console.print(f"[yellow]warning:[/] {markup_safe(w)}", highlight=False)
     console.print(f"agentrl view: http://{args.host}:{args.port}/  (Ctrl-C stops)", highlight=False)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0

@@ -34,7 +34,7 @@ def backup(src: str | Path, dst: str | Path) -> BackupSummary:
 
     The copy is written to a hidden temporary file beside ``dst``, checked
     (``quick_check``, schema version) and renamed to ``dst``, so ``dst`` never holds a
-    partial copy. It takes a read snapshot for as long as the copy runs (~1 s per GB).
+    partial copy. It holds a read snapshot for as long as the copy runs (writers go on).
 
     Args:
         src: an existing turn store (may be open in writers).

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from agentrl.view import pages
-from agentrl.view.db import ensure_indexes, open_read
+from agentrl.view.db import index_warnings, open_read
 from agentrl.view.queries import Filters
 from agentrl.view.totals import RunTotals
 
@@ -31,14 +31,12 @@ class ViewerOptions:
             (default: the run's ``config.yaml`` beside the store, else ids only).
         page_size: rows per page of runs, iterations, groups and episodes.
         turns_per_page: turns per page of an episode.
-        add_indexes: create the viewer's indexes at start-up (``db.VIEW_INDEXES``).
     """
 
     store: Path
     tokenizer: str | None = None
     page_size: int = 50
     turns_per_page: int = 10
-    add_indexes: bool = True
 
 
 class BadQuery(ValueError):
@@ -72,10 +70,14 @@ def parse_filters(params) -> Filters:
 
 
 def create_app(options: ViewerOptions):
-    """The FastAPI app over ``options.store``.
+    """The FastAPI app over ``options.store``; it never writes the store (read-only connections).
+
+    The store is checked once here (``quick_check``, ~1 s per million turns); ``app.state.warnings``
+    says when it lacks the indexes of the current schema (pages slower, still correct).
 
     Raises:
-        FileNotFoundError: no store file. StoreError / SchemaVersionError: not a readable store.
+        FileNotFoundError: no store file. StoreDamagedError: the file fails SQLite's integrity
+            check. StoreError / SchemaVersionError: not a readable store.
         ImportError: fastapi / jinja2 missing (``pip install 'agentrl[view]'``).
     """
     try:
@@ -85,8 +87,8 @@ def create_app(options: ViewerOptions):
     except ImportError as exc:
         raise ImportError(f"agentrl view needs fastapi and jinja2 ({exc.name} missing): pip install 'agentrl[view]'") from exc
     store = Path(options.store)
-    open_read(store).close()  # fail now, with the store's message, not on the first request
-    warnings = ensure_indexes(store) if options.add_indexes else []
+    with closing(open_read(store, check=True)) as conn:  # fail now, with the store's message
+        warnings = index_warnings(conn, store)
     # autoescape every template: stored text (observations, actions, run ids) is untrusted
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(files("agentrl.view") / "templates")), autoescape=True)
     templates = Jinja2Templates(env=env)

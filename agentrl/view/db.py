@@ -1,11 +1,11 @@
-"""Read connections to a turn store for the viewer, its extra indexes and keyset pages.
+"""Read connections to a turn store for the viewer, index hints and keyset pages.
 
-The viewer never writes turns, episodes, advantages or metrics. It opens one fresh
-read-only connection per request (``open_read``), so pages stay current while a trainer
-keeps writing the file (WAL: readers see the last committed transaction and never block
-the writer). At start-up it adds the indexes its pages need (``ensure_indexes``) with
-``CREATE INDEX IF NOT EXISTS`` — the only write it ever makes, skipped with a warning when
-the file cannot be written.
+The viewer never writes the store. It opens one fresh read-only connection per request
+(``open_read``, ``mode=ro``), so pages stay current while a trainer keeps writing the file
+(WAL: readers see the last committed transaction and never block the writer). The indexes
+its pages use are part of the store schema (``agentrl.store.schema.VIEW_INDEXES``); on a
+store written before them the pages run without them (``execute`` drops the hints) and
+``index_warnings`` says how to add them.
 """
 
 from __future__ import annotations
@@ -16,66 +16,33 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Generic, Sequence, TypeVar
 
-from agentrl.store.schema import TURN_BITS, connect
+from agentrl.store.schema import TURN_BITS, connect, missing_indexes
 
 T = TypeVar("T")
 
-#: Indexes the viewer's queries use (name, DDL). Proposed for the store schema itself.
-VIEW_INDEXES: tuple[tuple[str, str], ...] = (
-    ("view_episodes_by_group", "CREATE INDEX IF NOT EXISTS view_episodes_by_group "
-                               "ON episodes (run_key, group_id, episode_id)"),
-    ("view_turns_by_group", "CREATE INDEX IF NOT EXISTS view_turns_by_group ON turns (run_key, group_id)"),
-    ("view_turns_by_version", "CREATE INDEX IF NOT EXISTS view_turns_by_version "
-                              "ON turns (run_key, policy_version, episode_id)"),
-    ("view_advantages_by_iteration", "CREATE INDEX IF NOT EXISTS view_advantages_by_iteration "
-                                     "ON advantages (run_key, iteration, estimator, value)"),
-)
-
-
-def open_read(path: Path) -> sqlite3.Connection:
-    """A new read-only connection (``mode=ro`` URI) to the store at ``path``.
-
-    Raises:
-        FileNotFoundError: no file at ``path``. StoreError / SchemaVersionError: not a
-            store of this schema version.
-    """
-    return connect(path, readonly=True)
-
-
-def ensure_indexes(path: Path, *, busy_timeout_s: float = 60.0) -> list[str]:
-    """Create the ``VIEW_INDEXES`` missing from the store (one write transaction).
-
-    Building them takes the store's write lock for about 1 s per million turns; a trainer
-    writing at the same time waits (busy timeout), it does not fail.
+def open_read(path: Path, *, check: bool = False) -> sqlite3.Connection:
+    """A new read-only connection (``mode=ro`` URI; ``immutable`` on a read-only file system)
+    to the store at ``path``; it never writes the file.
 
     Args:
-        path: the store file.
-        busy_timeout_s: seconds to wait for another process's write lock.
-
-    Returns:
-        warnings (empty when every index exists or was created); e.g. the file is read-only,
-        in which case pages still work, only slower on large stores.
+        check: run SQLite's integrity check (``quick_check``, ~1 s per million turns): the viewer
+            does once at start-up, not per request.
+    Raises:
+        FileNotFoundError: no file at ``path``. StoreDamagedError: ``check`` and the file is
+            damaged. StoreError / SchemaVersionError: not a store of this schema version.
     """
-    try:
-        conn = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None)
-    except sqlite3.Error as exc:  # pragma: no cover - connect rarely fails before a query
-        return [f"cannot open {path} to add the viewer's indexes ({exc}); large stores will load slowly"]
-    try:
-        have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
-        missing = [ddl for name, ddl in VIEW_INDEXES if name not in have]
-        if missing:
-            conn.execute("BEGIN IMMEDIATE")
-            for ddl in missing:
-                conn.execute(ddl)
-            conn.execute("COMMIT")
+    return connect(path, readonly=True, check=check)
+
+
+def index_warnings(conn: sqlite3.Connection, path: Path) -> list[str]:
+    """A warning when the store lacks the schema's ``VIEW_INDEXES`` (written by an agentrl
+    before they joined the schema); empty otherwise. Pages stay correct without them."""
+    missing = missing_indexes(conn)
+    if not missing:
         return []
-    except sqlite3.Error as exc:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        return [f"cannot add the viewer's indexes to {path} ({exc}); pages work but load slowly on large "
-                f"stores. Make the file writable once, or run `agentrl view` as its owner"]
-    finally:
-        conn.close()
+    return [f"{path} was written before the viewer's indexes joined the store schema (missing: {', '.join(missing)}); "
+            f"pages are correct but slower on large stores. Add them with `agentrl store index {path}` "
+            f"(a write, about 1 s per million turns) or by any run that appends to the store"]
 
 
 _HINT = re.compile(r"INDEXED BY view_\w+")
@@ -84,7 +51,7 @@ _HINT = re.compile(r"INDEXED BY view_\w+")
 def execute(conn: sqlite3.Connection, sql: str, params: Sequence = ()) -> list[tuple]:
     """All rows of ``sql``, whose ``INDEXED BY view_*`` hints pin the viewer's indexes (SQLite
     without ``ANALYZE`` statistics may otherwise pick a primary key and scan). On a store
-    without them (read-only file), the hints are dropped: same rows, slower."""
+    without them (written before they joined the schema), the hints are dropped: same rows, slower."""
     try:
         return conn.execute(sql, params).fetchall()
     except sqlite3.OperationalError as exc:

@@ -1,7 +1,8 @@
 """Turn-level queries of the viewer: an episode's turns, their advantages and their group.
 
 Indexed access only: turns of an episode by ``turns_by_episode`` (run, episode, t), the
-group's turns by ``view_turns_by_group`` (run, group), advantages by their primary key
+group's turns by its episodes (``view_episodes_by_group``, then ``turns_by_episode``; no
+turns-by-group index, which would cost every ingest), advantages by their primary key
 (run, turn_id, ...).
 """
 
@@ -143,8 +144,9 @@ def pick(values: list[AdvantageValue], estimator: str | None, iteration: int | N
 def group_turns(conn: sqlite3.Connection, key: int, group_id: int, cap: int = GROUP_TURN_CAP) -> tuple[list[GroupTurn], bool]:
     """The group's turns (by episode, t), at most ``cap``; the flag says whether it was cut."""
     rows = execute(conn, "SELECT turn_id, episode_id, t, parent_turn_id, action, action_valid, reward, anchor_obs "
-                         "FROM turns INDEXED BY view_turns_by_group WHERE run_key = ? AND group_id = ? LIMIT ?",
-                   (key, group_id, cap + 1))
+                         "FROM turns INDEXED BY turns_by_episode WHERE run_key = ? AND episode_id IN "
+                         "(SELECT episode_id FROM episodes INDEXED BY view_episodes_by_group "
+                         "WHERE run_key = ? AND group_id = ?) LIMIT ?", (key, key, group_id, cap + 1))
     turns = sorted((GroupTurn(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6], r[7]) for r in rows[:cap]),
                    key=lambda g: (g.episode_id, g.t))
     return turns, len(rows) > cap

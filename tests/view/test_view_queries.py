@@ -11,13 +11,20 @@ from agentrl.store import TurnStore
 from agentrl.view import queries as q
 from agentrl.view import turns as tq
 from agentrl.view.totals import RunTotals
-from agentrl.view.db import VIEW_INDEXES, ensure_indexes, keyset_page, open_read, run_key
+from agentrl.store.schema import VIEW_INDEXES
+from agentrl.view.db import index_warnings, keyset_page, open_read, run_key
 from view_fixtures import GRPO, make_episode, make_turn
+
+
+def drop_view_indexes(path) -> None:
+    """Make ``path`` look like a store written before the viewer's indexes joined the schema."""
+    with closing(sqlite3.connect(path)) as raw:
+        for name in VIEW_INDEXES:
+            raw.execute(f"DROP INDEX {name}")
 
 
 @pytest.fixture()
 def conn(hand_store):
-    assert ensure_indexes(hand_store.path) == []
     c = open_read(hand_store.path)
     yield c
     c.close()
@@ -97,7 +104,6 @@ def test_group_pages_walk_many_groups(tmp_path):
     path = tmp_path / "many.sqlite"
     with TurnStore(path) as store:
         store.add_episodes([make_episode(g, "e", f"t{g}", [make_turn(0, "A", float(g))]) for g in range(23)], run_id="r")
-    ensure_indexes(path)
     with closing(open_read(path)) as conn:
         key, seen, after = run_key(conn, "r"), [], None
         while True:
@@ -124,9 +130,9 @@ def test_advantage_keys_lists_every_estimator_of_an_iteration(hand_store):
     with TurnStore(hand_store.path) as store:
         store.set_advantages("hand", hand_store.turn_ids[3], [1.0], 1, "bipace")
         store.set_advantages("hand", hand_store.turn_ids[3], [2.0], 5, "zeta")
-    for indexed in (False, True):  # without the viewer's index: same answer (hints dropped)
-        if indexed:
-            ensure_indexes(hand_store.path)
+    for indexed in (True, False):  # without the viewer's index (an older store): same answer (hints dropped)
+        if not indexed:
+            drop_view_indexes(hand_store.path)
         with closing(open_read(hand_store.path)) as conn:
             assert q.advantage_keys(conn, 1) == [(0, "grpo"), (1, "bipace"), (1, "gigpo"), (5, "zeta")]
 
@@ -147,7 +153,6 @@ def _full(conn, key):
 
 
 def test_run_totals_grow_incrementally_and_equal_a_full_count(hand_store):
-    ensure_indexes(hand_store.path)
     totals = RunTotals()
     with closing(open_read(hand_store.path)) as conn:
         first = totals.get(conn, 1)
@@ -206,10 +211,10 @@ def test_anchor_peers_share_the_exact_anchor(conn, hand_store):
     assert cut and len(turns) == 3
 
 
-def test_indexes_are_created_once_and_used(conn, hand_store):
+def test_indexes_are_in_the_schema_and_used(conn, hand_store):
     names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
-    assert {n for n, _ in VIEW_INDEXES} <= names
-    assert ensure_indexes(hand_store.path) == []  # idempotent
+    assert set(VIEW_INDEXES) <= names
+    assert index_warnings(conn, hand_store.path) == []
     cond, params = q.Filters().sql(1)
     plan = " ".join(r[3] for r in conn.execute(
         f"EXPLAIN QUERY PLAN SELECT e.group_id, count(*) FROM episodes e INDEXED BY view_episodes_by_group "
@@ -217,18 +222,14 @@ def test_indexes_are_created_once_and_used(conn, hand_store):
     assert "view_episodes_by_group" in plan and "TEMP B-TREE" not in plan
 
 
-def test_index_creation_gives_way_to_a_busy_writer(tmp_path):
-    path = tmp_path / "busy.sqlite"
+def test_pages_work_on_a_store_without_the_viewer_indexes(tmp_path):
+    path = tmp_path / "old.sqlite"
     with TurnStore(path) as store:
         store.add_episodes([make_episode(0, "e", "t", [make_turn(0, "A", 0.0)])], run_id="r")
-    writer = sqlite3.connect(path, isolation_level=None)
-    writer.execute("BEGIN IMMEDIATE")
-    try:
-        (warning,) = ensure_indexes(path, busy_timeout_s=0.05)
-        assert "cannot add the viewer's indexes" in warning and "locked" in warning
-    finally:
-        writer.execute("ROLLBACK")
-        writer.close()
-    with closing(open_read(path)) as conn:  # no index: the fallback query still answers
+    drop_view_indexes(path)
+    with closing(open_read(path)) as conn:  # no index: the fallback queries still answer
+        (warning,) = index_warnings(conn, path)
+        assert "agentrl store index" in warning
         assert [g.group_id for g in q.groups(conn, run_key(conn, "r"), q.Filters()).items] == [0]
         assert len(tq.group_turns(conn, run_key(conn, "r"), 0)[0]) == 1
+        assert [g.group_id for g in q.groups(conn, run_key(conn, "r"), q.Filters(policy_version=0)).items] == [0]
