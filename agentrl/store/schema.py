@@ -138,7 +138,7 @@ def _check_path(path: Path, readonly: bool) -> None:
 
 def damaged_error(path: Path, detail: str, *, writing: bool) -> "StoreDamagedError":
     """The one-line ``StoreDamagedError`` for ``path``, quoting SQLite's first complaint ``detail``."""
-    detail = " ".join(str(detail).split())
+    detail = " ".join(str(detail).replace("*** in database main ***", "").split())
     detail = detail if len(detail) <= 160 else detail[:157] + "..."
     return StoreDamagedError(
         f"turn store {path} is damaged (SQLite: {detail}); nothing was {'written' if writing else 'read'}. "
