@@ -8,6 +8,10 @@ sampled tokens (vLLM default ``raw_logprobs``). When the server returns no ``tok
 to decode prompts and re-encode completions, and flags every completion
 ``token_faithful=False`` (evaluation only, never training).
 
+Transient failures are retried with bounded exponential backoff (tenacity): a refused or
+reset connection, a connect timeout, and HTTP 429 / 502 / 503 / 504 (``retries`` more
+attempts, waits ``backoff_s``·2^k capped at 8 s); anything else, and the last failure, raise.
+
 Weight updates follow vLLM's dev-mode routes (``VLLM_SERVER_DEV_MODE=1``, §3.2):
 ``/pause`` → ``/collective_rpc reload_weights`` → ``/update_weight_version`` →
 ``/reset_prefix_cache`` → ``/resume``.
@@ -20,10 +24,19 @@ from typing import Sequence
 
 import httpx
 import numpy as np
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from agentrl.llm.base import FINISH_ABORT, FINISH_LENGTH, FINISH_STOP, Completion, SamplingParams, check_prompts, clamp_max_tokens
 
 _REASONS = {"stop": FINISH_STOP, "length": FINISH_LENGTH, "abort": FINISH_ABORT}
+RETRY_STATUS = frozenset({429, 502, 503, 504})
+# connection refused/reset, connect timeout, a dropped response; not a read timeout (a slow server)
+_TRANSIENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.ReadError, httpx.RemoteProtocolError,
+              httpx.WriteError)
+
+
+class TransientHTTPError(RuntimeError):
+    """A retryable HTTP status (429 / 502 / 503 / 504) from the server."""
 
 
 class OpenAIHTTPEngine:
@@ -37,6 +50,8 @@ class OpenAIHTTPEngine:
         tokenizer: optional; needed only for text-only servers (decode prompts, encode completions).
         api_key: bearer token, if the server wants one.
         timeout_s: per-request timeout in seconds.
+        retries: extra attempts after a transient failure (≥ 0; see the module docstring).
+        backoff_s: first wait between attempts in seconds (doubling, capped at 8 s).
         transport: an ``httpx`` transport (tests pass ``httpx.MockTransport``).
     """
 
@@ -51,7 +66,12 @@ class OpenAIHTTPEngine:
         api_key: str | None = None,
         timeout_s: float = 600.0,
         transport: httpx.BaseTransport | None = None,
+        retries: int = 3,
+        backoff_s: float = 0.5,
     ) -> None:
+        if retries < 0 or backoff_s < 0:
+            raise ValueError(f"retries ({retries}) and backoff_s ({backoff_s}) must be >= 0")
+        self.retries, self.backoff_s = int(retries), float(backoff_s)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s, transport=transport)
         self.model = model
@@ -62,7 +82,15 @@ class OpenAIHTTPEngine:
         self.token_faithful = True  # becomes False after a text-only answer
 
     def _post(self, path: str, json: dict | None = None, params: dict | None = None) -> dict:
-        r = self.client.post(path, json=json, params=params)
+        """POST with retries of transient failures. Raises RuntimeError (HTTP error) or the
+        last ``httpx`` transport error after the retries."""
+        for attempt in Retrying(stop=stop_after_attempt(self.retries + 1), reraise=True,
+                                wait=wait_exponential(multiplier=self.backoff_s, max=8.0),
+                                retry=retry_if_exception_type((*_TRANSIENT, TransientHTTPError))):
+            with attempt:
+                r = self.client.post(path, json=json, params=params)
+                if r.status_code in RETRY_STATUS:
+                    raise TransientHTTPError(f"POST {path} failed with HTTP {r.status_code}: {r.text[:500]}")
         if r.status_code >= 400:
             raise RuntimeError(f"POST {path} failed with HTTP {r.status_code}: {r.text[:500]}")
         return r.json() if r.content else {}
