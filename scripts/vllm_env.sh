@@ -33,7 +33,7 @@ echo "[vllm_env] installing torch==2.13.0 (CPU) and $VLLM_PIN into $VENV"
 # and what the engines and tests import besides.
 "${PIP[@]}" --no-deps -e "$ROOT"
 mapfile -t core < <("$VENV/bin/python" -c "import tomllib,sys; print(*tomllib.load(open(sys.argv[1],'rb'))['project']['dependencies'], sep='\n')" "$ROOT/pyproject.toml")
-"${PIP[@]}" "${core[@]}" "safetensors" "httpx>=0.27" "orjson>=3.9" "peft>=0.15" "pytest>=8" "pytest-timeout>=2.3"
+"${PIP[@]}" "${core[@]}" "safetensors" "httpx>=0.27" "tenacity>=8.2" "orjson>=3.9" "peft>=0.15" "pytest>=8" "pytest-timeout>=2.3"
 "$VENV/bin/python" -c "import vllm, agentrl.llm.base, transformers; print('[vllm_env] vllm', vllm.__version__, 'transformers', transformers.__version__)"
 echo "$stamp_key" > "$VENV/.agentrl-vllm-stamp"
 echo "[vllm_env] ready in $(( $(date +%s) - t0 )) s; size $(du -sh "$VENV" | cut -f1)"
