@@ -11,12 +11,12 @@ messages. ``split_tool_calls`` parses the sampled text back into OpenAI ``tool_c
 
 from __future__ import annotations
 
-import re
 import secrets
 from typing import Sequence
 
 import orjson
 
+from agentrl.llm.tool_text import tool_call_blocks
 from agentrl.proxy.wire import ToolCall, WireMessage
 from agentrl.types import Message
 
@@ -25,7 +25,6 @@ TOOLS_HEADER = ("\n\n# Tools\n\nYou may call one or more functions to assist wit
 TOOLS_FOOTER = ("\n</tools>\n\nFor each function call, return a json object with function name and arguments "
                 "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
                 "\"arguments\": <args-json-object>}\n</tool_call>")
-_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 
 
 def _args_obj(arguments: str):
@@ -63,15 +62,16 @@ def to_template(messages: Sequence[WireMessage], tools: Sequence[dict]) -> tuple
 def split_tool_calls(text: str, *, tools_offered: bool) -> tuple[str, tuple[ToolCall, ...]]:
     """Content and tool calls of a sampled assistant text.
 
-    Blocks that do not hold a JSON object with a string ``name`` stay in the content.
+    Blocks (``agentrl.llm.tool_text``: closed ones and a final unterminated one) that do not
+    hold a JSON object with a string ``name`` stay in the content.
     Without ``tools_offered`` nothing is parsed. Each call gets a fresh id ``call_<hex>``.
     """
-    if not tools_offered or "<tool_call>" not in text:
+    if not tools_offered:
         return text, ()
     calls, kept, last = [], [], 0
-    for m in _CALL_RE.finditer(text):
+    for m in tool_call_blocks(text):
         try:
-            obj = orjson.loads(m.group(1))
+            obj = orjson.loads(m.body)
         except orjson.JSONDecodeError:
             continue
         if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
@@ -79,8 +79,8 @@ def split_tool_calls(text: str, *, tools_offered: bool) -> tuple[str, tuple[Tool
         args = obj.get("arguments", {})
         calls.append(ToolCall(f"call_{secrets.token_hex(12)}", obj["name"],
                               args if isinstance(args, str) else orjson.dumps(args).decode()))
-        kept.append(text[last:m.start()])
-        last = m.end()
+        kept.append(text[last:m.start])
+        last = m.end
     kept.append(text[last:])
     return ("".join(kept).strip() if calls else text), tuple(calls)
 

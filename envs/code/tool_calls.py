@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import difflib
 import json
-import re
 from dataclasses import dataclass
+
+from agentrl.llm.tool_text import tool_call_blocks
 
 TOOL_NAMES = ("run_python", "submit")
 TOOLS: list[dict] = [
@@ -33,7 +34,6 @@ TOOLS: list[dict] = [
             "code": {"type": "string", "description": "the complete function, imports included"}},
             "required": ["code"]}}},
 ]
-_TAGGED = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|\Z)", re.S)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +66,7 @@ def parse_tool_call(action: str) -> ToolCall:
         ToolCallError: not JSON, no call, several calls, unknown tool (closest name
             suggested) or a missing/non-string ``code`` argument.
     """
-    tagged = _TAGGED.findall(action)
+    tagged = [b.body for b in tool_call_blocks(action)]
     texts = tagged if tagged else [action.strip()]
     calls = []
     for text in texts:
