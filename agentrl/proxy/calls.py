@@ -167,7 +167,10 @@ class ProxyCore:
         try:
             plan, sampling, version, t0, retry = self._plan(session, req)
             fut = self.worker.submit(plan.prompt_ids, sampling)
-            await asyncio.wrap_future(fut)
+            try:
+                await asyncio.wrap_future(fut)
+            except (ValueError, RuntimeError):
+                pass  # the engine's refusal: ``_engine_result`` turns it into a 400 / 503 as in ``start``
             return self._pending(session, req, plan, sampling, version, t0, self._engine_result(fut), retry)
         except BaseException:
             self.gate.leave()

@@ -28,6 +28,8 @@ _CHAT_KEYS = frozenset({"messages", "tools", "tool_choice", "stream", "temperatu
                         "response_format", "logit_bias", *_ZERO_KEYS}) | IGNORED_KEYS
 _COMPLETION_KEYS = (_CHAT_KEYS - {"messages", "tools", "tool_choice", "max_completion_tokens", "response_format",
                                   "top_logprobs"}) | {"prompt"}
+#: Smallest positive ``temperature`` (as vLLM's sampling epsilon); below it use 0 for greedy.
+MIN_TEMPERATURE = 1e-5
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 
 
@@ -132,7 +134,10 @@ def _text(content: Any, where: str) -> str:
             if not isinstance(part, dict) or part.get("type") not in ("text", "input_text", "output_text"):
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
                 raise bad(f"{where}.content[{i}] has type {kind!r}; only text parts are supported", f"{where}.content")
-            out.append(str(part.get("text", "")))
+            text = part.get("text", "")
+            if not isinstance(text, str):  # never str(None) == "None" (or a dict's repr) into the prompt
+                raise bad(f"{where}.content[{i}].text must be a string, got {text!r}", f"{where}.content")
+            out.append(text)
         return "".join(out)
     raise bad(f"{where}.content must be a string, null or a list of text parts", f"{where}.content")
 
@@ -149,7 +154,7 @@ def _tool_calls(raw: Any, where: str) -> tuple[ToolCall, ...]:
             raise bad(f"{where}.tool_calls[{i}] needs function.name", f"{where}.tool_calls")
         args = fn.get("arguments", "{}")
         args = args if isinstance(args, str) else orjson.dumps(args).decode()
-        out.append(ToolCall(str(tc.get("id", "")), fn["name"], args))
+        out.append(ToolCall(str(tc.get("id") or ""), fn["name"], args))  # a null id is no id, not "None"
     return tuple(out)
 
 
@@ -246,6 +251,8 @@ def parse_sampling(data: dict, default: SamplingParams) -> tuple[SamplingParams,
     temperature = _number(data, "temperature", float, default.temperature)
     if temperature < 0:
         raise bad(f"'temperature' must be >= 0 (0 = greedy), got {temperature}", "temperature")
+    if 0 < temperature < MIN_TEMPERATURE:  # logits / t overflow to inf: the sampler fails (a 500 before)
+        raise bad(f"'temperature' must be 0 (greedy) or >= {MIN_TEMPERATURE:g}, got {temperature}", "temperature")
     max_tokens = _max_tokens(data, default.max_tokens)
     seed = _number(data, "seed", int, default.seed)
     top_p = _number(data, "top_p", float, default.top_p)
@@ -297,7 +304,7 @@ def parse_completion(data: dict, default: SamplingParams, vocab_size: int | None
     if isinstance(prompt, list) and prompt and all(isinstance(i, int) and not isinstance(i, bool) for i in prompt):
         prompt = tuple(prompt)
         check_token_ids(prompt, vocab_size)
-    elif isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+    elif isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str) and prompt[0]:
         prompt = prompt[0]
     elif not isinstance(prompt, str) or not prompt:
         raise bad("'prompt' must be a non-empty string or a list of token ids (one prompt per request)", "prompt")

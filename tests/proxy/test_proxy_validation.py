@@ -34,6 +34,13 @@ def scripted(renderer, reply_ids):
      "differ"),
     ("chat/completions", {"messages": USER, "max_completion_tokens": 0}, "max_completion_tokens", ">= 1"),
     ("chat/completions", {"messages": USER, "max_tokens": 0}, "max_tokens", ">= 1"),
+    # nested nulls / objects were joined into the prompt as the text "None" / a dict's repr
+    ("chat/completions", {"messages": [{"role": "user", "content": [{"type": "text", "text": None}]}]},
+     "messages[0].content", "must be a string"),
+    ("chat/completions", {"messages": [{"role": "user", "content": [{"type": "text", "text": {"a": 1}}]}]},
+     "messages[0].content", "must be a string"),
+    ("completions", {"prompt": [""]}, "prompt", "non-empty"),  # was an empty prompt → the engine's 500
+    ("chat/completions", {"messages": USER, "temperature": 1e-308}, "temperature", "0 (greedy) or >="),  # inf logits
 ])
 def test_bad_values_are_400_naming_the_parameter(serve, scripted, route, body, param, words):
     with serve(scripted) as proxy:
@@ -69,3 +76,39 @@ def test_valid_token_ids_and_flags_still_work(serve, scripted, renderer):
                        timeout=30)
         assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
         proxy.close_episode(h.episode_id)
+
+
+class _Refusing(ScriptedEngine):
+    """Raises ``exc`` from ``generate`` (an engine refusing a prompt or failing)."""
+
+    def __init__(self, exc, **kw):
+        super().__init__([[1]], **kw)
+        self.exc = exc
+
+    def generate(self, prompts, sampling):
+        raise self.exc
+
+
+@pytest.mark.parametrize("exc, status, kind", [(ValueError("prompt 0 is too long"), 400, "invalid_request_error"),
+                                               (RuntimeError("CUDA error"), 503, "server_error")])
+def test_engine_refusals_are_400_or_503_not_500(serve, renderer, exc, status, kind):
+    """The event-loop path maps an engine's ValueError / RuntimeError as the threaded one does
+    (it raised them from the awaited future before the mapping: a bare 500)."""
+    with serve(_Refusing(exc, eos_token_id=renderer.eos_token_id)) as proxy:
+        h = proxy.create_episode()
+        r = httpx.post(f"{h.base_url}/chat/completions", json={"messages": USER}, timeout=30)
+        assert r.status_code == status, r.text
+        assert r.json()["error"]["type"] == kind and str(exc) in r.json()["error"]["message"]
+        r = httpx.post(f"{h.base_url}/chat/completions", json={"messages": USER}, timeout=30)
+        assert r.status_code == status  # the episode was released
+        assert proxy.close_episode(h.episode_id).turns == []
+
+
+def test_a_null_tool_call_id_is_no_id():
+    from agentrl.llm.base import SamplingParams
+    from agentrl.proxy.wire import parse_chat
+
+    call = {"id": None, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    req = parse_chat({"messages": [*USER, {"role": "assistant", "content": None, "tool_calls": [call]}]},
+                     SamplingParams())
+    assert req.messages[1].tool_calls[0].id == ""  # was the text "None"
