@@ -242,7 +242,12 @@ def _episode_index(episodes: Sequence[int] | np.ndarray | None, n: int) -> np.nd
     ids = np.asarray(episodes).reshape(-1)
     if ids.size != n:
         raise ValueError(f"episodes has {ids.size} entries for {n} turns; pass the episode id of every turn")
-    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    if ids.dtype.kind == "f" and not np.isfinite(ids).all():  # np.unique would merge every NaN into one episode
+        raise ValueError("episodes has NaN or inf ids; pass the episode id of every turn")
+    try:
+        _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    except TypeError as exc:  # e.g. None among the ids
+        raise ValueError(f"episodes must be comparable ids (ints or strings), got {ids[:5].tolist()} ({exc})") from None
     rank = np.empty(first.size, dtype=np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(first.size)
     return rank[inverse]

@@ -105,6 +105,8 @@ def test_select_renumbers_turns_and_trims_padding() -> None:
     (dict(prompt_ids=[np.zeros(0, np.int32)]), "empty prompt"),
     (dict(completion_ids=[np.zeros(0, np.int32)], old_logprobs=[np.zeros(0)]), "no completion ids"),
     (dict(episodes=[0, 1]), "episodes has 2 entries for 1 turns"),
+    (dict(episodes=[None, 1], prompt_ids=[np.array([3])] * 2, completion_ids=[np.array([4])] * 2,
+          old_logprobs=[np.zeros(1)] * 2, advantages=np.ones(2)), "comparable ids"),
     (dict(advantages=np.array([np.nan])), "NaN or inf"),
     (dict(advantages=np.array([1.0, 2.0])), r"float64\[N\] with N=1"),
     (dict(prompt_ids=[np.array([1.5])]), "integer array"),
@@ -123,3 +125,12 @@ def test_minibatches_seeded_cover_all_rows() -> None:
     assert sorted(torch.cat(parts).tolist()) == list(range(7))
     assert [p.tolist() for p in parts] == [p.tolist() for p in minibatches(7, 3, seed=1)]
     assert [p.tolist() for p in minibatches(5, 0)] == [[0, 1, 2, 3, 4]]
+
+
+def test_nan_episode_ids_are_refused_not_merged() -> None:
+    """np.unique merges NaNs: two turns with NaN ids became one episode (silently reweighted)."""
+    kw = dict(prompt_ids=[np.array([3]), np.array([9])], completion_ids=[np.array([4]), np.array([5])],
+              old_logprobs=[np.zeros(1), np.zeros(1)], advantages=np.array([1.0, 1.0]), pad_id=PAD)
+    with pytest.raises(ValueError, match="NaN or inf ids"):
+        build_batch(**kw, episodes=[np.nan, np.nan])
+    assert build_batch(**kw, episodes=["b", "a"]).token_episode.max().item() == 1  # strings: 2 episodes
