@@ -4,7 +4,7 @@ Each sub-command lives in its own module ``agentrl/cli/<name>.py`` exposing
 ``register(subparsers) -> None``, which adds an ``argparse`` sub-parser whose ``func``
 default is the handler ``(args) -> int``. Handlers import heavy libraries lazily so that
 ``agentrl --help`` stays fast. Errors that are the user's (``KeyError``, ``ValueError``,
-``FileNotFoundError``, ``ImportError``, ``PermissionError``) print one red line and exit 2.
+``FileNotFoundError``, ``FileExistsError``, ``ImportError``, ``PermissionError``) print one red line and exit 2.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     _show_agentrl_logs()
     try:
         return int(args.func(args) or 0)
-    except (KeyError, ValueError, FileNotFoundError, ImportError, PermissionError) as exc:
+    except (KeyError, ValueError, FileNotFoundError, FileExistsError, ImportError, PermissionError) as exc:
         from rich.console import Console
 
         from agentrl.cli._text import markup_safe
