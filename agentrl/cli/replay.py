@@ -110,6 +110,7 @@ def _episode(console, store, run_id: str | None, episode_id: int) -> None:
     if rec.error:
         console.print(text(f"error: {rec.error}", "red"))
     adv = _latest_advantages(store, rec.run_id)
+    decoder = _decoder(store, rec.run_id)
     for tr in store.turns(episode_id, rec.run_id):
         flags = [f for f, on in (("terminated", tr.terminated), ("truncated", tr.truncated)) if on]
         meta = (f"t={tr.t} turn_id={tr.turn_id} parent={tr.parent_turn_id} reward={_fmt(tr.reward)} "
@@ -120,7 +121,22 @@ def _episode(console, store, run_id: str | None, episode_id: int) -> None:
         body = text(tr.observation)
         body.append("\n> ", style="bold green")
         body.append(visible(tr.action), style="bold green")
+        if (not tr.action_valid or not tr.action.strip()) and tr.completion_ids.size:
+            said = decoder.text(tr.completion_ids) if decoder else f"(no tokenizer recorded) ids {tr.completion_ids.tolist()}"
+            body.append("\ncompletion: ", style="yellow")
+            body.append(visible(said), style="yellow")
         console.print(text(meta, "cyan"))
         if tr.info:  # e.g. segment / fork / drift fields recorded by the rollout loop or the proxy
             console.print(text("info " + json.dumps(tr.info, sort_keys=True, separators=(",", ":")), "dim"), soft_wrap=True)
         console.print(Panel(body))
+
+
+def _decoder(store, run_id: str):
+    """The run's ``Decoder`` (the store's recorded tokenizer, else the config beside it), or None."""
+    from agentrl.view.tokens import load_decoder, run_tokenizer
+
+    path = run_tokenizer(store.path, run_id, store.tokenizer(run_id))
+    try:
+        return load_decoder(path) if path else None
+    except (FileNotFoundError, ImportError):
+        return None

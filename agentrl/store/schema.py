@@ -48,6 +48,18 @@ BUSY_TIMEOUT_S = 60.0
 #: viewer still reads them (slower on large stores) and a writer's open adds them.
 VIEW_INDEXES = ("view_episodes_by_group", "view_turns_by_version", "view_advantages_by_iteration")
 
+def tokenizer_key(run_id: str) -> str:
+    """The ``meta`` key under which ``run_id``'s tokenizer path (a model folder or a
+    ``tokenizer.json`` that decodes its ids) is recorded."""
+    return f"tokenizer:{run_id}"
+
+
+def recorded_tokenizer(conn: sqlite3.Connection, run_id: str) -> str | None:
+    """The tokenizer path recorded for ``run_id`` in the store behind ``conn`` (None: none)."""
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (tokenizer_key(run_id),)).fetchone()
+    return None if row is None else str(row[0])
+
+
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (

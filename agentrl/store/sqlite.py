@@ -21,7 +21,7 @@ from agentrl.store import batch as _batch
 from agentrl.store.codec import TURN_COLUMNS, row_turn
 from agentrl.store.codec import turn_rows as _turn_rows
 from agentrl.store.records import AdvantageRecord, EpisodeRecord, MetricRecord
-from agentrl.store.schema import TURN_BITS, StoreError, connect
+from agentrl.store.schema import TURN_BITS, StoreError, connect, recorded_tokenizer, tokenizer_key
 from agentrl.store.table import build_table
 from agentrl.types import Episode, EpisodeStatus, Turn, TurnTable
 
@@ -99,6 +99,16 @@ class TurnStore:
         return _Transaction(self._db(), self._lock, begin="BEGIN")
 
     # -- runs ----------------------------------------------------------------------------
+    def set_tokenizer(self, run_id: str, path: str | Path) -> None:
+        """Record the tokenizer (a model folder or ``tokenizer.json``) that decodes ``run_id``'s
+        token ids, so ``agentrl replay`` and the viewer show text instead of ids."""
+        with self._write() as db:
+            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (tokenizer_key(run_id), str(path)))
+
+    def tokenizer(self, run_id: str) -> str | None:
+        """The tokenizer path recorded for ``run_id`` (``set_tokenizer``), or None."""
+        return recorded_tokenizer(self._db(), run_id)
+
     def runs(self) -> list[str]:
         """Run ids in the store, oldest first."""
         return [r[0] for r in self._db().execute("SELECT run_id FROM runs ORDER BY run_key")]

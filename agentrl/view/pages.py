@@ -7,6 +7,7 @@ import sqlite3
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from agentrl.store.schema import recorded_tokenizer
 from agentrl.view import queries as q
 from agentrl.view import turns as tq
 from agentrl.view.charts import line_chart, order_metrics
@@ -168,7 +169,7 @@ def episode_page(conn: sqlite3.Connection, store: Path, run_id: str, episode_id:
     est = filters.estimator or tq.default_estimator({t: advs[t] for t in on_page}) or tq.default_estimator(advs)
     picked = {t: tq.pick(v, est, filters.iteration) for t, v in advs.items()}
     scale = max((abs(p.value) for p in picked.values() if p is not None), default=0.0)
-    tok = tokenizer or run_tokenizer(store, run_id)
+    tok = tokenizer or run_tokenizer(store, run_id, recorded_tokenizer(conn, run_id))
     decoder: Decoder | None = load_decoder(tok) if tok else None
     cards = []
     for t in page.items:

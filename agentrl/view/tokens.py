@@ -71,12 +71,16 @@ def load_decoder(path: str) -> Decoder:
     return Decoder(path)
 
 
-def run_tokenizer(store_path: Path, run_id: str) -> str | None:
-    """The tokenizer folder recorded for ``run_id`` in ``config.yaml`` beside the store, if any.
+def run_tokenizer(store_path: Path, run_id: str, recorded: str | None = None) -> str | None:
+    """The tokenizer of ``run_id``: ``recorded`` (what the store records,
+    ``TurnStore.tokenizer`` / ``agentrl.store.schema.recorded_tokenizer``) when it exists here,
+    else the model of the ``config.yaml`` beside the store.
 
-    Returns ``None`` when there is no such config, it names another run, or its model is not
-    available locally (a packaged model that was not prepared).
+    Returns ``None`` when neither names a tokenizer that exists here (another run's config, a
+    packaged model that was not prepared).
     """
+    if recorded is not None and (Path(recorded).is_file() or (Path(recorded) / "tokenizer.json").is_file()):
+        return recorded
     cfg_file = store_path.parent / "config.yaml"
     if not cfg_file.is_file():
         return None
