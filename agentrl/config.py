@@ -193,6 +193,42 @@ def _validate_env_id(env_id: str) -> None:
         raise ConfigError(f"env.id: {exc.args[0]}") from None
 
 
+def _validate_env_kwargs(cfg: Config) -> None:
+    """Pre-flight the env kwargs of the train split and, when evaluation is on, of the eval
+    split (``agentrl.env.preflight``): keywords, split and data, before any worker or model
+    starts (issue 20 item 7). Raises ConfigError naming the key."""
+    pre = importlib.import_module("agentrl.env.preflight")  # L1, looked up at call time
+    env = cfg.env
+    evaluating = cfg.run.eval_every > 0 and env.eval_panel_size > 0
+    splits = [("env.split", env.split)] + ([("env.eval_split", env.eval_split)] if evaluating else [])
+    try:  # the trainer builds the env with split and max_turns added (agentrl.eval.env_kwargs)
+        pre.check_env_keywords(env.id, {**env.kwargs, **({"split": env.split} if env.split else {}),
+                                        "max_turns": env.kwargs.get("max_turns", env.max_turns)})
+    except ValueError as exc:
+        raise ConfigError(f"env.kwargs: {exc}") from None
+    for key, split in splits:
+        kwargs = {**env.kwargs, **({"split": split} if split else {})}
+        try:
+            if split:
+                pre.check_env_split(env.id, split)
+            pre.check_env_data(env.id, kwargs)
+        except FileNotFoundError as exc:  # DataMissingError: the message names the folder and the fix
+            raise ConfigError(f"env: {exc}") from None
+        except ValueError as exc:
+            raise ConfigError(f"{key}: {exc}") from None
+
+
+def _validate_out_dir(out_dir: str, name: str) -> None:
+    """``run.out_dir`` (and the run folder in it) must be folders or not exist yet; a file on
+    the way is a ConfigError (issue 20 item 9)."""
+    run_dir = Path(out_dir) / name
+    for p in (run_dir, *run_dir.parents):
+        if p.exists() and not p.is_dir():
+            key = "run.name" if p == run_dir else "run.out_dir"
+            raise ConfigError(f"{key}: {p} is a file, not a folder; set run.out_dir to a folder (created if missing)"
+                              f" or move the file away")
+
+
 def _validate_loss(name: str) -> None:
     """``update.loss`` must be a registered policy loss (checked before any rollout)."""
     try:
@@ -237,14 +273,18 @@ def validate_config(cfg: Config, *, check_registries: bool = True) -> Config:
     id must be registered (P10) and the estimator kwargs must bind to its signature.
     Raises:
         ConfigError: unknown env id or estimator, kwargs that do not bind, or a chain
-            estimator with ``rollout.sampler: tree | rtpo``.
+            estimator with ``rollout.sampler: tree | rtpo``; env kwargs the env refuses
+            (keyword, split, missing data: ``agentrl.env.preflight``); a file where
+            ``run.out_dir`` needs a folder.
     """
     update = cfg.update
     if update.sum_norm_tokens is None:
         update = dataclasses.replace(update, sum_norm_tokens=cfg.policy.max_tokens)
     algorithm = cfg.algorithm
+    _validate_out_dir(cfg.run.out_dir, cfg.run.name)
     if check_registries:
         _validate_env_id(cfg.env.id)
+        _validate_env_kwargs(cfg)
         _validate_loss(update.loss)
         algorithm = dataclasses.replace(algorithm, kwargs=_resolve_estimator_kwargs(algorithm.estimator, algorithm.kwargs))
         _validate_tree_estimator(algorithm.estimator, cfg.rollout.sampler)

@@ -28,6 +28,9 @@ def register(subparsers) -> None:
     p.add_argument("--store", required=True, help="SQLite turn store file (created if missing)")
     p.add_argument("--seed", type=int, default=0, help="base seed: group g plays env seed SEED+g (default: 0)")
     p.add_argument("--split", default=None, help="dataset split passed to the env as split=... (data-backed envs)")
+    p.add_argument("--env-kwarg", action="append", default=[], metavar="KEY=VALUE", dest="env_kwargs",
+                   help="env constructor keyword (repeatable; VALUE is YAML: 3, true, null, [a, b]), "
+                        "e.g. --env-kwarg data_dir=/data/alfworld")
     p.add_argument("--max-turns", type=int, default=50, help="turns before an episode is cut (default: 50)")
     p.add_argument("--run", default=None, help="run id (default: POLICY-DATE-TIME-XXXX); must be new in the store")
     p.add_argument("--slots", type=int, default=None, help="parallel env slots (default: min(episodes, 8))")
@@ -46,6 +49,28 @@ def _run_id(args: argparse.Namespace, existing: list[str]) -> str:
             raise ValueError(f"run {args.run!r} already exists in {args.store}; pick a new --run (runs are append-only)")
         return args.run
     return f"{args.policy.replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+def _env_kwargs(args: argparse.Namespace) -> dict:
+    """The env constructor kwargs of ``--env-kwarg K=V ...`` and ``--split``.
+
+    Raises:
+        ValueError: an item without ``=`` or with a value that is not YAML.
+    """
+    import yaml
+
+    kwargs: dict = {}
+    for item in args.env_kwargs:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--env-kwarg {item!r} is not KEY=VALUE (e.g. --env-kwarg data_dir=/data/alfworld)")
+        try:
+            kwargs[key.strip()] = yaml.safe_load(text) if text.strip() else None
+        except yaml.YAMLError as exc:
+            raise ValueError(f"--env-kwarg {item!r}: the value is not valid YAML ({exc})".replace("\n", " ")) from None
+    if args.split is not None:
+        kwargs["split"] = args.split
+    return kwargs
 
 
 def _check_policy(policy: str) -> None:
@@ -80,22 +105,28 @@ def run(args: argparse.Namespace) -> int:
 
     Raises:
         KeyError: unknown env id. ValueError: bad counts, an existing ``--run``, an LLM
-            policy without the LLM runner. StorePathError: unwritable ``--store``.
+            policy without the LLM runner, env kwargs the env refuses (keyword, split).
+            DataMissingError: the env's data is missing. StorePathError: unwritable ``--store``.
     """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from agentrl.env.preflight import check_env_kwargs
     from agentrl.env.registry import validate_id
     from agentrl.rollout import SCRIPTED_POLICIES, RolloutRequest, get_runner
+    from agentrl.rollout.scripted import env_kwargs_for
     from agentrl.store import TurnStore
     from agentrl.types import Episode, EpisodeStatus
 
     console = Console()
     validate_id(args.env_id)
     _check_policy(args.policy)
+    env_kwargs = _env_kwargs(args)
+    # keywords, split and data before any worker starts or the store opens (one line, exit 2)
+    check_env_kwargs(args.env_id, env_kwargs_for(args.policy, args.env_id, env_kwargs)
+                     if args.policy in SCRIPTED_POLICIES else env_kwargs)
     request = RolloutRequest(env_id=args.env_id, policy=args.policy, episodes=args.episodes, group=args.group,
-                             seed=args.seed, max_turns=args.max_turns,
-                             env_kwargs={} if args.split is None else {"split": args.split},
+                             seed=args.seed, max_turns=args.max_turns, env_kwargs=env_kwargs,
                              num_slots=args.slots, num_workers=args.workers)
     runner = get_runner(args.policy)
     if args.policy not in SCRIPTED_POLICIES:

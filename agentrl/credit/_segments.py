@@ -116,6 +116,19 @@ def first_of_episode(st: TurnTable) -> np.ndarray:
     return first
 
 
+def first_eligible_of_episode(st: TurnTable, elig: np.ndarray) -> np.ndarray:
+    """bool[N]: the first (lowest-t) row of each episode among the ``elig`` rows of a canonical
+    table (an episode without an eligible row has none)."""
+    out = np.zeros(len(st), dtype=bool)
+    idx = np.flatnonzero(elig)
+    if idx.size:
+        ep = st.episode[idx]
+        keep = np.ones(idx.size, dtype=bool)
+        keep[1:] = ep[1:] != ep[:-1]
+        out[idx[keep]] = True
+    return out
+
+
 def episode_sum(st: TurnTable, values: np.ndarray) -> np.ndarray:
     """float64[N]: per row, the sum of ``values`` over its episode (EpReward for rewards)."""
     code, n = dense(st.episode)
@@ -218,9 +231,11 @@ def episode_term(
 ) -> np.ndarray:
     """EPI of ALGORITHMS.md §1.5 on a canonical table: GN of ``score`` inside each group
     (episode-level singleton rule). ``stats_over="steps"``: every eligible row
-    contributes; ``"trajectories"``: only the first row of each episode (if eligible)."""
+    contributes; ``"trajectories"``: one row per episode, its first *eligible* one (t = 0
+    unless that turn is not trainable, e.g. a proxy call aborted or superseded by a retry:
+    the episode still counts once, never drops out of its group's statistics)."""
     check_choice("stats_over", stats_over, STATS_OVER)
-    contrib = elig if stats_over == "steps" else elig & first_of_episode(st)
+    contrib = elig if stats_over == "steps" else first_eligible_of_episode(st, elig)
     seg, _ = dense(st.group)
     return group_norm(score, seg, contrib, elig, mode=mode, keep_singleton=True, eps=eps)
 

@@ -38,6 +38,8 @@ class EstimatorSpec:
         accepts_trees: the estimator scores branching rollouts (a turn with several children:
             Tree-GRPO trees, RTPO's reverse trees). A chain estimator on a tree would depend
             on which branch is stored as a turn's chain (issue 19 item 9); it is refused.
+        ranges: ``{keyword: (low, high)}`` closed intervals its numeric hyperparameters must lie
+            in (``None`` = unbounded), on top of the shared ``PARAM_RANGES`` convention.
     """
 
     name: str
@@ -47,6 +49,29 @@ class EstimatorSpec:
     choices: Mapping[str, tuple] = field(default_factory=dict)
     update_order: Callable[[TurnTable], list] | None = None
     accepts_trees: bool = False
+    ranges: Mapping[str, tuple] = field(default_factory=dict)
+
+
+#: Allowed values of hyperparameters by their conventional name, for every estimator that has
+#: one (ALGORITHMS.md): discounts and mixing factors in [0, 1], thresholds and penalties in
+#: their range. ``(low, high, low_open)``: ``None`` is unbounded; ``low_open`` excludes ``low``.
+PARAM_RANGES: dict[str, tuple] = {
+    "gamma": (0.0, 1.0, False), "lam": (0.0, 1.0, False), "beta": (0.0, 1.0, False),
+    "similarity_thresh": (0.0, 1.0, False), "tau": (0.0, 2.0, False),  # cosine distance is in [0, 2]
+    "eps": (0.0, None, True), "c_inv": (0.0, None, False), "history_length": (0, None, False),
+}
+
+
+def _check_range(name: str, key: str, value: Any, rng: tuple) -> None:
+    """Raise ValueError unless ``value`` lies in ``rng`` = ``(low, high[, low_open])``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return
+    low, high, low_open = (tuple(rng) + (False,))[:3]
+    if (low is None or value > low or (value == low and not low_open)) and (high is None or value <= high):
+        return
+    where = f"{'(' if low_open else '['}{'-inf' if low is None else low}, {'inf' if high is None else high}]"
+    raise ValueError(f"{key}={value!r} is out of range: {key} must be in {where} (estimator {name!r}; "
+                     "ALGORITHMS.md has each hyperparameter's meaning)")
 
 
 _REGISTRY: Registry[EstimatorSpec] = Registry("estimator")
@@ -71,6 +96,7 @@ def _signature_params(name: str, fn: EstimatorFn) -> dict[str, Any]:
 def register_estimator(
     name: str, requires: tuple[str, ...] = (), choices: Mapping[str, tuple] | None = None,
     update_order: Callable[[TurnTable], list] | None = None, accepts_trees: bool = False,
+    ranges: Mapping[str, tuple] | None = None,
 ) -> Callable[[EstimatorFn], EstimatorFn]:
     """Decorator registering ``fn`` under ``name``; returns ``fn`` unchanged.
 
@@ -81,18 +107,19 @@ def register_estimator(
         choices: allowed values of enumerated keyword arguments (checked at validation).
         update_order: see ``EstimatorSpec.update_order``.
         accepts_trees: see ``EstimatorSpec.accepts_trees``.
+        ranges: ``{keyword: (low, high)}`` closed intervals (see ``EstimatorSpec.ranges``).
     Raises:
         TypeError: the signature is not ``(table, *, kw=default, ...)``.
-        ValueError: ``name`` is already registered, or ``choices`` names an unknown keyword.
+        ValueError: ``name`` is already registered, or ``choices`` / ``ranges`` name an unknown keyword.
     """
 
     def deco(fn: EstimatorFn) -> EstimatorFn:
         params = _signature_params(name, fn)
-        ch = dict(choices or {})
-        bad = [k for k in ch if k not in params]
+        ch, rg = dict(choices or {}), dict(ranges or {})
+        bad = [k for k in [*ch, *rg] if k not in params]
         if bad:
-            raise ValueError(f"estimator {name!r}: choices given for unknown parameter(s) {bad}")
-        _REGISTRY.register(name, EstimatorSpec(name, fn, tuple(requires), params, ch, update_order, accepts_trees))
+            raise ValueError(f"estimator {name!r}: choices/ranges given for unknown parameter(s) {bad}")
+        _REGISTRY.register(name, EstimatorSpec(name, fn, tuple(requires), params, ch, update_order, accepts_trees, rg))
         return fn
 
     return deco
@@ -151,7 +178,8 @@ def validate_estimator_kwargs(name: str, kwargs: Mapping[str, Any]) -> dict[str,
         KeyError: unknown estimator (lists the valid names).
         TypeError: unknown parameter (lists the valid ones with defaults) or a value of
             the wrong type.
-        ValueError: a value outside the parameter's allowed choices.
+        ValueError: a value outside the parameter's allowed choices or range (``PARAM_RANGES``
+            by name, then the estimator's own ``ranges``).
     """
     spec = get_estimator(name)
     unknown = [k for k in kwargs if k not in spec.params]
@@ -164,6 +192,9 @@ def validate_estimator_kwargs(name: str, kwargs: Mapping[str, Any]) -> dict[str,
         _check_type(name, k, v, spec.params[k])
         if k in spec.choices and v not in spec.choices[k]:
             raise ValueError(f"estimator {name!r}: {k}={v!r} is not one of {list(spec.choices[k])}")
+        rng = spec.ranges.get(k, PARAM_RANGES.get(k))
+        if rng is not None:
+            _check_range(name, k, v, rng)
     return {**spec.params, **kwargs}
 
 

@@ -23,6 +23,15 @@ to ``UnicodeText()`` and:
   runs to one space); ``"exact"`` is the default. ``check_env`` refuses other values and a
   listed admissible action that the declared normalisation would change (unreachable).
 
+- Pre-flight (``agentrl.env.preflight``, optional): ``metadata["agentrl.splits"]`` lists the
+  values the constructor's ``split`` accepts, and a classmethod ``check_data(**kwargs)``
+  looks cheaply at the data the constructor would read (raising ``DataMissingError``), so
+  a config or ``agentrl rollout`` is refused before any worker or model starts.
+- Walkthroughs on request (optional): ``metadata["agentrl.walkthrough_kwargs"]`` holds the
+  constructor kwargs under which ``reset`` gives ``info["walkthrough"]`` for every task
+  (e.g. ALFWorld's ``{"expert": True}``, which plans once per game); the walkthrough
+  policy builds the env with them.
+
 Envs register with ``gymnasium.register(id="agentrl/Name-vN", entry_point="pkg.mod:Cls")``
 in ``envs/__init__.py``; bump ``-vN`` when reward, observation format or prompt template
 changes.
@@ -47,6 +56,13 @@ META_ACTION_NORMALIZE = "agentrl.action_normalize"
 ACTION_EXACT = "exact"  # the default: the action reaches step as the model wrote it
 ACTION_WHITESPACE = "whitespace"  # stripped, whitespace runs collapsed to one space (text-game commands)
 ACTION_NORMALIZE_MODES = (ACTION_EXACT, ACTION_WHITESPACE)
+
+#: class ``metadata`` key: the values of the constructor's ``split`` (pre-flight checks them).
+META_SPLITS = "agentrl.splits"
+#: class ``metadata`` key: constructor kwargs under which reset gives ``info["walkthrough"]``.
+META_WALKTHROUGH_KWARGS = "agentrl.walkthrough_kwargs"
+#: optional classmethod of an env class: ``check_data(**constructor_kwargs) -> None``.
+DATA_CHECK_HOOK = "check_data"
 
 RESET_INFO_KEYS = (INFO_ANCHOR, INFO_WON, INFO_TASK)
 STEP_INFO_KEYS = (INFO_ANCHOR, INFO_WON, INFO_VALID)

@@ -11,7 +11,7 @@ returns the episodes (the caller writes the store). No torch here.
 from __future__ import annotations
 
 import inspect
-from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Callable, Protocol
 
@@ -23,6 +23,7 @@ from agentrl.env.registry import action_normalization
 from agentrl.llm.base import LLMClient, SamplingParams
 from agentrl.llm.chat import ChatRenderer
 from agentrl.rollout.agent_loop import EpisodeDriver, LoopConfig
+from agentrl.rollout.jobs import LazyQueue
 from agentrl.types import Episode
 
 
@@ -99,16 +100,22 @@ class CollectConfig:
         return self.n_episodes if self.groups is None else len(self.groups) * self.group_size
 
 
-def plan_episodes(cfg: CollectConfig, env_id: str) -> list[Episode]:
-    """Empty episodes in id order: group g, member j → id ``id_offset + g*G + j``, group id
-    ``group_offset + g``, seed ``seed + g`` (only the groups of ``cfg.groups`` when given)."""
+def iter_planned(cfg: CollectConfig, env_id: str) -> Iterator[Episode]:
+    """Empty episodes in id order, generated lazily: group g, member j → id
+    ``id_offset + g*G + j``, group id ``group_offset + g``, seed ``seed + g`` (only the groups
+    of ``cfg.groups`` when given)."""
     groups = range(cfg.n_groups) if cfg.groups is None else sorted(set(cfg.groups))
-    return [
+    return (
         Episode(episode_id=cfg.id_offset + g * cfg.group_size + j, group_id=cfg.group_offset + g, env_id=env_id,
                 task_id="", seed=cfg.seed + g, run_id=cfg.run_id)
         for g in groups
         for j in range(cfg.group_size)
-    ]
+    )
+
+
+def plan_episodes(cfg: CollectConfig, env_id: str) -> list[Episode]:
+    """``iter_planned`` as a list."""
+    return list(iter_planned(cfg, env_id))
 
 
 def turn_seed(seed: int, episode_id: int, t: int) -> int:
@@ -147,6 +154,7 @@ def collect(
     pool: EnvPool | None = None,
     on_episode: Callable[[Episode], None] | None = None,
     hooks: CollectHooks | None = None,
+    keep: bool = True,
 ) -> list[Episode]:
     """Play all episodes of ``cfg`` and return them in episode-id order.
 
@@ -159,8 +167,12 @@ def collect(
         hooks: ``CollectHooks`` of a long-lived caller: the plans it adds are played too and
             reported through ``on_episode`` only (not returned: such a collect may last the
             whole run); None plays ``cfg`` only.
+        keep: False reports the episodes through ``on_episode`` only and returns ``[]``: the
+            plan is generated as slots free up, so memory stays bounded for any plan length
+            (``agentrl rollout --episodes 10**12``).
     Returns:
-        ``list[Episode]`` sorted by ``episode_id``; failed episodes carry their status.
+        ``list[Episode]`` sorted by ``episode_id`` (``[]`` with ``keep=False``); failed
+        episodes carry their status.
     Raises:
         ValueError: a plan from ``hooks.next_plan`` for another env or env kwargs.
     """
@@ -173,7 +185,7 @@ def collect(
         with _progress(cfg) as bar:
             task = bar.add_task("rollout", total=cfg.n_played, turns=0)
             return _run(engine, renderer, cfg, pool, min(n_slots, pool.n), on_episode,
-                        lambda n, k: bar.update(task, advance=n, turns=k), hooks)
+                        lambda n, k: bar.update(task, advance=n, turns=k), hooks, keep)
     finally:
         if own:
             pool.close()
@@ -185,10 +197,12 @@ def _progress(cfg: CollectConfig) -> Progress:
     return Progress(*cols, disable=not cfg.progress, transient=False)
 
 
-def _run(engine, renderer, cfg, pool, n_slots, on_episode, tick, hooks=None) -> list[Episode]:
-    episodes = plan_episodes(cfg, pool.env_id)
+def _run(engine, renderer, cfg, pool, n_slots, on_episode, tick, hooks=None, keep=True) -> list[Episode]:
+    planned = iter_planned(cfg, pool.env_id)
+    episodes = list(planned) if keep else []
     normalize = action_normalization(pool.env_id)  # what the env asks of its actions (default: exact)
-    queue = deque((e, cfg.sampling.seed) for e in episodes)  # (episode, its plan's base seed for turn seeds)
+    # (episode, its plan's base seed for turn seeds), drawn lazily as slots free up
+    queue = LazyQueue((e, cfg.sampling.seed) for e in (episodes if keep else planned))
     free = list(range(n_slots))[::-1]
     active: dict[int, EpisodeDriver] = {}
     seed_of: dict[int, int | None] = {}  # slot → the base seed of the plan its episode belongs to
@@ -202,7 +216,7 @@ def _run(engine, renderer, cfg, pool, n_slots, on_episode, tick, hooks=None) -> 
             raise ValueError(f"collect: a hooked plan for {plan.env_id} {plan.env_kwargs} cannot play on the pool of "
                              f"{cfg.env_id} {cfg.env_kwargs}; start another collect for it")
         # reported through on_episode only, not returned: a streaming collect may run for the whole run
-        queue.extend((e, plan.sampling.seed) for e in plan_episodes(plan, pool.env_id))
+        queue.extend((e, plan.sampling.seed) for e in iter_planned(plan, pool.env_id))
 
     def finish(slot: int) -> None:
         drv = active.pop(slot)

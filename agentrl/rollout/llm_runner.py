@@ -63,4 +63,4 @@ def run_llm_rollout(req: RolloutRequest, on_episode: Callable[[Episode], None], 
     from agentrl.llm.hf import load_hf_policy
 
     engine, renderer = load_hf_policy(req.policy)
-    collect(engine, renderer, collect_config(req, options or LLMPolicyOptions()), on_episode=on_episode)
+    collect(engine, renderer, collect_config(req, options or LLMPolicyOptions()), on_episode=on_episode, keep=False)

@@ -10,13 +10,16 @@ baselines (random success rate, walkthrough upper bound).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
-from agentrl.env.contract import INFO_ADMISSIBLE, INFO_ANCHOR, INFO_TASK, INFO_VALID, INFO_WALKTHROUGH, INFO_WON
+from agentrl.env.contract import (INFO_ADMISSIBLE, INFO_ANCHOR, INFO_TASK, INFO_VALID, INFO_WALKTHROUGH, INFO_WON,
+                                  META_WALKTHROUGH_KWARGS)
 from agentrl.rollout import RolloutRequest
+from agentrl.rollout.jobs import LazyQueue
 from agentrl.types import Episode, EpisodeStatus, Turn
 
 
@@ -83,9 +86,21 @@ class _Live:
     info: dict
 
 
-def _jobs(req: RolloutRequest) -> deque[tuple[int, int, int]]:
-    """``(episode_id, group_id, env_seed)`` for every episode, groups in order."""
-    return deque((e, e // req.group, req.seed + e // req.group) for e in range(req.episodes))
+def _jobs(req: RolloutRequest) -> Iterator[tuple[int, int, int]]:
+    """``(episode_id, group_id, env_seed)`` for every episode, groups in order, generated
+    lazily (a rollout of 10**12 episodes holds only the jobs in its slots, issue 20 item 9)."""
+    return ((e, e // req.group, req.seed + e // req.group) for e in range(req.episodes))
+
+
+def env_kwargs_for(policy: str, env_id: str, kwargs: Mapping) -> dict:
+    """The env constructor kwargs scripted ``policy`` plays under: for ``walkthrough``, the
+    env's declared ``metadata["agentrl.walkthrough_kwargs"]`` (e.g. ALFWorld's
+    ``{"expert": True}``) under the caller's ``kwargs``; else ``kwargs`` unchanged."""
+    if policy != "walkthrough":
+        return dict(kwargs)
+    from agentrl.env.registry import env_metadata
+
+    return {**dict(env_metadata(env_id).get(META_WALKTHROUGH_KWARGS) or {}), **dict(kwargs)}
 
 
 def _close(live: _Live, status: EpisodeStatus = EpisodeStatus.OK, error: str = "") -> Episode:
@@ -120,9 +135,10 @@ def run_scripted(req: RolloutRequest, on_episode: Callable[[Episode], None]) -> 
     """
     from agentrl.env.pool import EnvPool
 
-    jobs = _jobs(req)
+    jobs = LazyQueue(_jobs(req))
     n_slots = min(req.num_slots or 8, req.episodes)
-    with EnvPool(req.env_id, n_slots, env_kwargs=req.env_kwargs, num_workers=req.num_workers,
+    env_kwargs = env_kwargs_for(req.policy, req.env_id, req.env_kwargs)
+    with EnvPool(req.env_id, n_slots, env_kwargs=env_kwargs, num_workers=req.num_workers,
                  step_timeout_s=req.step_timeout_s) as pool:
         live: dict[int, _Live] = {}
         _start(pool, req, jobs, list(range(n_slots)), live, on_episode)
@@ -153,12 +169,13 @@ def run_scripted(req: RolloutRequest, on_episode: Callable[[Episode], None]) -> 
             _start(pool, req, jobs, sorted(free), live, on_episode)
 
 
-def _start(pool, req: RolloutRequest, jobs: deque, slots: list[int], live: dict[int, _Live],
+def _start(pool, req: RolloutRequest, jobs: LazyQueue, slots: list[int], live: dict[int, _Live],
            on_episode: Callable[[Episode], None]) -> None:
     """Reset free ``slots`` with the next jobs; a failed reset is an env_error episode."""
     while slots and jobs:
-        batch = [(slot, jobs.popleft()) for slot in slots[: len(jobs)]]
-        slots = slots[len(batch):]
+        batch = []
+        while slots and jobs:
+            batch.append((slots.pop(0), jobs.popleft()))
         results = pool.reset([s for s, _ in batch], [job[2] for _, job in batch])
         for slot, (eid, gid, env_seed) in batch:
             res = results[slot]

@@ -125,6 +125,26 @@ def list_games(split: str, data_dir: str | os.PathLike | None = None,
     return refs
 
 
+def check_data(split: str = "train", data_dir: str | os.PathLike | None = None,
+               generated_dir: str | os.PathLike | None = None) -> None:
+    """Cheap pre-flight of ``list_games(split, data_dir, generated_dir)`` (no game is parsed):
+    the data dir holds games, the split folder (or the generated dir, for train) holds one.
+
+    Raises:
+        ValueError: unknown split. DataMissingError: as ``list_games``.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"unknown ALFWorld split {split!r}; choose one of {sorted(SPLITS)}")
+    root = resolve_data_dir(data_dir)
+    generated = (generated_dir or os.environ.get(GEN_ENV_VAR)) if split == "train" else None
+    if generated and not Path(generated).is_dir():
+        raise DataMissingError(f"generated ALFWorld games dir {generated} does not exist; create it with "
+                               "`agentrl generate alfworld --n 12 --seed 0 --out DIR`")
+    folder = root / SPLITS[split]
+    if not generated and (not folder.is_dir() or next(folder.rglob(GAME_FILE), None) is None):
+        raise DataMissingError(f"ALFWorld split {split!r}: no games in {folder}. {_HOW_TO_GET}")
+
+
 @lru_cache(maxsize=32)
 def _kept_games(root: str, folder: str) -> tuple[GameRef, ...]:
     """The kept games of one split folder (scanned once per process)."""

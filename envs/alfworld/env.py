@@ -57,7 +57,16 @@ class ALFWorldEnv(gymnasium.Env):
     """
 
     # commands are matched against the admissible list: the loop collapses whitespace first
-    metadata = {"render_modes": [], "agentrl.action_normalize": "whitespace"}
+    # splits and the expert kwargs: pre-flight and the walkthrough policy read them (contract)
+    metadata = {"render_modes": [], "agentrl.action_normalize": "whitespace", "agentrl.splits": tuple(alf_data.SPLITS),
+                "agentrl.walkthrough_kwargs": {"expert": True}}
+
+    @classmethod
+    def check_data(cls, split: str = "train", data_dir: str | os.PathLike | None = None,
+                   generated_dir: str | os.PathLike | None = None, **_: Any) -> None:
+        """Pre-flight hook (``agentrl.env.preflight``): the games this env would load exist.
+        Raises ``DataMissingError`` / ``ValueError`` as the constructor would, building nothing."""
+        alf_data.check_data(split, data_dir, generated_dir)
 
     def __init__(self, split: str = "train", data_dir: str | os.PathLike | None = None,
                  generated_dir: str | os.PathLike | None = None, grammar: str = "native",

@@ -31,7 +31,7 @@ import gymnasium
 
 from agentrl.env import (INFO_ADMISSIBLE, INFO_ANCHOR, INFO_TASK, INFO_VALID, INFO_WALKTHROUGH,
                          INFO_WON, require_module, text_spaces)
-from envs.textworld.games import GameSpec, ParamValue, ensure_game, task_seed
+from envs.textworld.games import SPLIT_SEED_BASE, GameSpec, ParamValue, ensure_game, task_seed
 
 MAX_COMMAND_CHARS = 190  # jericho truncates longer input (198 bytes) silently
 REJECTED_FEEDBACK = (f"That command cannot be typed: use one line of plain ASCII text of at most "
@@ -76,7 +76,8 @@ class TextWorldEnv(gymnasium.Env):
     """
 
     # text-game commands: the loop collapses whitespace before step (matching normalises again)
-    metadata = {"render_modes": [], "agentrl.check_kwargs": {"n_tasks": 2}, "agentrl.action_normalize": "whitespace"}
+    metadata = {"render_modes": [], "agentrl.check_kwargs": {"n_tasks": 2}, "agentrl.action_normalize": "whitespace",
+                "agentrl.splits": tuple(SPLIT_SEED_BASE)}
 
     def __init__(self, family: str = "custom", params: Mapping[str, ParamValue] | None = None,
                  split: str = "train", n_tasks: int = 64, max_turns: int = 50,

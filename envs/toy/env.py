@@ -81,7 +81,8 @@ class ToyEnv(gymnasium.Env):
     """
 
     # commands are matched against the admissible list: the loop collapses whitespace first
-    metadata = {"render_modes": [], "agentrl.check_kwargs": {}, "agentrl.action_normalize": "whitespace"}
+    metadata = {"render_modes": [], "agentrl.check_kwargs": {}, "agentrl.action_normalize": "whitespace",
+                "agentrl.splits": SPLITS}
 
     def __init__(self, max_turns: int = 12, min_rooms: int = 3, max_rooms: int = 5, split: str = "all") -> None:
         if not 2 <= min_rooms <= max_rooms:

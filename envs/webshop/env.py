@@ -14,7 +14,8 @@ import numpy as np
 
 from agentrl.env import (INFO_ADMISSIBLE, INFO_ANCHOR, INFO_TASK, INFO_VALID, INFO_WALKTHROUGH,
                          INFO_WON, require_module, text_spaces)
-from envs.webshop.data import resolve_data_dir
+from envs.webshop.data import check_data_dir, resolve_data_dir
+from envs.webshop.goals import SPLITS as GOAL_SPLITS
 from envs.webshop.goals import Goal, split_goals
 from envs.webshop.policies import oracle_actions
 from envs.webshop.pages import anchor_obs
@@ -52,7 +53,15 @@ class WebShopEnv(gymnasium.Env):
 
     # exact: a few option values hold double spaces ("8.4 ounce  |  250 ml"); their click[...]
     # must arrive as listed (step strips and lower-cases the action itself)
-    metadata = {"render_modes": [], "agentrl.check_kwargs": {}, "agentrl.action_normalize": "exact"}
+    metadata = {"render_modes": [], "agentrl.check_kwargs": {}, "agentrl.action_normalize": "exact",
+                "agentrl.splits": tuple(GOAL_SPLITS)}
+
+    @classmethod
+    def check_data(cls, data_dir: str | os.PathLike[str] | None = None, goal_mode: str = "synthetic",
+                   **_: object) -> None:
+        """Pre-flight hook (``agentrl.env.preflight``): the data folder holds what ``goal_mode``
+        needs. Raises ``DataMissingError`` as the constructor would, loading nothing."""
+        check_data_dir(resolve_data_dir(data_dir), goal_mode)
 
     def __init__(self, data_dir: str | os.PathLike[str] | None = None, goal_mode: str = "synthetic",
                  split: str = "all", max_turns: int = 15, price_seed: int = 0,

@@ -66,7 +66,8 @@ def score(tb, c_inv: float) -> list[float]:
 
 def epi(tb, c_inv: float, mode: str, stats_over: str = "steps") -> list[float]:
     sc = score(tb, c_inv)
-    first = {e: rs[0] for e, rs in episodes(tb).items()}
+    # "trajectories": each episode's first eligible row (t = 0 unless that turn is not trainable)
+    first = {e: next((i for i in rs if _elig(tb, i)), None) for e, rs in episodes(tb).items()}
     groups = defaultdict(list)
     for i in _rows(tb):
         if _elig(tb, i) and (stats_over == "steps" or first[int(tb.episode[i])] == i):
