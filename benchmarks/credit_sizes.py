@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
 import json
 import os
 import sys
@@ -35,7 +34,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import agentrl.credit._similarity as sim  # noqa: E402
 from agentrl.credit import compute_advantages  # noqa: E402
-from credit import realistic_table  # noqa: E402
+from credit import realistic_table  # noqa: E402  (puts tests/credit on sys.path)
+from credit_reference import similarity_clusters as plain_clusters  # noqa: E402
 
 LOCS = ["cabinet", "countertop", "drawer", "shelf", "sinkbasin", "fridge", "microwave", "stoveburner", "desk", "bed"]
 OBJS = ["mug", "apple", "knife", "spoon", "bowl", "plate", "cup", "lettuce", "tomato", "bread", "pen", "book"]
@@ -52,22 +52,6 @@ def observation_texts(n: int, seed: int = 0) -> tuple[str, ...]:
         text = f"You arrive at {loc} {k}. On the {loc} {k}, you see {seen}."
         out += [text] if len(out) % 4 else [text, text.replace(" 1", " 2", 1)]
     return tuple(out[:n])
-
-
-def plain_clusters(group, keys, rank, vocab, thresh):
-    """The clustering before issue 22: one fresh SequenceMatcher.ratio per comparison."""
-    out, reps, canon = np.empty_like(keys), {}, {}
-    for i in np.argsort(rank, kind="stable"):
-        g, k = int(group[i]), int(keys[i])
-        if (g, k) not in canon:
-            rs = reps.setdefault(g, [])
-            hit = next((r for r in rs if difflib.SequenceMatcher(None, vocab[k], vocab[r]).ratio() >= thresh), None)
-            if hit is None:
-                rs.append(k)
-                hit = k
-            canon[(g, k)] = hit
-        out[i] = canon[(g, k)]
-    return out
 
 
 def cpu(fn) -> tuple[float, object]:

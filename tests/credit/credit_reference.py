@@ -103,6 +103,16 @@ def similarity_keys(tb, seq: list[tuple[int, int]], thresh: float) -> dict[tuple
     return out
 
 
+def similarity_clusters(group, keys, rank, vocab, thresh):
+    """Array form of ``similarity_keys`` (the signature of ``agentrl.credit._similarity``):
+    int64[N] representative code per row, rows visited in ``rank`` order."""
+    import types
+
+    seq = [(int(group[i]), int(keys[i])) for i in np.argsort(rank, kind="stable")]
+    rep = similarity_keys(types.SimpleNamespace(anchor_vocab=vocab), seq, thresh)
+    return np.array([rep[(int(g), int(k))] for g, k in zip(group, keys)], dtype=np.int64)
+
+
 def visit_order(tb) -> list[int]:
     first = {}
     for i in _rows(tb):

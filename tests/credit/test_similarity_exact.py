@@ -5,12 +5,11 @@ pairs sit near the threshold, plus empty and identical strings."""
 
 from __future__ import annotations
 
-import difflib
-
 import numpy as np
 import pytest
 
 import agentrl.credit._similarity as sim
+from credit_reference import similarity_clusters as plain_clusters
 
 LOCS = ["cabinet", "countertop", "drawer", "shelf", "sinkbasin", "fridge"]
 OBJS = ["mug", "apple", "knife", "spoon", "bowl", "plate", "cup"]
@@ -26,22 +25,6 @@ def _texts(n: int, rng: np.random.Generator) -> tuple[str, ...]:
     return tuple(out[:n])
 
 
-def _plain(group, keys, rank, vocab, thresh) -> np.ndarray:
-    """The definition: first representative (in visiting order) with ratio >= thresh."""
-    out, reps, canon = np.empty_like(keys), {}, {}
-    for i in np.argsort(rank, kind="stable"):
-        g, k = int(group[i]), int(keys[i])
-        if (g, k) not in canon:
-            rs = reps.setdefault(g, [])
-            hit = next((r for r in rs if difflib.SequenceMatcher(None, vocab[k], vocab[r]).ratio() >= thresh), None)
-            if hit is None:
-                rs.append(k)
-                hit = k
-            canon[(g, k)] = hit
-        out[i] = canon[(g, k)]
-    return out
-
-
 @pytest.mark.parametrize("bound", ["rapidfuzz", "difflib"])
 @pytest.mark.parametrize("thresh", [0.6, 0.8, 0.9, 0.95])
 def test_fast_clusters_equal_the_plain_loop(bound: str, thresh: float, monkeypatch) -> None:
@@ -55,6 +38,6 @@ def test_fast_clusters_equal_the_plain_loop(bound: str, thresh: float, monkeypat
     n = 600
     group, keys, rank = rng.integers(0, 12, n), rng.integers(0, len(vocab), n), rng.permutation(n)
     got = sim.similarity_clusters(group, keys, rank, vocab, thresh)
-    want = _plain(group, keys, rank, vocab, thresh)
+    want = plain_clusters(group, keys, rank, vocab, thresh)
     np.testing.assert_array_equal(got, want)
     assert (want != keys).sum() > 0  # some rows do join another anchor's cluster at this threshold
