@@ -2,8 +2,13 @@
 
 Overrides use dotted keys, e.g. ``agentrl train examples/gigpo_textworld.yaml
 run.iterations=2 update.lr=1e-4``. The run folder (``run.out_dir/run.name``) receives
-config.yaml (every default in effect), store.sqlite, metrics.jsonl and checkpoints/; a run
-that already has a checkpoint resumes from it unless ``--no-resume``.
+config.yaml (every default in effect, written once), store.sqlite, metrics.jsonl,
+checkpoints/ and launches/ + launches.jsonl (each launch's effective config, overrides and
+the checkpoint it resumed from). A run that already has a checkpoint resumes from it when
+the config matches its config.yaml (run.iterations, eval/save frequency and log.* may
+differ; a finished run says it is complete); a different config is refused with the
+differing keys unless ``--resume`` (continue anyway, the differences logged) or
+``--no-resume`` (start afresh: the old run folder moves to ``<name>.prev-<time>``).
 
 Data-parallel on N processes (FSDP2; gloo on CPU, NCCL on GPU): ``torchrun --nproc-per-node N
 -m agentrl train CONFIG``. Rank 0 rolls out, writes the store and logs; every rank trains its
@@ -25,7 +30,12 @@ def register(subparsers) -> None:
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("config", metavar="CONFIG", help="YAML config (see examples/)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. update.lr=1e-4")
-    p.add_argument("--no-resume", action="store_true", help="ignore an existing checkpoint in the run folder")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--no-resume", action="store_true",
+                     help="start afresh: an existing run in the folder moves to <name>.prev-<time>")
+    how.add_argument("--resume", action="store_true", dest="force_resume",
+                     help="resume the run's checkpoint even when the config differs from its config.yaml "
+                          "(the differences are printed)")
     ray = p.add_argument_group("Ray cluster (data-parallel ranks as Ray actors)")
     ray.add_argument("--ray-ranks", type=int, metavar="N", help="train on N ranks placed on a Ray cluster")
     ray.add_argument("--ray-address", metavar="ADDR", help="Ray cluster (default: $RAY_ADDRESS, or a local Ray)")
@@ -42,20 +52,22 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from agentrl.cli._summary import print_run_summary
-    from agentrl.train import train
+    from agentrl.train import Launch, train
+
+    launch = Launch(config_path=str(args.config), overrides=tuple(args.overrides))
 
     if args.ray_ranks is not None:
         from agentrl.dist.ray_launch import RayLaunchError
 
         try:
-            result = _ray_train(train, cfg, args)
+            result = _ray_train(train, cfg, args, launch)
         except RayLaunchError as exc:  # a rank's error, already stopped everywhere: no traceback of the driver
             Console(stderr=True, soft_wrap=True).print(f"error: {exc}", style="red", highlight=False, markup=False)
             return 1
     else:
         if args.ray_address is not None or args.gpus_per_rank:
             raise ValueError("--ray-address / --gpus-per-rank need --ray-ranks N")
-        result = train(cfg, resume=not args.no_resume)
+        result = train(cfg, resume=not args.no_resume, force_resume=args.force_resume, launch=launch)
     if not result.is_main:  # torchrun: ranks other than 0 trained their shards; rank 0 reports
         return 0
     import sys
@@ -65,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ray_train(train, cfg, args: argparse.Namespace):
+def _ray_train(train, cfg, args: argparse.Namespace, launch):
     """``train`` on ``--ray-ranks`` Ray actors; rank 0's TrainResult.
 
     Raises:
@@ -76,7 +88,8 @@ def _ray_train(train, cfg, args: argparse.Namespace):
 
     if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
         raise ValueError("--ray-ranks under torchrun: use one launcher (drop --ray-ranks, or run without torchrun)")
-    from agentrl.dist.ray_launch import launch
+    from agentrl.dist.ray_launch import launch as ray_launch
 
-    return launch(train, (cfg,), {"resume": not args.no_resume}, ranks=args.ray_ranks, address=args.ray_address,
-                  gpus_per_rank=args.gpus_per_rank, cpus_per_rank=args.cpus_per_rank)
+    return ray_launch(train, (cfg,), {"resume": not args.no_resume, "force_resume": args.force_resume, "launch": launch},
+                      ranks=args.ray_ranks, address=args.ray_address,
+                      gpus_per_rank=args.gpus_per_rank, cpus_per_rank=args.cpus_per_rank)

@@ -31,6 +31,7 @@ from agentrl.rollout.stats import proxy_metrics, rollout_stats
 from agentrl.rollout.tree import add_linked
 from agentrl.store import TurnStore
 from agentrl.train.critic import Critic, critic_step, make_critic, with_values
+from agentrl.train.launches import Launch
 from agentrl.train.run_dir import RunLock, prepare_run_dir, set_aside_interrupted
 from agentrl.train.steps import (collect_iteration, open_engines, open_pool, open_stream, rtpo_iteration, sync_weights,
                                  update_policy)
@@ -210,13 +211,17 @@ def check_distributed(cfg: Config, ctx: DistContext) -> None:
                           "run it in one process (python -m agentrl train ...) or change that setting")
 
 
-def start_run(cfg: Config, run_dir: Path, resume: bool, ctx: DistContext | None = None) -> tuple[RunParts, TrainState]:
-    """Write config.yaml, load the policy (+ LoRA), optimizer, critic, store and the latest
-    checkpoint when resuming. Data-parallel (``ctx.distributed``): rank 0 alone sets the run
-    folder up and opens the store; every rank shards its model and loads the checkpoint.
+def start_run(cfg: Config, run_dir: Path, resume: bool, ctx: DistContext | None = None, *,
+              force_resume: bool = False, launch: Launch | None = None) -> tuple[RunParts, TrainState]:
+    """Set the run folder up (``prepare_run_dir``), load the policy (+ LoRA), optimizer,
+    critic, store and the latest checkpoint when resuming. Data-parallel (``ctx.distributed``):
+    rank 0 alone sets the run folder up and opens the store; every rank shards its model and
+    loads the checkpoint.
 
     Raises:
         ValueError: turn-PPO's critic with ``rollout.sampler: rtpo`` (not supported).
+        ConfigError: a resume with another config (``prepare_run_dir``; on every rank),
+            before any weights load.
     """
     ctx = ctx or DistContext()
     needs_critic = "value" in get_estimator(cfg.algorithm.estimator).requires
@@ -225,8 +230,15 @@ def start_run(cfg: Config, run_dir: Path, resume: bool, ctx: DistContext | None 
                          "does not support; use rollout.sampler=chain or an estimator without 'value'")
     torch.manual_seed(cfg.run.seed)
     np.random.seed(cfg.run.seed)
-    ckpt = prepare_run_dir(cfg, run_dir, resume) if ctx.is_main else None
-    ckpt = ctx.broadcast_object(ckpt)  # every rank resumes from the checkpoint rank 0 found
+    ckpt, refused = None, None
+    if ctx.is_main:
+        try:
+            ckpt = prepare_run_dir(cfg, run_dir, resume, force_resume=force_resume, launch=launch)
+        except ConfigError as exc:  # the other ranks wait in the broadcast: tell them, then stop everywhere
+            refused = str(exc)
+    ckpt, refused = ctx.broadcast_object((ckpt, refused))  # every rank resumes from the checkpoint rank 0 found
+    if refused is not None:
+        raise ConfigError(refused)
     policy = load_policy(cfg.policy)
     sampler = engine_copy(policy) if ctx.distributed and ctx.is_main else None  # before LoRA: plain HF names
     policy.model = prepare_policy(policy.model, cfg.update, cfg.policy.lora)
@@ -238,8 +250,7 @@ def start_run(cfg: Config, run_dir: Path, resume: bool, ctx: DistContext | None 
     dp = ctx if ctx.distributed else None
     state = load_checkpoint(ckpt, policy.model, optimizer, dp=dp) if ckpt else TrainState()
     if ckpt and ctx.is_main:
-        logging.getLogger(__name__).info("resuming %s from %s: %d iteration(s) done, policy version %d",
-                                         cfg.run.name, ckpt, state.iteration, state.policy_version)
+        _log_resume(cfg, ckpt, state)
     sync_weights(policy, state.policy_version, dp=dp)  # a resumed vLLM engine gets the checkpoint's weights
     store = TurnStore(run_dir / "store.sqlite") if ctx.is_main else None
     parts = RunParts(policy, optimizer, store, make_critic(cfg) if needs_critic else None, dp=dp)
@@ -248,13 +259,30 @@ def start_run(cfg: Config, run_dir: Path, resume: bool, ctx: DistContext | None 
     return parts, state
 
 
-def train(cfg: Config, *, resume: bool = True) -> TrainResult:
+def _log_resume(cfg: Config, ckpt: Path, state: TrainState) -> None:
+    """Say from which checkpoint the run continues, or that it is already complete."""
+    log = logging.getLogger(__name__)
+    if state.iteration >= cfg.run.iterations:
+        log.warning("run %s is complete: %d of %d iteration(s) done (checkpoint %s); nothing to train. Raise "
+                    "run.iterations to continue it, or pass --no-resume to start afresh", cfg.run.name,
+                    state.iteration, cfg.run.iterations, ckpt)
+    else:
+        log.info("resuming %s from checkpoint %s: %d iteration(s) done of %d, policy version %d", cfg.run.name,
+                 ckpt, state.iteration, cfg.run.iterations, state.policy_version)
+
+
+def train(cfg: Config, *, resume: bool = True, force_resume: bool = False, launch: Launch | None = None) -> TrainResult:
     """Run (or resume) the training described by ``cfg``; see the module docstring.
 
     ``resume=False`` (or no checkpoint to resume from) starts fresh: an existing store or
     checkpoints in the run folder are first moved to ``<run>.prev-<timestamp>`` (``set_aside``).
+    A resume needs ``cfg`` to match the run's config.yaml apart from
+    ``agentrl.train.launches.RESUME_MAY_CHANGE`` (``run.iterations``, eval/save frequency,
+    ``log.*``, ...); ``force_resume`` continues with any change (logged). ``launch`` (the
+    config file and overrides) is recorded in the run's ``launches.jsonl``.
 
     Raises:
+        ConfigError: a resume with another config, not forced (lists the differing keys).
         ConfigError / KeyError / FileNotFoundError: bad config, unknown names, missing model.
         ValueError: the run folder is in use by another ``agentrl train`` (``RunLock``).
         ValueError: an unsupported combination (see ``start_run``).
@@ -267,7 +295,7 @@ def train(cfg: Config, *, resume: bool = True) -> TrainResult:
             logging.getLogger(__name__).info("data-parallel run: %d ranks (%s, FSDP2), rank 0 rolls out and writes %s",
                                              ctx.world_size, ctx.backend, run_dir)
         with RunLock(run_dir) if ctx.is_main else nullcontext():  # one job per run folder
-            parts, state = start_run(cfg, run_dir, resume, ctx)
+            parts, state = start_run(cfg, run_dir, resume, ctx, force_resume=force_resume, launch=launch)
             evals: list[EvalResult] = []
             try:
                 state = _loop(parts, state, cfg, run_dir, evals)

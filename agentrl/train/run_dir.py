@@ -1,6 +1,8 @@
 """The run folder of ``agentrl train``: set a previous run aside on a fresh start, write the
-config, find the checkpoint to resume from, and move the episodes of an interrupted
-iteration aside on resume (PITFALLS P7). Rank 0 alone calls these in a data-parallel run."""
+config (once: a resume never rewrites it), find the checkpoint to resume from (only for the
+same config, ``agentrl.train.launches``), record each launch, and move the episodes of an
+interrupted iteration aside on resume (PITFALLS P7). Rank 0 alone calls these in a
+data-parallel run."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import yaml
 
 from agentrl.config import Config, to_dict
 from agentrl.store import INTERRUPTED, TurnStore
+from agentrl.train.launches import Launch, check_resumable, record_launch
 from agentrl.update.checkpoint import TrainState, latest_checkpoint
 
 __all__ = ["RunLock", "prepare_run_dir", "set_aside", "set_aside_interrupted"]
@@ -57,14 +60,31 @@ class RunLock:
             self._fd = None
 
 
-def prepare_run_dir(cfg: Config, run_dir: Path, resume: bool) -> Path | None:
-    """Set a finished or foreign run aside unless resuming, write config.yaml; return the
-    checkpoint to resume from (None: a fresh start)."""
-    if not (resume and latest_checkpoint(run_dir)):
+def prepare_run_dir(cfg: Config, run_dir: Path, resume: bool, *, force_resume: bool = False,
+                    launch: Launch | None = None) -> Path | None:
+    """Return the checkpoint to resume from (None: a fresh start) and record this launch.
+
+    A fresh start (``resume`` False, or no checkpoint) sets a previous run aside and writes
+    config.yaml; a resume keeps the run's config.yaml as it is and goes on only when this
+    config matches it (``launches.check_resumable``; ``force_resume`` accepts any change).
+    Either way ``launches/<NNN>.yaml`` and a line of ``launches.jsonl`` record the launch.
+
+    Raises:
+        ConfigError: a resume with a different config, not forced (lists the differing keys).
+    """
+    ckpt = latest_checkpoint(run_dir) if resume else None
+    changes = []
+    if ckpt is None:
         set_aside(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
-    return latest_checkpoint(run_dir) if resume else None
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    else:
+        changes = check_resumable(run_dir, cfg, force_resume)
+        if not (run_dir / "config.yaml").is_file():  # a folder from before config.yaml existed
+            (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    record_launch(run_dir, cfg, launch, resumed_from=ckpt, changes=changes,
+                  forced=force_resume and any(not c.may_change for c in changes))
+    return ckpt
 
 
 def set_aside_interrupted(store: TurnStore, run_id: str, state: TrainState) -> list[int]:
