@@ -141,6 +141,10 @@ def run(args: argparse.Namespace) -> int:
     n_won = 0
     with TurnStore(args.store) as store:
         run_id = _run_id(args, store.runs())
+        if args.policy not in SCRIPTED_POLICIES:  # replay and the viewer decode the ids with it
+            from agentrl.llm.models import resolve_model
+
+            store.set_tokenizer(run_id, resolve_model(args.policy))
         pending: list[Episode] = []
 
         def flush() -> None:

@@ -25,6 +25,7 @@ from agentrl.credit import compute_advantages, get_estimator
 from agentrl.credit.stats import advantage_stats
 from agentrl.dist import DistContext, distribute_policy, engine_copy
 from agentrl.eval import EvalResult, evaluate
+from agentrl.llm.models import resolve_model
 from agentrl.llm.policy import Policy, load_policy
 from agentrl.log import make_logger
 from agentrl.rollout.stats import proxy_metrics, rollout_stats
@@ -253,6 +254,8 @@ def start_run(cfg: Config, run_dir: Path, resume: bool, ctx: DistContext | None 
         _log_resume(cfg, ckpt, state)
     sync_weights(policy, state.policy_version, dp=dp)  # a resumed vLLM engine gets the checkpoint's weights
     store = TurnStore(run_dir / "store.sqlite") if ctx.is_main else None
+    if store is not None:  # replay and the viewer decode this run's ids with it
+        store.set_tokenizer(cfg.run.name, resolve_model(cfg.policy.model))
     parts = RunParts(policy, optimizer, store, make_critic(cfg) if needs_critic else None, dp=dp)
     if ckpt and ctx.is_main:
         set_aside_interrupted(parts.store, cfg.run.name, state)

@@ -61,6 +61,7 @@ def test_two_iterations_store_every_turn_with_advantage(finished_run):
         assert len(eps) == 16
         table = store.table(run_id=result.run_id)
         adv = store.advantages(result.run_id)
+        assert store.tokenizer(result.run_id) is not None  # replay / the viewer decode the ids with it
     assert len(adv) == len(table) > 0  # one advantage per stored turn
     assert set(int(i) for i in table.turn_id) == {int(a.turn_id) for a in adv}
     assert table.action_valid.all()  # constrained decoding only emits admissible actions

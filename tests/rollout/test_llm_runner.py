@@ -19,6 +19,7 @@ def test_cli_rollout_with_tiny_model_folder(tiny_dir, tmp_path):
     assert rc == 0
     with TurnStore(db) as store:
         eps = store.load_episodes("tiny")
+        assert store.tokenizer("tiny") == str(tiny_dir)  # recorded, so replay decodes the completions
     assert sorted(e.episode_id for e in eps) == [0, 1, 2, 3]
     assert [e.group_id for e in sorted(eps, key=lambda e: e.episode_id)] == [0, 0, 1, 1]
     for e in eps:
