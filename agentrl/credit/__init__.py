@@ -3,7 +3,8 @@
 Owns the estimator registry and one module per estimator of ALGORITHMS.md: GRPO family
 (``grpo``, ``grpo_mean``, ``dr_grpo``), ``gigpo``, ``hgpo``, ``g2po``, ``graphgpo``,
 ``tree_grpo``, ``bipace`` (PROPOSED), ``rtpo`` (PROPOSED), ``turn_ppo``; plus the
-per-token ``token_gae`` baseline and the multi-output helpers ``turn_gae_returns``,
+per-token ``token_gae`` baseline, the optional per-estimator breakdown of an advantage
+into named terms (``explain_advantages``, ``breakdown``), and the multi-output helpers ``turn_gae_returns``,
 ``rtpo_update_order`` and ``tree_grpo_nodes``. Every registered estimator maps a
 ``TurnTable`` to float64[N]; rows of failed episodes and non-trainable rows take part in
 no statistic and get 0 (PITFALLS P5, P6). No torch here.
@@ -19,6 +20,7 @@ from agentrl.credit.registry import (
     update_groups,
     validate_estimator_kwargs,
 )
+from agentrl.credit.breakdown import Breakdown, Term, breakdown_estimators, explain_advantages, has_breakdown
 from agentrl.credit import bipace, g2po, gigpo, graphgpo, grpo, hgpo, rtpo, tree_grpo, turn_ppo  # noqa: F401  (register)
 from agentrl.credit.ppo_token import TokenGAE, token_gae
 from agentrl.credit.rtpo import rtpo_update_order
@@ -26,7 +28,12 @@ from agentrl.credit.tree_grpo import TreeNodeAdvantages, tree_grpo_nodes
 from agentrl.credit.turn_ppo import TurnGAE, turn_gae_returns
 
 __all__ = [
+    "Breakdown",
     "EstimatorSpec",
+    "Term",
+    "breakdown_estimators",
+    "explain_advantages",
+    "has_breakdown",
     "TokenGAE",
     "TreeNodeAdvantages",
     "TurnGAE",

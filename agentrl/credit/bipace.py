@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from agentrl.credit import _segments as S
+from agentrl.credit import breakdown as B
 from agentrl.credit.registry import register_estimator
 from agentrl.types import TurnTable
 
@@ -108,8 +109,12 @@ def bigpo_clusters(
     return connected_components(len(st), u, v)
 
 
-def pace_q(ret: np.ndarray, cluster: np.ndarray, action: np.ndarray, elig: np.ndarray, *, mode: str, eps: float) -> np.ndarray:
-    """PACE_Q step advantage (§8.3), float64[N]; 0 outside ``elig``."""
+def pace_parts(ret: np.ndarray, cluster: np.ndarray, action: np.ndarray, elig: np.ndarray, *, mode: str,
+               eps: float) -> dict:
+    """PACE_Q (§8.3) and what it is made of, per row (float64[N] unless said): ``value`` (the
+    step advantage, 0 outside ``elig``), ``q`` = Q(C, a_i), ``size`` (int64, eligible members
+    of the row's cluster), ``mean`` = V(C), ``std`` = std_C(G), ``n_actions`` (int64, distinct
+    action keys in the cluster), ``ok`` (bool: the cluster gives a comparison), ``cluster`` (int64 code)."""
     c, _ = S.dense(cluster)
     cnt, mean, std, tie = S.segment_stats(ret, c, elig)
     ca, n_ca = S.dense(cluster, action)
@@ -123,10 +128,48 @@ def pace_q(ret: np.ndarray, cluster: np.ndarray, action: np.ndarray, elig: np.nd
     x = q[ca] - mean[c]
     if mode == "mean_std_norm":
         x = x / (std[c] + eps)
-    return np.where(elig & ok[c], x, 0.0)
+    return dict(value=np.where(elig & ok[c], x, 0.0), q=q[ca], size=cnt[c], mean=mean[c], std=std[c],
+                n_actions=n_act[c], ok=elig & ok[c], cluster=c)
 
 
-@register_estimator("bipace", requires=("hidden",), choices={"mode": S.MODES, "stats_over": S.STATS_OVER})
+def pace_q(ret: np.ndarray, cluster: np.ndarray, action: np.ndarray, elig: np.ndarray, *, mode: str, eps: float) -> np.ndarray:
+    """PACE_Q step advantage (§8.3), float64[N]; 0 outside ``elig``."""
+    return pace_parts(ret, cluster, action, elig, mode=mode, eps=eps)["value"]
+
+
+def _parts(table: TurnTable, gamma: float, tau: float, merge_identical_anchor: bool, mode: str, stats_over: str,
+           c_inv: float, eps: float) -> dict:
+    """st, order, elig, ret, pace (``pace_parts``), score, a_ep — canonical order."""
+    S.check_choice("mode", mode, S.MODES)
+    table.require(["hidden"])
+    st, order = S.canonical(table)
+    elig = S.eligible(st)
+    cluster = bigpo_clusters(st, table.hidden, order, elig, tau, merge_identical_anchor)
+    ret = S.discounted_returns(st, gamma, c_inv)
+    score = S.outcome_score(st, c_inv)
+    return dict(st=st, order=order, elig=elig, ret=ret, score=score,
+                pace=pace_parts(ret, cluster, st.action_key, elig, mode=mode, eps=eps),
+                a_ep=S.episode_term(st, score, elig, mode=mode, stats_over=stats_over, eps=eps))
+
+
+def _breakdown(table: TurnTable, *, gamma: float, tau: float, merge_identical_anchor: bool, step_advantage_w: float,
+               mode: str, stats_over: str, c_inv: float, eps: float) -> B.Breakdown:
+    """BiPACE's terms: the episode term and ω × PACE_Q over the row's BiGPO cluster (x = Q(C, a))."""
+    p = _parts(table, gamma, tau, merge_identical_anchor, mode, stats_over, c_inv, eps)
+    pc, elig = p["pace"], p["elig"]
+    nan = np.full(elig.size, np.nan)
+    step = B.Term("step", "PACE_Q step term (§8.3): Q(cluster, action) − V(cluster) over the row's BiGPO cluster "
+                  "(cosine-linked hidden states); a singleton cluster, tied returns or one action give 0",
+                  pc["value"], np.full(elig.size, float(step_advantage_w)), pc["q"],
+                  np.where(elig, pc["cluster"], -1), np.where(elig, pc["size"], 0), np.where(pc["ok"], pc["mean"], nan),
+                  np.where(pc["ok"], pc["std"], nan), B.FORMULAS[mode])
+    ep = B.episode_gn_term(p["st"], p["score"], p["a_ep"], elig, mode=mode, stats_over=stats_over)
+    return B.make_breakdown("bipace", p["order"], [ep, step], {"return G": p["ret"],
+                                                               "actions in cluster": pc["n_actions"]}, eps)
+
+
+@register_estimator("bipace", requires=("hidden",), choices={"mode": S.MODES, "stats_over": S.STATS_OVER},
+                    breakdown=_breakdown)
 def bipace(
     table: TurnTable,
     *,
@@ -155,11 +198,5 @@ def bipace(
     Raises:
         ValueError: missing ``hidden``, bad ``mode``, duplicate (episode, t).
     """
-    S.check_choice("mode", mode, S.MODES)
-    table.require(["hidden"])
-    st, order = S.canonical(table)
-    elig = S.eligible(st)
-    cluster = bigpo_clusters(st, table.hidden, order, elig, tau, merge_identical_anchor)
-    a_step = pace_q(S.discounted_returns(st, gamma, c_inv), cluster, st.action_key, elig, mode=mode, eps=eps)
-    a_ep = S.episode_term(st, S.outcome_score(st, c_inv), elig, mode=mode, stats_over=stats_over, eps=eps)
-    return S.uncanon(order, a_ep + step_advantage_w * a_step)
+    p = _parts(table, gamma, tau, merge_identical_anchor, mode, stats_over, c_inv, eps)
+    return S.uncanon(p["order"], p["a_ep"] + step_advantage_w * p["pace"]["value"])

@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from agentrl.credit import _segments as S
+from agentrl.credit import breakdown as B
 from agentrl.credit.registry import register_estimator
 from agentrl.types import TurnTable
 
@@ -45,7 +46,41 @@ def successor_values(st: TurnTable, elig: np.ndarray, beta: float, success_rewar
     return vnode[node], vsucc
 
 
-@register_estimator("g2po", choices={"mode": S.MODES, "stats_over": S.STATS_OVER})
+def _parts(table: TurnTable, mode: str, stats_over: str, beta: float, success_reward: float,
+           sibling_invalid_penalty: float, c_inv: float, eps: float) -> dict:
+    """The arrays of §5.3 in canonical order: st, order, elig, score, a_ep, vnode, vsucc, node, y,
+    comp1, group, comp2 (float64[N] values, int64[N] codes)."""
+    S.check_choice("mode", mode, S.MODES)
+    st, order = S.canonical(table)
+    elig = S.eligible(st)
+    vnode, vsucc = successor_values(st, elig, beta, success_reward)
+    node, _ = S.dense(st.group, st.anchor_key)
+    y = vsucc - sibling_invalid_penalty * (~st.action_valid)
+    group = S.dense(st.group)[0]
+    score = S.outcome_score(st, c_inv)
+    return dict(st=st, order=order, elig=elig, score=score, vnode=vnode, vsucc=vsucc, node=node, y=y, group=group,
+                comp1=S.step_group_norm(y, node, elig, mode=mode, eps=eps),
+                comp2=S.step_group_norm(vsucc - vnode, group, elig, mode=mode, eps=eps),
+                a_ep=S.episode_term(st, score, elig, mode=mode, stats_over=stats_over, eps=eps))
+
+
+def _breakdown(table: TurnTable, *, mode: str, stats_over: str, step_advantage_w: float, beta: float,
+               success_reward: float, sibling_invalid_penalty: float, c_inv: float, eps: float) -> B.Breakdown:
+    """G2PO's three terms: the episode term, ω × component 1 (over the node's occurrences)
+    and ω × component 2 (over the task group)."""
+    p = _parts(table, mode, stats_over, beta, success_reward, sibling_invalid_penalty, c_inv, eps)
+    st, elig = p["st"], p["elig"]
+    c1 = B.gn_term("node", "component 1 (§5.3): V(next node) − penalty·invalid, normalised over the occurrences "
+                   "of this node (anchor state) in the group", p["comp1"], p["y"], p["node"], elig, elig, mode=mode,
+                   keep_singleton=False, weight=step_advantage_w)
+    c2 = B.gn_term("transition", "component 2 (§5.3): V(next node) − V(node), normalised over the group's turns",
+                   p["comp2"], p["vsucc"] - p["vnode"], p["group"], elig, elig, mode=mode, keep_singleton=False,
+                   weight=step_advantage_w)
+    ep = B.episode_gn_term(st, p["score"], p["a_ep"], elig, mode=mode, stats_over=stats_over)
+    return B.make_breakdown("g2po", p["order"], [ep, c1, c2], {"V(node)": p["vnode"], "V(next)": p["vsucc"]}, eps)
+
+
+@register_estimator("g2po", choices={"mode": S.MODES, "stats_over": S.STATS_OVER}, breakdown=_breakdown)
 def g2po(
     table: TurnTable,
     *,
@@ -76,13 +111,5 @@ def g2po(
     Raises:
         ValueError: bad ``mode`` or duplicate (episode, t).
     """
-    S.check_choice("mode", mode, S.MODES)
-    st, order = S.canonical(table)
-    elig = S.eligible(st)
-    vnode, vsucc = successor_values(st, elig, beta, success_reward)
-    node, _ = S.dense(st.group, st.anchor_key)
-    y = vsucc - sibling_invalid_penalty * (~st.action_valid)
-    comp1 = S.step_group_norm(y, node, elig, mode=mode, eps=eps)
-    comp2 = S.step_group_norm(vsucc - vnode, S.dense(st.group)[0], elig, mode=mode, eps=eps)
-    a_ep = S.episode_term(st, S.outcome_score(st, c_inv), elig, mode=mode, stats_over=stats_over, eps=eps)
-    return S.uncanon(order, a_ep + step_advantage_w * (comp1 + comp2))
+    p = _parts(table, mode, stats_over, beta, success_reward, sibling_invalid_penalty, c_inv, eps)
+    return S.uncanon(p["order"], p["a_ep"] + step_advantage_w * (p["comp1"] + p["comp2"]))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from agentrl.credit import _segments as S
+from agentrl.credit import breakdown as B
 from agentrl.credit._similarity import similarity_clusters, visit_rank
 from agentrl.credit.registry import register_estimator
 from agentrl.types import TurnTable
@@ -39,7 +40,33 @@ def anchor_groups(table: TurnTable, order: np.ndarray, enable_similarity: bool, 
     return codes
 
 
-@register_estimator("gigpo", choices={"mode": S.MODES, "stats_over": S.STATS_OVER})
+def _parts(table: TurnTable, gamma: float, mode: str, stats_over: str, c_inv: float, enable_similarity: bool,
+           thresh: float, eps: float):
+    """(st, order, elig, score, a_ep, return R, anchor-group codes, a_step), canonical order."""
+    S.check_choice("mode", mode, S.MODES)
+    st, order = S.canonical(table)
+    elig = S.eligible(st)
+    score = S.outcome_score(st, c_inv)
+    a_ep = S.episode_term(st, score, elig, mode=mode, stats_over=stats_over, eps=eps)
+    seg = anchor_groups(table, order, enable_similarity, thresh)
+    ret = S.discounted_returns(st, gamma, c_inv)
+    a_step = S.step_group_norm(ret, seg, elig, mode=mode, eps=eps)
+    return st, order, elig, score, a_ep, ret, seg, a_step
+
+
+def _breakdown(table: TurnTable, *, gamma: float, step_advantage_w: float, mode: str, stats_over: str, c_inv: float,
+               enable_similarity: bool, similarity_thresh: float, eps: float) -> B.Breakdown:
+    """GiGPO's two terms: the episode term and ω × the step term over the anchor group."""
+    st, order, elig, score, a_ep, ret, seg, a_step = _parts(table, gamma, mode, stats_over, c_inv, enable_similarity,
+                                                            similarity_thresh, eps)
+    step = B.gn_term("step", "step term (§3.2): γ-discounted return normalised in the anchor group (task group, "
+                     "anchor state); a singleton state gives 0", a_step, ret, seg, elig, elig, mode=mode,
+                     keep_singleton=False, weight=step_advantage_w)
+    return B.make_breakdown("gigpo", order, [B.episode_gn_term(st, score, a_ep, elig, mode=mode, stats_over=stats_over),
+                                             step], {"return R": ret}, eps)
+
+
+@register_estimator("gigpo", choices={"mode": S.MODES, "stats_over": S.STATS_OVER}, breakdown=_breakdown)
 def gigpo(
     table: TurnTable,
     *,
@@ -70,10 +97,6 @@ def gigpo(
     Raises:
         ValueError: bad ``mode``, duplicate (episode, t), bad threshold.
     """
-    S.check_choice("mode", mode, S.MODES)
-    st, order = S.canonical(table)
-    elig = S.eligible(st)
-    a_ep = S.episode_term(st, S.outcome_score(st, c_inv), elig, mode=mode, stats_over=stats_over, eps=eps)
-    seg = anchor_groups(table, order, enable_similarity, similarity_thresh)
-    a_step = S.step_group_norm(S.discounted_returns(st, gamma, c_inv), seg, elig, mode=mode, eps=eps)
+    st, order, _, _, a_ep, _, _, a_step = _parts(table, gamma, mode, stats_over, c_inv, enable_similarity,
+                                                 similarity_thresh, eps)
     return S.uncanon(order, a_ep + step_advantage_w * a_step)

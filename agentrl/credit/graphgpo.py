@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from agentrl.credit import _segments as S
+from agentrl.credit import breakdown as B
 from agentrl.credit._similarity import similarity_clusters, visit_rank
 from agentrl.credit.registry import register_estimator
 from agentrl.types import TurnTable
@@ -93,7 +94,48 @@ def _keys(table: TurnTable, order: np.ndarray, enable_similarity: bool, thresh: 
     return a[order], nx[order]
 
 
-@register_estimator("graphgpo", choices={"mode": S.MODES, "stats_over": S.STATS_OVER})
+def _parts(table: TurnTable, gamma: float, mode: str, stats_over: str, normalize_distance: bool,
+           enable_similarity: bool, thresh: float, goal_value: float, c_inv: float, eps: float, episode: bool) -> dict:
+    """The arrays of §6.3 in canonical order: st, order, elig, d_anchor, d_next, ret, seg, a_step,
+    and (with ``episode``) score, a_ep."""
+    S.check_choice("mode", mode, S.MODES)
+    st, order = S.canonical(table)
+    elig = S.eligible(st)
+    anchor, nxt = _keys(table, order, enable_similarity, thresh)
+    vocab = table.anchor_vocab
+    top = max(int(anchor.max(initial=-1)), int(nxt.max(initial=-1)), len(vocab) - 1)
+    goal = vocab.index(GOAL) if GOAL in vocab else top + 1
+    ep_ret = S.episode_sum(st, st.reward)
+    nxt = np.where((S.next_row(st) < 0) & (ep_ret > 0), goal, nxt)
+    d_anchor, d_next = goal_distances(st.group, anchor, nxt, elig, goal)
+    expo = d_next - d_anchor + 1.0 if normalize_distance else d_next
+    ret = goal_value * gamma**expo - c_inv * (~st.action_valid)
+    seg, _ = S.dense(st.group, anchor)
+    out = dict(st=st, order=order, elig=elig, d_anchor=d_anchor, d_next=d_next, ret=ret, seg=seg,
+               a_step=S.step_group_norm(ret, seg, elig, mode=mode, eps=eps))
+    if episode:
+        out["score"] = S.outcome_score(st, c_inv)
+        out["a_ep"] = S.episode_term(st, out["score"], elig, mode=mode, stats_over=stats_over, eps=eps)
+    return out
+
+
+def _breakdown(table: TurnTable, *, gamma: float, step_advantage_w: float, episode_advantage_w: float, mode: str,
+               stats_over: str, normalize_distance: bool, enable_similarity: bool, similarity_thresh: float,
+               goal_value: float, c_inv: float, eps: float) -> B.Breakdown:
+    """GraphGPO's terms: w_step × the step term over the anchor group, then w_ep × the episode term."""
+    p = _parts(table, gamma, mode, stats_over, normalize_distance, enable_similarity, similarity_thresh, goal_value,
+               c_inv, eps, episode_advantage_w != 0)
+    st, elig = p["st"], p["elig"]
+    terms = [B.gn_term("step", "step term (§6.3): goal_value·γ^d(next) − c_inv·invalid, normalised in the anchor "
+                       "group (task group, anchor state); a singleton state gives 0", p["a_step"], p["ret"], p["seg"],
+                       elig, elig, mode=mode, keep_singleton=False, weight=step_advantage_w)]
+    if episode_advantage_w != 0:
+        terms.append(B.episode_gn_term(st, p["score"], p["a_ep"], elig, mode=mode, stats_over=stats_over,
+                                       weight=episode_advantage_w))
+    return B.make_breakdown("graphgpo", p["order"], terms, {"d(anchor)": p["d_anchor"], "d(next)": p["d_next"]}, eps)
+
+
+@register_estimator("graphgpo", choices={"mode": S.MODES, "stats_over": S.STATS_OVER}, breakdown=_breakdown)
 def graphgpo(
     table: TurnTable,
     *,
@@ -127,21 +169,9 @@ def graphgpo(
     Raises:
         ValueError: bad ``mode``, duplicate (episode, t), bad threshold.
     """
-    S.check_choice("mode", mode, S.MODES)
-    st, order = S.canonical(table)
-    elig = S.eligible(st)
-    anchor, nxt = _keys(table, order, enable_similarity, similarity_thresh)
-    vocab = table.anchor_vocab
-    top = max(int(anchor.max(initial=-1)), int(nxt.max(initial=-1)), len(vocab) - 1)
-    goal = vocab.index(GOAL) if GOAL in vocab else top + 1
-    ep_ret = S.episode_sum(st, st.reward)
-    nxt = np.where((S.next_row(st) < 0) & (ep_ret > 0), goal, nxt)
-    d_anchor, d_next = goal_distances(st.group, anchor, nxt, elig, goal)
-    expo = d_next - d_anchor + 1.0 if normalize_distance else d_next
-    ret = goal_value * gamma**expo - c_inv * (~st.action_valid)
-    seg, _ = S.dense(st.group, anchor)
-    adv = step_advantage_w * S.step_group_norm(ret, seg, elig, mode=mode, eps=eps)
+    p = _parts(table, gamma, mode, stats_over, normalize_distance, enable_similarity, similarity_thresh, goal_value,
+               c_inv, eps, episode_advantage_w != 0)
+    adv = step_advantage_w * p["a_step"]
     if episode_advantage_w != 0:
-        a_ep = S.episode_term(st, S.outcome_score(st, c_inv), elig, mode=mode, stats_over=stats_over, eps=eps)
-        adv = adv + episode_advantage_w * a_ep
-    return S.uncanon(order, np.where(elig, adv, 0.0))
+        adv = adv + episode_advantage_w * p["a_ep"]
+    return S.uncanon(p["order"], np.where(p["elig"], adv, 0.0))

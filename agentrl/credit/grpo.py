@@ -22,18 +22,43 @@ from __future__ import annotations
 import numpy as np
 
 from agentrl.credit import _segments as S
+from agentrl.credit import breakdown as B
 from agentrl.credit.registry import register_estimator
 from agentrl.types import TurnTable
 
 
-def _grpo(table: TurnTable, mode: str, stats_over: str, c_inv: float, eps: float) -> np.ndarray:
+def _parts(table: TurnTable, mode: str, stats_over: str, c_inv: float, eps: float):
+    """(canonical table, order, eligible, score, advantage) — float64[N] arrays, canonical order."""
     S.check_choice("mode", mode, S.MODES)
     st, order = S.canonical(table)
-    adv = S.episode_term(st, S.outcome_score(st, c_inv), S.eligible(st), mode=mode, stats_over=stats_over, eps=eps)
+    elig = S.eligible(st)
+    score = S.outcome_score(st, c_inv)
+    return st, order, elig, score, S.episode_term(st, score, elig, mode=mode, stats_over=stats_over, eps=eps)
+
+
+def _grpo(table: TurnTable, mode: str, stats_over: str, c_inv: float, eps: float) -> np.ndarray:
+    _, order, _, _, adv = _parts(table, mode, stats_over, c_inv, eps)
     return S.uncanon(order, adv)
 
 
-@register_estimator("grpo", choices={"mode": S.MODES, "stats_over": S.STATS_OVER})
+def _breakdown(name: str, table: TurnTable, mode: str, stats_over: str, c_inv: float, eps: float) -> B.Breakdown:
+    """One term: the episode term (the whole GRPO advantage)."""
+    st, order, elig, score, adv = _parts(table, mode, stats_over, c_inv, eps)
+    return B.make_breakdown(name, order, [B.episode_gn_term(st, score, adv, elig, mode=mode, stats_over=stats_over)],
+                            eps=eps)
+
+
+def _grpo_breakdown(table: TurnTable, *, mode: str, stats_over: str, c_inv: float, eps: float) -> B.Breakdown:
+    return _breakdown("grpo", table, mode, stats_over, c_inv, eps)
+
+
+def _mean_breakdown(name: str):
+    def fn(table: TurnTable, *, stats_over: str, c_inv: float, eps: float) -> B.Breakdown:
+        return _breakdown(name, table, "mean_norm", stats_over, c_inv, eps)
+    return fn
+
+
+@register_estimator("grpo", choices={"mode": S.MODES, "stats_over": S.STATS_OVER}, breakdown=_grpo_breakdown)
 def grpo(
     table: TurnTable, *, mode: str = "mean_std_norm", stats_over: str = "steps", c_inv: float = 0.1, eps: float = S.EPS
 ) -> np.ndarray:
@@ -54,13 +79,13 @@ def grpo(
     return _grpo(table, mode, stats_over, c_inv, eps)
 
 
-@register_estimator("grpo_mean", choices={"stats_over": S.STATS_OVER})
+@register_estimator("grpo_mean", choices={"stats_over": S.STATS_OVER}, breakdown=_mean_breakdown("grpo_mean"))
 def grpo_mean(table: TurnTable, *, stats_over: str = "steps", c_inv: float = 0.1, eps: float = S.EPS) -> np.ndarray:
     """Mean-only GRPO (§2.2): ``score − group mean``; same arguments as ``grpo``."""
     return _grpo(table, "mean_norm", stats_over, c_inv, eps)
 
 
-@register_estimator("dr_grpo", choices={"stats_over": S.STATS_OVER})
+@register_estimator("dr_grpo", choices={"stats_over": S.STATS_OVER}, breakdown=_mean_breakdown("dr_grpo"))
 def dr_grpo(table: TurnTable, *, stats_over: str = "steps", c_inv: float = 0.1, eps: float = S.EPS) -> np.ndarray:
     """Dr.GRPO advantage (§2.2, arXiv 2503.20783): the mean-only GRPO advantage. Pair it
     with the ``seq-mean-token-sum-norm`` loss aggregation of ``agentrl.update``."""

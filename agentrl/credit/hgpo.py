@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from agentrl.credit import _segments as S
+from agentrl.credit import breakdown as B
 from agentrl.credit.registry import register_estimator
 from agentrl.types import TurnTable
 
@@ -54,7 +55,59 @@ def history_keys(st: TurnTable, k_max: int) -> list[np.ndarray]:
     return keys
 
 
-@register_estimator("hgpo", choices={"mode": S.MODES, "stats_over": S.STATS_OVER})
+def _items(table: TurnTable, history_length: int, mode: str, base_group: bool, stats_over: str, gamma: float,
+           c_inv: float, eps: float):
+    """(st, order, elig, ret, items): ``items`` lists ``(k, a_k, key_k, contrib_k)`` in the
+    order the estimator adds them (k = 0: the episode term, its key the task group), canonical order."""
+    S.check_choice("mode", mode, S.MODES)
+    if history_length < 0:
+        raise ValueError(f"history_length={history_length} must be >= 0")
+    st, order = S.canonical(table)
+    elig = S.eligible(st)
+    ret = S.discounted_returns(st, gamma, c_inv)
+    items = []
+    if base_group:
+        items.append((0, S.episode_term(st, S.outcome_score(st, c_inv), elig, mode=mode, stats_over=stats_over, eps=eps),
+                      None, None))
+    for k, key in enumerate(history_keys(st, history_length + 1), start=1):
+        m = elig & (key >= 0)
+        items.append((k, S.group_norm(ret, np.maximum(key, 0), m, m, mode=mode, keep_singleton=False, ddof=0, eps=eps),
+                      key, m))
+    return st, order, elig, ret, items
+
+
+def _weights(items: list, alpha: float, n: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """Per item the float64[N] weight ``w_k`` where the item is kept (|a| > 1e-9), else 0, and their sum."""
+    ws = [np.where(np.abs(a) > ZERO_ITEM, (k + 1.0) ** alpha, 0.0) for k, a, _, _ in items]
+    den = np.zeros(n)
+    for w in ws:
+        den += w
+    return ws, den
+
+
+def _breakdown(table: TurnTable, *, history_length: int, length_weight_alpha: float, mode: str, base_group: bool,
+               stats_over: str, gamma: float, c_inv: float, eps: float) -> B.Breakdown:
+    """One term per history window k (and the episode term as k = 0 with ``base_group``);
+    weight ``w_k / (Σ kept w + eps)``, 0 for a dropped item (|a| <= 1e-9)."""
+    st, order, elig, ret, items = _items(table, history_length, mode, base_group, stats_over, gamma, c_inv, eps)
+    ws, den = _weights(items, length_weight_alpha, len(st))
+    terms = []
+    for (k, a, key, m), w in zip(items, ws):
+        weight = np.where(den > 0, w / (den + eps), 0.0)
+        if key is None:
+            term = B.episode_gn_term(st, S.outcome_score(st, c_inv), a, elig, mode=mode, stats_over=stats_over,
+                                     weight=weight)
+        else:
+            term = B.gn_term(f"history k={k}", f"history window of the last {k} anchor state(s) (§4.3): return "
+                             "normalised among the group's turns with the same window (population std)", a, ret,
+                             np.maximum(key, 0), m, m, mode=mode, keep_singleton=False, ddof=0, weight=weight)
+            term = B.Term(term.name, term.doc, term.value, term.weight, term.x, np.where(key >= 0, term.group, -1),
+                          np.where(key >= 0, term.size, 0), term.mean, term.std, term.formula)
+        terms.append(term)
+    return B.make_breakdown("hgpo", order, terms, {"return R": ret}, eps)
+
+
+@register_estimator("hgpo", choices={"mode": S.MODES, "stats_over": S.STATS_OVER}, breakdown=_breakdown)
 def hgpo(
     table: TurnTable,
     *,
@@ -84,25 +137,10 @@ def hgpo(
     Raises:
         ValueError: bad ``mode``, negative ``history_length``, duplicate (episode, t).
     """
-    S.check_choice("mode", mode, S.MODES)
-    if history_length < 0:
-        raise ValueError(f"history_length={history_length} must be >= 0")
-    st, order = S.canonical(table)
-    elig = S.eligible(st)
-    ret = S.discounted_returns(st, gamma, c_inv)
+    st, order, _, _, items = _items(table, history_length, mode, base_group, stats_over, gamma, c_inv, eps)
+    ws, den = _weights(items, length_weight_alpha, len(st))
     num = np.zeros(len(st))
-    den = np.zeros(len(st))
-
-    def add(a: np.ndarray, k: int) -> None:
-        keep = np.abs(a) > ZERO_ITEM
-        w = (k + 1.0) ** length_weight_alpha
-        num[keep] += w * a[keep]
-        den[keep] += w
-
-    if base_group:
-        add(S.episode_term(st, S.outcome_score(st, c_inv), elig, mode=mode, stats_over=stats_over, eps=eps), 0)
-    for k, key in enumerate(history_keys(st, history_length + 1), start=1):
-        m = elig & (key >= 0)
-        add(S.group_norm(ret, np.maximum(key, 0), m, m, mode=mode, keep_singleton=False, ddof=0, eps=eps), k)
+    for (_, a, _, _), w in zip(items, ws):
+        num += w * a
     adv = np.where(den > 0, num / (den + eps), 0.0)
     return S.uncanon(order, adv)

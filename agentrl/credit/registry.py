@@ -40,6 +40,9 @@ class EstimatorSpec:
             on which branch is stored as a turn's chain (issue 19 item 9); it is refused.
         ranges: ``{keyword: (low, high)}`` closed intervals its numeric hyperparameters must lie
             in (``None`` = unbounded), on top of the shared ``PARAM_RANGES`` convention.
+        breakdown: optional ``(table, **every hyperparameter) -> agentrl.credit.breakdown.Breakdown``:
+            the named terms the advantage is made of and their comparison groups' statistics
+            (``explain_advantages``); None: the estimator shows no breakdown.
     """
 
     name: str
@@ -50,6 +53,7 @@ class EstimatorSpec:
     update_order: Callable[[TurnTable], list] | None = None
     accepts_trees: bool = False
     ranges: Mapping[str, tuple] = field(default_factory=dict)
+    breakdown: Callable[..., Any] | None = None
 
 
 #: Allowed values of hyperparameters by their conventional name, for every estimator that has
@@ -96,7 +100,7 @@ def _signature_params(name: str, fn: EstimatorFn) -> dict[str, Any]:
 def register_estimator(
     name: str, requires: tuple[str, ...] = (), choices: Mapping[str, tuple] | None = None,
     update_order: Callable[[TurnTable], list] | None = None, accepts_trees: bool = False,
-    ranges: Mapping[str, tuple] | None = None,
+    ranges: Mapping[str, tuple] | None = None, breakdown: Callable[..., Any] | None = None,
 ) -> Callable[[EstimatorFn], EstimatorFn]:
     """Decorator registering ``fn`` under ``name``; returns ``fn`` unchanged.
 
@@ -108,8 +112,10 @@ def register_estimator(
         update_order: see ``EstimatorSpec.update_order``.
         accepts_trees: see ``EstimatorSpec.accepts_trees``.
         ranges: ``{keyword: (low, high)}`` closed intervals (see ``EstimatorSpec.ranges``).
+        breakdown: see ``EstimatorSpec.breakdown``; its keywords must be the estimator's.
     Raises:
-        TypeError: the signature is not ``(table, *, kw=default, ...)``.
+        TypeError: the signature is not ``(table, *, kw=default, ...)``, or ``breakdown``
+            takes other keywords.
         ValueError: ``name`` is already registered, or ``choices`` / ``ranges`` name an unknown keyword.
     """
 
@@ -119,10 +125,24 @@ def register_estimator(
         bad = [k for k in [*ch, *rg] if k not in params]
         if bad:
             raise ValueError(f"estimator {name!r}: choices/ranges given for unknown parameter(s) {bad}")
-        _REGISTRY.register(name, EstimatorSpec(name, fn, tuple(requires), params, ch, update_order, accepts_trees, rg))
+        if breakdown is not None:
+            _check_breakdown(name, breakdown, params)
+        _REGISTRY.register(name, EstimatorSpec(name, fn, tuple(requires), params, ch, update_order, accepts_trees, rg,
+                                               breakdown))
         return fn
 
     return deco
+
+
+def _check_breakdown(name: str, fn: Callable[..., Any], params: Mapping[str, Any]) -> None:
+    """Raise TypeError unless ``fn`` takes ``(table, *, <the estimator's keywords>)`` (or ``**kw``)."""
+    ps = list(inspect.signature(fn).parameters.values())
+    if any(p.kind is p.VAR_KEYWORD for p in ps):
+        return
+    names = [p.name for p in ps[1:] if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if sorted(names) != sorted(params):
+        raise TypeError(f"estimator {name!r}: its breakdown takes {names}, the estimator {list(params)}; "
+                        "give it the estimator's keywords")
 
 
 def get_estimator(name: str) -> EstimatorSpec:

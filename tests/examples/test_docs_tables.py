@@ -18,11 +18,11 @@ BEGIN, END = "<!-- estimator-params:begin -->", "<!-- estimator-params:end -->"
 def params_table() -> str:
     """Markdown table: one row per shipped (``agentrl.credit``) estimator, sorted, with its keyword
     hyperparameters and defaults, allowed choices, required TurnTable columns and whether
-    it fixes an update order."""
+    it fixes an update order or has a breakdown of its advantage."""
     from agentrl.credit import get_estimator, list_estimators
 
-    rows = ["| registry name | hyperparameters (defaults) | choices | requires | update order |",
-            "|---|---|---|---|---|"]
+    rows = ["| registry name | hyperparameters (defaults) | choices | requires | update order | breakdown |",
+            "|---|---|---|---|---|---|"]
     for name in list_estimators():
         spec = get_estimator(name)
         if not spec.fn.__module__.startswith("agentrl.credit."):
@@ -30,7 +30,8 @@ def params_table() -> str:
         params = ", ".join(f"`{k}={v!r}`" for k, v in spec.params.items()) or "none"
         choices = "; ".join(f"`{k}`: " + PIPE.join(map(str, v)) for k, v in spec.choices.items()) or "—"
         requires = ", ".join(f"`{c}`" for c in spec.requires) or "—"
-        rows.append(f"| `{name}` | {params} | {choices} | {requires} | {'yes' if spec.update_order else '—'} |")
+        rows.append(f"| `{name}` | {params} | {choices} | {requires} | {'yes' if spec.update_order else '—'} | "
+                    f"{'yes' if spec.breakdown else '—'} |")
     return "\n".join(rows)
 
 
