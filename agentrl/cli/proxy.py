@@ -67,6 +67,10 @@ def _reason(exc: OSError) -> str:
     return "address already in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
 
 
+#: Seconds the shutdown waits for an episode's call in flight before leaving it unstored.
+CLOSE_TIMEOUT_S = 60.0
+
+
 @contextlib.contextmanager
 def stop_on_signals(stop: threading.Event, signals=(signal.SIGINT, signal.SIGTERM)) -> Iterator[None]:
     """While inside, ``signals`` set ``stop`` (instead of KeyboardInterrupt or death), so SIGTERM
@@ -122,8 +126,17 @@ def serve(args: argparse.Namespace, *, ready: threading.Event | None = None,
         except KeyboardInterrupt:  # a SIGINT before the handler was installed
             pass
         finally:
-            for s in proxy.list_episodes():
-                if s.status == "open":
-                    proxy.close_episode(s.episode_id, "aborted", "proxy stopped while the episode was open")
-            proxy.stop()
+            # a call held by a pause keeps its episode busy, and closing waits for it: admit it
+            proxy.core.gate.resume()
+            try:
+                for s in proxy.list_episodes():
+                    if s.status != "open":
+                        continue
+                    try:
+                        proxy.registry.close(s.episode_id, "aborted", "proxy stopped while the episode was open",
+                                             timeout_s=CLOSE_TIMEOUT_S)
+                    except TimeoutError as exc:  # one stuck call must not lose the other episodes
+                        console.print(f"episode {s.episode_id} not stored: {exc}", highlight=False, markup=False)
+            finally:
+                proxy.stop()
     return 0

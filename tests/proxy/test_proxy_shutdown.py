@@ -81,3 +81,38 @@ def test_port_in_use_is_one_line_exit_2(tmp_path, capsys):
     assert f"127.0.0.1:{port}" in err and "in use" in err and "--port" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "s.sqlite").exists()
+
+
+def test_sigterm_while_paused_with_a_call_waiting_stops_promptly(tiny_dir, tmp_path, capsys):
+    """A call held at a paused gate keeps its episode busy; SIGTERM then waited for it in
+    close_episode (600 s, then a TimeoutError traceback with no episode stored). The shutdown
+    resumes the gate first, so every open episode is stored as aborted and it exits 0."""
+    import threading
+
+    store, port = tmp_path / "proxy.sqlite", _free_port()
+    root, auth = f"http://127.0.0.1:{port}", {"Authorization": "Bearer tok"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "agentrl", "proxy", "serve", "--policy", str(tiny_dir),
+                             "--store", str(store), "--port", str(port), "--admin-token", "tok", "--max-tokens", "2",
+                             "--run", "paused"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            cwd=tmp_path)
+    try:
+        _wait_healthy(root, proc)
+        made = [httpx.post(f"{root}/admin/episodes", json={"seed": k}, headers=auth).json() for k in range(2)]
+        assert httpx.post(f"{root}/admin/pause", headers=auth, timeout=30).status_code == 200
+        held = threading.Thread(target=lambda: httpx.post(
+            f"{made[0]['base_url']}/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]},
+            timeout=90), daemon=True)
+        held.start()
+        time.sleep(1.0)  # the call waits at the paused gate, its episode busy
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    capsys.readouterr()
+    for m in made:
+        assert main(["replay", str(store), "--episode", str(m["episode_id"])]) == 0
+        assert "aborted" in capsys.readouterr().out
