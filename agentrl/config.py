@@ -145,19 +145,25 @@ def _build(cls: type, raw: Any, prefix: str) -> Any:
 
 
 def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
-    """Return a deep copy of ``raw`` with each ``"a.b.c=value"`` override set.
+    """Return a deep copy of ``raw`` with each override applied, in order.
 
-    The value is parsed as YAML (safe loader) (``1e-5`` → float, ``true`` → bool, ``null``
-    → None, ``[x, y]`` → list, ``"42"`` → str). Missing or null intermediate sections are
-    created. Key validity is checked when the dataclasses are built.
+    ``a.b.c=value`` sets a key; the value is parsed as YAML (safe loader) (``1e-5`` → float,
+    ``true`` → bool, ``null`` → None, ``[x, y]`` → list, ``"42"`` → str). Missing or null
+    intermediate sections are created. Hydra's spellings work too: ``+a.b=value`` and
+    ``++a.b=value`` set (add) a key the same way, ``~a.b`` removes it from the file's values so
+    its default applies. Key validity is checked when the dataclasses are built.
     Raises:
-        ConfigError: an override without ``=``, with an empty key part, or one that descends
-            into a value that is not a mapping.
+        ConfigError: an override without ``=`` (other than ``~key``), with an empty key part,
+            or one that descends into a value that is not a mapping.
     """
     out = _deepcopy(raw)
     for item in overrides:
-        key, sep, text = item.partition("=")
-        _check(bool(sep) and key.strip() != "", f"override {item!r} is not 'key.sub=value' (e.g. update.lr=1e-5)")
+        if item.startswith("~"):
+            _remove(out, item)
+            continue
+        key, sep, text = item.lstrip("+").partition("=")
+        _check(bool(sep) and key.strip() != "", f"override {item!r} is not 'key.sub=value' (e.g. update.lr=1e-5; "
+                                                f"'~key.sub' resets a key to its default)")
         parts = key.strip().split(".")
         _check(all(parts), f"override {item!r} has an empty key part")
         try:
@@ -172,6 +178,22 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str]) -> dict[st
             node = node[p]
         node[parts[-1]] = value
     return out
+
+
+def _remove(out: dict[str, Any], item: str) -> None:
+    """Apply ``~a.b`` (or ``~a.b=value``, Hydra's form: removed only when it has that value)."""
+    key, sep, text = item[1:].partition("=")
+    parts = key.strip().split(".")
+    _check(all(parts), f"override {item!r} has an empty key part; write '~section.key'")
+    node = out
+    for p in parts[:-1]:
+        node = node.get(p) if isinstance(node, dict) else None
+        if not isinstance(node, dict):
+            return  # not in the file: already its default
+    if isinstance(node, dict) and parts[-1] in node:
+        if sep and node[parts[-1]] != _yaml_load(text):
+            raise ConfigError(f"override {item!r}: {key} is {node[parts[-1]]!r} in the config, not {text!r}")
+        del node[parts[-1]]
 
 
 def _deepcopy(raw: Any) -> Any:

@@ -27,8 +27,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # `key=value` overrides may also follow options (`train CFG --no-resume run.seed=1`)
-        if hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
+        bad = [e for e in extra if e.startswith("-") or not ("=" in e or e.startswith("~"))]
+        if hasattr(args, "overrides") and not bad:
             args.overrides = [*args.overrides, *extra]
+        elif hasattr(args, "overrides") and not any(e.startswith("-") for e in bad):
+            parser.error(f"{bad[0]!r} is not an override: write key.sub=value (e.g. update.lr=1e-5), "
+                         f"+key.sub=value, or ~key.sub to reset a key to its default")
         else:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "func", None):

@@ -29,7 +29,10 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("train", help="train a policy from a YAML config", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("config", metavar="CONFIG", help="YAML config (see examples/)")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. update.lr=1e-4")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="dotted overrides, e.g. update.lr=1e-4 (also +key=value; ~key resets a key to its default)")
+    p.add_argument("--print-config", action="store_true",
+                   help="print every key of the effective config with its value and doc, then exit (trains nothing)")
     how = p.add_mutually_exclusive_group()
     how.add_argument("--no-resume", action="store_true",
                      help="start afresh: an existing run in the folder moves to <name>.prev-<time>")
@@ -51,6 +54,11 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides)
     from rich.console import Console
 
+    if args.print_config:
+        import sys
+
+        _print_config(Console(width=None if sys.stdout.isatty() else 220), cfg)
+        return 0
     from agentrl.cli._summary import print_run_summary
     from agentrl.train import Launch, train
 
@@ -93,3 +101,16 @@ def _ray_train(train, cfg, args: argparse.Namespace, launch):
     return ray_launch(train, (cfg,), {"resume": not args.no_resume, "force_resume": args.force_resume, "launch": launch},
                       ranks=args.ray_ranks, address=args.ray_address,
                       gpus_per_rank=args.gpus_per_rank, cpus_per_rank=args.cpus_per_rank)
+
+
+def _print_config(console, cfg) -> None:
+    """One row per key: dotted key, value in effect, what it does (``agentrl.config_docs``)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from agentrl.config_docs import describe_config
+
+    table = Table("key", "value", "what it is", box=None, pad_edge=False, show_lines=False)
+    for k in describe_config(cfg):  # Text: stored values and docs are never read as rich markup
+        table.add_row(Text(k.key), Text(k.value), Text(k.doc))
+    console.print(table)

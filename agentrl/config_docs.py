@@ -1,0 +1,93 @@
+"""Every key of a ``Config`` with its value and its documentation (``agentrl train CFG
+--print-config``).
+
+The documentation of a key is taken from its section's docstring (``agentrl.config_sections``,
+where each section documents its keys as ````key````): the sentence or clause that first
+names the key, from that mention on when the clause is long, trimmed to ~110 characters. Keys a section does not name get the section's first line. Nested sections
+(``policy.lora``, ``rollout.tree``, ``rollout.harness``) are walked; ``algorithm.kwargs`` lists
+the estimator's hyperparameters in effect (ALGORITHMS.md has their meaning).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+from dataclasses import dataclass
+
+__all__ = ["KeyDoc", "describe_config"]
+
+_CLAUSE = re.compile(r"(?<=\.)\s+(?=[A-Z`(])|;\s+")
+_MAX = 110
+
+
+@dataclass(frozen=True)
+class KeyDoc:
+    """One config key: dotted ``key``, its ``value`` as YAML would show it, and ``doc``."""
+
+    key: str
+    value: str
+    doc: str
+
+
+def _clauses(cls: type) -> list[str]:
+    text = " ".join(inspect.getdoc(cls).split()) if inspect.getdoc(cls) else ""
+    return [c.strip() for c in _CLAUSE.split(text) if c.strip()]
+
+
+def _doc_of(cls: type, name: str) -> str:
+    clauses = _clauses(cls)
+    pattern = re.compile(rf"``{re.escape(name)}(``|[: =])")
+    hit = next((c for c in clauses if pattern.search(c)), None)
+    if hit is None:
+        text = clauses[0] if clauses else ""
+    else:  # from the key's mention to the end of its clause
+        at = pattern.search(hit).start()
+        text = hit[at:] if at < 40 or len(hit) <= _MAX else "…" + hit[at:]
+        text = hit[:at] + hit[at:] if len(hit) <= _MAX else text
+    text = text.replace("``", "")
+    return text if len(text) <= _MAX else text[: _MAX - 1].rstrip() + "…"
+
+
+def _estimator_doc(estimator: str, name: str) -> str:
+    """The estimator's own ``Args:`` entry for hyperparameter ``name`` ("" when none)."""
+    import importlib
+
+    try:
+        fn = importlib.import_module("agentrl.credit").get_estimator(estimator).fn  # looked up at call time
+    except (KeyError, AttributeError, ImportError):
+        return ""
+    text = " ".join((inspect.getdoc(fn) or "").split())
+    m = re.search(rf"(?:^|[\s/]){re.escape(name)}(?: / \w+)*: (.+?)(?:\. [A-Za-z_]+(?: / [a-z_]+)*:|\. Returns:|$)", text)
+    if m is None:
+        return ""
+    doc = m.group(1).replace("``", "").rstrip(".")
+    return doc if len(doc) <= _MAX else doc[: _MAX - 1].rstrip() + "…"
+
+
+def _show(value: object) -> str:
+    if isinstance(value, tuple):
+        value = list(value)
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def describe_config(cfg: object, prefix: str = "") -> list[KeyDoc]:
+    """``KeyDoc`` of every leaf key of ``cfg`` (a ``Config`` or one of its sections), in
+    field order; a section that is null (e.g. ``policy.lora``) is one key with value null."""
+    out: list[KeyDoc] = []
+    cls = type(cfg)
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        key = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(value):
+            out += describe_config(value, key + ".")
+        elif isinstance(value, dict) and f.name == "kwargs" and hasattr(cfg, "estimator"):
+            out += [KeyDoc(f"{key}.{k}", _show(v), _estimator_doc(cfg.estimator, k)) for k, v in value.items()] \
+                or [KeyDoc(key, "{}", _doc_of(cls, f.name))]
+        else:
+            out.append(KeyDoc(key, _show(value), _doc_of(cls, f.name)))
+    return out
