@@ -307,8 +307,9 @@ class TurnTable:
             episodes: episodes with their turns; ``parent_turn_id`` refers to ``turn_id``s
                 of turns in these episodes.
             trainable: optional per-row flags (length N); default: rows with token ids
-                (``Turn.has_tokens``). Text-only turns are not trainable, so estimators give
-                them 0 and keep them out of every group statistic.
+                (``Turn.has_tokens``) not marked ``info["trainable"] = False``. Text-only turns
+                are not trainable, so estimators give them 0 and keep them out of every group
+                statistic.
         ``tree`` / ``branch`` are filled from ``Turn.info["tree"]`` / ``Turn.info["branch"]``
         when any turn records them (-1 on the other rows).
         """
@@ -321,7 +322,7 @@ class TurnTable:
         row_of = {tr.turn_id: i for i, tr in enumerate(turns) if tr.turn_id >= 0}
         parent = [row_of.get(tr.parent_turn_id, -1) if tr.parent_turn_id is not None else -1 for tr in turns]
         if trainable is None:
-            trainable = [tr.has_tokens for tr in turns]
+            trainable = [tr.has_tokens and tr.info.get("trainable", True) is not False for tr in turns]
         tree = branch = None  # tree rollouts (agentrl.rollout.tree / reverse) record them in Turn.info
         if any("tree" in tr.info for tr in turns):
             tree = [int(tr.info.get("tree", -1)) for tr in turns]

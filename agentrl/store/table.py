@@ -3,7 +3,7 @@
 Gives exactly what ``TurnTable.from_episodes`` gives for the stored episodes (rows by episode
 id, then ``t``; one anchor vocabulary, anchors first; ``parent`` as a row index;
 ``episode_ok`` from status and scored rewards; ``trainable``: rows with prompt and completion
-token ids; ``tree``/``branch`` from ``info``; ``hidden`` when every row
+token ids not marked ``info["trainable"] = false``; ``tree``/``branch`` from ``info``; ``hidden`` when every row
 has one), built column by column: ~10x faster than materialising 100k turns.
 """
 
@@ -61,8 +61,9 @@ def build_table(conn: sqlite3.Connection, run_key: int, recs: Sequence[EpisodeRe
     for pair in set(zip(action, valid)):
         normalized[pair] = normalize_action_key(pair[0], bool(pair[1]))
     action_key = intern_strings([normalized[pair] for pair in zip(action, valid)])
-    # trainable: the turn has token ids (Turn.has_tokens); text-only turns never are
+    # trainable: the turn has token ids (Turn.has_tokens) and is not marked info["trainable"] = false
     trainable = (np.array(n_completion, dtype=np.int64) > 0) & (np.array(n_prompt, dtype=np.int64) > 0)
+    trainable &= ~np.array([_marked_untrainable(text) for text in info], dtype=bool)
     tree, branch = _tree_columns(info)
     stacked = None
     if all(h is not None for h in hidden):
@@ -74,6 +75,11 @@ def build_table(conn: sqlite3.Connection, run_key: int, recs: Sequence[EpisodeRe
         next_anchor_key=next_key, action_key=action_key, parent=parent, episode_ok=episode_ok, trainable=trainable,
         turn_id=turn_id, hidden=stacked, tree=tree, branch=branch, anchor_vocab=tuple(vocab),
     )
+
+
+def _marked_untrainable(text: str) -> bool:
+    """``info["trainable"] is False`` (parsed only when the compact JSON can hold it)."""
+    return '"trainable":false' in text and json.loads(text).get("trainable", True) is False
 
 
 def _tree_columns(infos: Sequence[str]) -> tuple[list[int] | None, list[int] | None]:

@@ -72,3 +72,14 @@ def test_aborted_and_failed_turns_are_not_refused() -> None:
     failed = _episode(5, 1.0, tokens=False)
     failed.status = failed.status.__class__("env_error")
     require_tokens([aborted, failed])
+
+
+def test_turns_marked_untrainable_are_not_trainable_in_memory_or_from_the_store(tmp_path) -> None:
+    """A turn with its tokens but ``info["trainable"] = False`` (what ``require_tokens`` skips) is
+    not trainable in the table either, in memory and read back from the store."""
+    ep = _episode(0, 1.0, tokens=True)
+    ep.turns[0].info["trainable"] = False
+    assert TurnTable.from_episodes([ep]).trainable.tolist() == [False, True]
+    with TurnStore(tmp_path / "s.sqlite") as store:
+        store.add_episodes([ep], run_id="r")
+        assert store.table("r").trainable.tolist() == [False, True]
