@@ -18,7 +18,6 @@ A failing drift measurement never loses the turn: ``token_prefix_ok`` is None an
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import threading
 import time
@@ -31,7 +30,7 @@ from agentrl.llm.chat import ChatRenderer
 from agentrl.proxy.encoder import Encoder
 from agentrl.proxy.engine import EngineWorker, Gate
 from agentrl.proxy.messages import canonical, split_tool_calls
-from agentrl.proxy.retry import restore, retry_target, supersede, threads_before
+from agentrl.proxy.retry import drop_completion, restore, retry_target, rewind, supersede, threads_before
 from agentrl.proxy.sessions import EpisodeSession, SessionRegistry
 from agentrl.proxy.tito import (MODES, PromptPlan, commit_thread, drift_of, new_segment, plan_chat, plan_completion,
                                 thread_index)
@@ -270,12 +269,7 @@ class ProxyCore:
         s, t = call.session, call.turn
         if call._undo is None:  # recorded as aborted already
             return t
-        s.segment, s.n_segments, s.forks, old = call._undo
-        if old is None:
-            s.threads.pop(call.plan.key, None)
-        else:
-            s.threads[call.plan.key] = old
-        call._undo = call._thread = None
+        rewind(s, call)
         if s.last_call is call:
             s.last_call = None
         if call._superseded is not None:  # the first attempt was superseded by this reply: it stays
@@ -283,11 +277,7 @@ class ProxyCore:
             call._superseded = None
         info = {k: v for k, v in t.info.items() if k not in ("segment", "forks", "retry_of")}
         _mark_aborted(info, int(t.completion_ids.size))
-        with s.cv:  # atomic for set_reward
-            new = dataclasses.replace(t, action_valid=False, completion_ids=np.zeros(0, np.int32),
-                                      completion_logprobs=np.zeros(0, np.float32), info=info)
-            s.episode.turns[t.t] = new
-        return new
+        return drop_completion(s, t, info)
 
     def measure(self, call: PendingCall) -> None:
         """The deferred drift metric of a recorded call (``tito`` mode): fills the turn's

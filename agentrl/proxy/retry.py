@@ -29,7 +29,7 @@ from agentrl.proxy.messages import canonical, thread_key
 from agentrl.proxy.tito import ThreadState
 from agentrl.proxy.wire import ChatRequest
 
-__all__ = ["request_signature", "retry_target", "threads_before", "supersede", "restore"]
+__all__ = ["request_signature", "retry_target", "threads_before", "supersede", "restore", "rewind", "drop_completion"]
 
 
 def request_signature(req: ChatRequest) -> tuple:
@@ -66,23 +66,35 @@ def supersede(session, last) -> tuple:
     superseded turn's ``t``). The caller holds the episode."""
     token = (last.turn.t, last, last.turn, last._undo, last._thread, session.segment, session.n_segments,
              session.forks, session.threads.get(last.plan.key))
-    session.segment, session.n_segments, session.forks, old = last._undo
-    if old is None:
-        session.threads.pop(last.plan.key, None)
-    else:
-        session.threads[last.plan.key] = old
-    last._undo = last._thread = None
+    rewind(session, last)
     turn = last.turn
     info = {k: v for k, v in turn.info.items() if k not in ("segment", "forks")}
     info.update(fork=False, trainable=False, superseded_by_retry=True,
                 superseded_completion_tokens=int(turn.completion_ids.size))
-    with session.cv:  # atomic for set_reward
+    last.turn = drop_completion(session, turn, info)
+    session.last_call = None
+    return token
+
+
+def rewind(session, call) -> None:
+    """Put the episode's thread of ``call`` and its segment / fork counters back to where they
+    were before ``call`` was recorded as delivered (``call._undo``); the call keeps no undo."""
+    session.segment, session.n_segments, session.forks, old = call._undo
+    if old is None:
+        session.threads.pop(call.plan.key, None)
+    else:
+        session.threads[call.plan.key] = old
+    call._undo = call._thread = None
+
+
+def drop_completion(session, turn, info: dict):
+    """Replace ``turn`` in its episode by a copy without completion ids (not valid, ``info``
+    given), atomically for ``set_reward``; returns the copy (same ``t``, reward kept)."""
+    with session.cv:
         new = dataclasses.replace(turn, action_valid=False, completion_ids=np.zeros(0, np.int32),
                                   completion_logprobs=np.zeros(0, np.float32), info=info)
         session.episode.turns[turn.t] = new
-    last.turn = new
-    session.last_call = None
-    return token
+    return new
 
 
 def restore(session, token: tuple) -> None:
