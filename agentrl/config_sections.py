@@ -31,7 +31,10 @@ def _check(ok: bool, msg: str) -> None:
 @dataclass(frozen=True)
 class RunConfig:
     """``run``: identity and schedule. ``iterations``, ``eval_every`` and ``save_every`` count
-    training iterations (one rollout phase + one update phase); 0 disables eval / saving."""
+    training iterations (one rollout phase + one update phase); 0 disables eval / saving.
+    ``eval_seed``: the seed of sampled evaluation (recorded with every eval result);
+    ``eval_before``: also evaluate the panel before the first iteration (a fresh run), so the
+    run reports before → after on the same panel."""
 
     name: str = "run"
     seed: int = 0
@@ -39,6 +42,8 @@ class RunConfig:
     iterations: int = 100
     eval_every: int = 10
     save_every: int = 10
+    eval_seed: int = 0
+    eval_before: bool = False
 
     def __post_init__(self) -> None:
         _check(self.iterations >= 0, "run.iterations must be >= 0")

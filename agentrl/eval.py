@@ -1,22 +1,34 @@
 """Evaluation on a fixed held-out panel: success rate with confidence intervals.
 
-The panel is explicit and hashed (``agentrl.env.panels``): ``n`` tasks of the env's eval
-split, env seeds ``0 .. n-1`` (the env maps a seed to a task of the split it was built
-with, so train and eval tasks are disjoint by construction of the split). Every number is
-reported with the panel's sha256, so two results compare only when the hashes match.
+The panel (``eval_panel``) is ``env.eval_panel_size`` distinct tasks of ``env.eval_split``,
+drawn without replacement from the split's task list (the env's ``list_tasks`` hook,
+``agentrl.env.tasks``; ``agentrl.env.panels.draw_panel``); a panel larger than the split is
+an error naming the split size. Each task is played once, by its task id (``reset(options=
+{"task_id": ...})``), with the env seed of its panel entry. The panel's sha256 covers every
+task's content digest (game file, goal, problem, generator spec), so two results compare
+only when the hashes match, and a changed data folder shows as a changed hash (a run folder
+records its panel in ``eval_panel.json`` and says when it changed, ``record_panel``).
+
+Sampled evaluation draws every (episode, turn) from the explicit evaluation seed
+(``run.eval_seed``, ``agentrl eval --seed``; ``CollectConfig.turn_seeds``): the same seed
+repeats the draw, another seed draws anew. The seed is in the result (``EvalResult.seed``,
+its metrics and JSON) and in every turn of a stored eval episode (``info["eval"]``).
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from agentrl.config import Config
-from agentrl.env.panels import Panel, build_panel
+from agentrl.env.panels import Panel, draw_panel, load_panel, panel_changes, save_panel
+from agentrl.env.tasks import tasks_of
 from agentrl.llm.base import LLMClient, SamplingParams
 from agentrl.llm.chat import ChatRenderer
 from agentrl.rollout.agent_loop import LoopConfig
@@ -64,6 +76,11 @@ class EvalResult:
         failed: episodes whose status is not ok.
         greedy: decoding used (greedy or sampled at the policy temperature).
         panel_sha256: hash of the panel the numbers belong to.
+        seed: the evaluation seed (sampling; recorded for greedy runs too).
+        outcomes: ``(task_id, 1.0 won / 0.0 not)`` per ok episode, in panel order (paired
+            before/after comparisons, ``compare``).
+        label: what was evaluated (``"before"``, ``"iter 4"``, a checkpoint path), or ``""``.
+        run_id: the store run id its episodes were written under (``""``: not stored).
     """
 
     n: int
@@ -76,21 +93,120 @@ class EvalResult:
     failed: int
     greedy: bool
     panel_sha256: str
+    seed: int = 0
+    outcomes: tuple[tuple[str, float], ...] = field(default=(), repr=False)
+    label: str = ""
+    run_id: str = ""
+
+    @property
+    def mode(self) -> str:
+        return "greedy" if self.greedy else "sampled"
 
     def as_metrics(self, prefix: str = "eval/") -> dict[str, float]:
-        mode = "greedy" if self.greedy else "sampled"
+        mode = self.mode
         return {f"{prefix}{mode}_success": self.success_rate, f"{prefix}{mode}_ci_low": self.wilson[0],
                 f"{prefix}{mode}_ci_high": self.wilson[1], f"{prefix}{mode}_return": self.mean_return,
-                f"{prefix}{mode}_turns": self.mean_turns}
+                f"{prefix}{mode}_turns": self.mean_turns, f"{prefix}{mode}_seed": float(self.seed)}
+
+    def to_dict(self) -> dict:
+        """JSON-able summary (what ``agentrl eval --out`` writes)."""
+        return {"mode": self.mode, "seed": self.seed, "panel_sha256": self.panel_sha256, "n": self.n,
+                "successes": self.successes, "success_rate": self.success_rate, "wilson": list(self.wilson),
+                "bootstrap": list(self.bootstrap), "mean_return": self.mean_return, "mean_turns": self.mean_turns,
+                "failed": self.failed, "label": self.label, "run_id": self.run_id,
+                "outcomes": [[t, v] for t, v in self.outcomes]}
+
+    def line(self) -> str:
+        """One console line: success, intervals, seed, panel."""
+        return (f"{self.mode} success {self.success_rate:.1%} ({self.successes}/{self.n}), 95% Wilson "
+                f"[{self.wilson[0]:.1%}, {self.wilson[1]:.1%}], bootstrap [{self.bootstrap[0]:.1%}, "
+                f"{self.bootstrap[1]:.1%}], mean turns {self.mean_turns:.2f}, failed {self.failed}, seed {self.seed}, "
+                f"panel {self.panel_sha256[:12]}")
+
+
+@dataclass(frozen=True)
+class EvalDifference:
+    """``after - before`` on the same panel, paired by task.
+
+    Attributes:
+        before / after: success rates. diff: their difference (after − before).
+        interval: 95 % paired-bootstrap interval of the difference (tasks resampled).
+        n: tasks scored in both. gained / lost: tasks won only after / only before.
+    """
+
+    before: float
+    after: float
+    diff: float
+    interval: tuple[float, float]
+    n: int
+    gained: int
+    lost: int
+
+    def line(self) -> str:
+        return (f"{self.before:.1%} -> {self.after:.1%}: {self.diff * 100:+.1f} points, paired 95% bootstrap "
+                f"[{self.interval[0] * 100:+.1f}, {self.interval[1] * 100:+.1f}] over {self.n} tasks "
+                f"({self.gained} newly won, {self.lost} newly lost)")
+
+
+def compare(before: EvalResult, after: EvalResult, *, n_boot: int = 2000, seed: int = 0) -> EvalDifference:
+    """The paired difference ``after - before`` over the tasks both scored.
+
+    Raises:
+        ValueError: the results are of different panels (hashes differ).
+    """
+    if before.panel_sha256 != after.panel_sha256:
+        raise ValueError(f"cannot compare results of different panels ({before.panel_sha256[:12]} vs "
+                         f"{after.panel_sha256[:12]})")
+    a, b = dict(before.outcomes), dict(after.outcomes)
+    shared = [t for t in a if t in b]
+    d = np.array([b[t] - a[t] for t in shared], dtype=np.float64)
+    if d.size:
+        rng = np.random.default_rng(seed)
+        means = d[rng.integers(0, d.size, size=(n_boot, d.size))].mean(axis=1)
+        interval = (float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975)))
+    else:
+        interval = (float("nan"), float("nan"))
+    return EvalDifference(before=before.success_rate, after=after.success_rate,
+                          diff=after.success_rate - before.success_rate, interval=interval, n=int(d.size),
+                          gained=int((d > 0).sum()), lost=int((d < 0).sum()))
 
 
 def eval_panel(cfg: Config) -> Panel:
-    """The panel of ``cfg.env.eval_panel_size`` tasks of ``cfg.env.eval_split`` (seeds 0..n-1)."""
-    n = cfg.env.eval_panel_size
-    ids = [f"{cfg.env.eval_split}/{i}" for i in range(n)]
-    panel = build_panel(f"{cfg.env.id}:{cfg.env.eval_split}", env_id=cfg.env.id, split=cfg.env.eval_split,
-                        task_ids=ids, base_seed=0)
-    return replace(panel, entries=tuple(replace(e, seed=i) for i, e in enumerate(panel.entries)))
+    """The panel of ``cfg.env.eval_panel_size`` distinct tasks of ``cfg.env.eval_split``,
+    drawn without replacement from the env's task list (see the module docstring).
+
+    Raises:
+        ValueError: the panel is larger than the split (names its size), or an unknown split.
+        TypeError: the env does not list its tasks (no ``list_tasks`` hook).
+    """
+    split = cfg.env.eval_split
+    tasks = tasks_of(cfg.env.id, split, env_kwargs(cfg, split))
+    return draw_panel(f"{cfg.env.id}:{split}", env_id=cfg.env.id, split=split, tasks=tasks,
+                      n=cfg.env.eval_panel_size)
+
+
+PANEL_FILE = "eval_panel.json"
+
+
+def record_panel(run_dir: str | Path, panel: Panel) -> str:
+    """Keep the run's panel in ``run_dir/eval_panel.json``: written the first time; later, a
+    panel with another hash (changed task content, e.g. an edited data folder) is logged as
+    a warning, the file keeps the first one. Returns the warning ("" when none)."""
+    path = Path(run_dir) / PANEL_FILE
+    if not path.is_file():
+        save_panel(panel, path)
+        return ""
+    try:
+        old = load_panel(path)
+    except (ValueError, KeyError, json.JSONDecodeError) as exc:
+        msg = f"{path} is unreadable ({exc}); the eval panel is now {panel.sha256[:12]}"
+    else:
+        change = panel_changes(old, panel)
+        msg = (f"the eval panel changed since this run recorded it in {path}: {change}; results before and "
+               "after the change are not comparable") if change else ""
+    if msg:
+        logging.getLogger(__name__).warning(msg)
+    return msg
 
 
 def env_kwargs(cfg: Config, split: str) -> dict:
@@ -110,7 +226,8 @@ def loop_config(cfg: Config) -> LoopConfig:
                       action_format=p.action_format, action_constraint=p.action_constraint)
 
 
-def summarize(episodes: Sequence[Episode], *, greedy: bool, panel_sha256: str) -> EvalResult:
+def summarize(episodes: Sequence[Episode], *, greedy: bool, panel_sha256: str, seed: int = 0,
+              label: str = "", run_id: str = "") -> EvalResult:
     """``EvalResult`` of finished eval episodes."""
     ok = [e for e in episodes if e.status == EpisodeStatus.OK and e.return_ is not None]
     wins = [float(e.success) for e in ok]
@@ -118,7 +235,8 @@ def summarize(episodes: Sequence[Episode], *, greedy: bool, panel_sha256: str) -
     return EvalResult(n=len(ok), successes=int(sum(wins)), success_rate=float(np.mean(wins)) if ok else float("nan"),
                       wilson=wilson_interval(int(sum(wins)), len(ok)), bootstrap=bootstrap_interval(wins),
                       mean_return=stats.mean_return, mean_turns=stats.mean_turns,
-                      failed=len(episodes) - len(ok), greedy=greedy, panel_sha256=panel_sha256)
+                      failed=len(episodes) - len(ok), greedy=greedy, panel_sha256=panel_sha256, seed=int(seed),
+                      outcomes=tuple((e.task_id, float(e.success)) for e in ok), label=label, run_id=run_id)
 
 
 def load_eval_policy(cfg: Config, checkpoint: str | Path | None = None):
@@ -147,22 +265,53 @@ def load_eval_policy(cfg: Config, checkpoint: str | Path | None = None):
 
 
 def evaluate(engine: LLMClient, renderer: ChatRenderer, cfg: Config, *, greedy: bool = True,
-             run_id: str = "", progress: bool = False) -> tuple[EvalResult, list[Episode]]:
+             seed: int | None = None, run_id: str = "", progress: bool = False, store=None,
+             panel: Panel | None = None, label: str = "") -> tuple[EvalResult, list[Episode]]:
     """Play the eval panel once per task and summarise.
 
     Args:
         engine / renderer: the policy.
         cfg: the run config (env, policy, rollout sections).
-        greedy: argmax decoding; otherwise sampled at ``policy.temperature`` with a fixed seed.
+        greedy: argmax decoding; otherwise sampled at ``policy.temperature``, every turn from
+            its own seed derived from ``seed`` (same seed → same episodes).
+        seed: the evaluation seed (default ``cfg.run.eval_seed``).
+        run_id: stamped on the episodes (and the store run they go to).
+        store: a ``TurnStore`` to write the episodes (and the result's metrics) to, under
+            ``run_id`` (required then); None stores nothing.
+        panel: the panel (default ``eval_panel(cfg)``). label: ``EvalResult.label``.
     Returns:
-        ``(EvalResult, episodes)``.
+        ``(EvalResult, episodes)``; every turn's ``info["eval"]`` holds the seed, the mode and
+        the panel hash.
+    Raises:
+        ValueError: as ``eval_panel``; ``store`` without ``run_id``.
     """
-    panel = eval_panel(cfg)
+    panel = panel if panel is not None else eval_panel(cfg)
+    seed = cfg.run.eval_seed if seed is None else int(seed)
+    if store is not None and not run_id:
+        raise ValueError("evaluate: storing eval episodes needs a run_id")
     sampling = SamplingParams(temperature=cfg.policy.temperature, top_p=cfg.policy.top_p,
-                              max_tokens=cfg.policy.max_tokens, seed=cfg.run.seed + 7919, greedy=greedy)
-    cc = CollectConfig(env_id=cfg.env.id, n_groups=len(panel.entries), group_size=1, seed=panel.entries[0].seed,
+                              max_tokens=cfg.policy.max_tokens, seed=seed, greedy=greedy)
+    cc = CollectConfig(env_id=cfg.env.id, n_groups=len(panel.entries), group_size=1,
+                       tasks=tuple((e.task_id, e.seed) for e in panel.entries), turn_seeds=not greedy,
                        loop=loop_config(cfg), sampling=sampling, env_kwargs=env_kwargs(cfg, cfg.env.eval_split),
                        num_workers=cfg.rollout.num_workers, step_timeout_s=cfg.rollout.step_timeout_s,
                        max_batch=cfg.policy.max_batch, run_id=run_id, progress=progress)
     episodes = collect(engine, renderer, cc)
-    return summarize(episodes, greedy=greedy, panel_sha256=panel.sha256), episodes
+    stamp = {"seed": seed, "mode": "greedy" if greedy else "sampled", "panel": panel.sha256}
+    for ep in episodes:
+        for turn in ep.turns:
+            turn.info["eval"] = dict(stamp)
+    result = summarize(episodes, greedy=greedy, panel_sha256=panel.sha256, seed=seed, label=label,
+                       run_id=run_id if store is not None else "")
+    if store is not None:
+        store.add_episodes(episodes, run_id=run_id)
+        store.add_metrics(run_id, 0, result.as_metrics())
+    return result, episodes
+
+
+def fresh_run_id(store, base: str) -> str:
+    """``base``, or ``base-2``, ``base-3``, ... when the store already holds that run."""
+    runs, name, k = set(store.runs()), base, 2
+    while name in runs:
+        name, k = f"{base}-{k}", k + 1
+    return name

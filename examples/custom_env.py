@@ -11,7 +11,10 @@ keys (``agentrl/env/contract.py``): ``anchor_obs`` (state text without history),
 ``admissible_actions``, ``won``, ``action_valid`` (step), ``task_id`` and ``walkthrough``
 (reset). It accepts the ``split`` and ``max_turns`` kwargs that ``agentrl.train`` passes
 to every env, so a config can train on it once it is registered with an importable
-string entry point (training steps envs in spawned ``EnvPool`` worker processes).
+string entry point (training steps envs in spawned ``EnvPool`` worker processes). Its
+classmethod ``list_tasks(split)`` names every task of a split with a digest of its content
+(``agentrl.env.tasks``): held-out panels are drawn from it, and the constructor checks that
+train and eval share no task.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import gymnasium
 
 from agentrl.env import INFO_ADMISSIBLE, INFO_ANCHOR, INFO_TASK, INFO_VALID, INFO_WALKTHROUGH, INFO_WON
 from agentrl.env import check_env, make, text_spaces
+from agentrl.env.tasks import TaskRef, check_split_disjoint, content_digest
 
 ENV_ID = "mypkg/GuessNumber-v0"
 
@@ -37,12 +41,24 @@ class GuessNumberEnv(gymnasium.Env):
 
     # check_kwargs: cheap construction for check_env; action_normalize: the agent loop sends
     # "guess  5 " as "guess 5" (a command game; the default "exact" sends actions as written)
-    metadata = {"render_modes": [], "agentrl.check_kwargs": {"high": 8}, "agentrl.action_normalize": "whitespace"}
+    # splits: the values of ``split`` (pre-flight checks a config's split against them)
+    metadata = {"render_modes": [], "agentrl.check_kwargs": {"high": 8}, "agentrl.action_normalize": "whitespace",
+                "agentrl.splits": ("train", "eval", "all")}
+
+    @staticmethod
+    def split_secrets(high: int, split: str) -> list[int]:
+        return [s for s in range(1, high + 1) if split == "all" or (s % 4 == 0) == (split == "eval")]
+
+    @classmethod
+    def list_tasks(cls, split: str = "all", high: int = 16, **_) -> list[TaskRef]:
+        """Every task of ``split``: its id and a digest of its content (here: the secret and range)."""
+        return [TaskRef(f"secret{s}", content_digest({"secret": s, "high": high})) for s in cls.split_secrets(high, split)]
 
     def __init__(self, high: int = 16, max_turns: int = 6, split: str = "all") -> None:
         if high < 4 or split not in ("train", "eval", "all"):
             raise ValueError(f"need high >= 4 and split in train/eval/all, got high={high}, split={split!r}")
-        self.secrets = [s for s in range(1, high + 1) if split == "all" or (s % 4 == 0) == (split == "eval")]
+        check_split_disjoint(type(self), split, {"high": high})  # train shares no task with eval
+        self.secrets = self.split_secrets(high, split)
         self.high, self.max_turns = high, max_turns
         self.observation_space, self.action_space = text_spaces()
         self.lo, self.hi, self.turns, self.done = 1, high, 0, True  # no episode before reset()

@@ -8,7 +8,8 @@ from typing import Sequence
 
 
 def print_run_summary(console, run_dir: Path, run_id: str, evals: Sequence) -> None:
-    """A table of per-iteration metrics (from metrics.jsonl), the eval results and the
+    """A table of per-iteration metrics (from metrics.jsonl), the eval results (with the
+    paired before → after difference when the run evaluated before training) and the
     replay command."""
     from rich.table import Table
 
@@ -25,8 +26,16 @@ def print_run_summary(console, run_dir: Path, run_id: str, evals: Sequence) -> N
         table.add_row(*[_fmt(r.get("step") if key == "step" else vals.get(key)) for _, key in cols])
     console.print(table)
     for e in evals:
-        console.print(f"eval: {e.success_rate:.1%} ({e.successes}/{e.n}) Wilson 95% [{e.wilson[0]:.1%}, "
-                      f"{e.wilson[1]:.1%}] panel {e.panel_sha256[:12]}", highlight=False)
+        when = f"eval {e.label}" if e.label else "eval"
+        console.print(f"{when}: {e.success_rate:.1%} ({e.successes}/{e.n}) Wilson 95% [{e.wilson[0]:.1%}, "
+                      f"{e.wilson[1]:.1%}] seed {e.seed} panel {e.panel_sha256[:12]}", highlight=False)
+    before = next((e for e in evals if e.label == "before"), None)
+    if before is not None and evals[-1] is not before:
+        from agentrl.eval import compare
+
+        after = evals[-1]
+        console.print(f"held-out before -> after ({after.label}, same panel {after.panel_sha256[:12]}): "
+                      f"{compare(before, after).line()}", highlight=False)
     console.print(f"replay: agentrl replay {run_dir / 'store.sqlite'} --run {run_id} [--episode N]", highlight=False, soft_wrap=True,
                   markup=False)
 

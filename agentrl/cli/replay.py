@@ -49,12 +49,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _replay(console, args: argparse.Namespace) -> None:
-    from agentrl.store import INTERRUPTED, TurnStore
+    from agentrl.store import EVAL_RUN, INTERRUPTED, TurnStore
 
     with TurnStore(args.store, readonly=True) as store:
         run_id, runs = args.run, store.runs()
-        if run_id is None and len(runs) > 1:  # the latest run, not a resume's split-off attempt
-            run_id = ([r for r in runs if INTERRUPTED not in r] or runs)[-1]
+        if run_id is None and len(runs) > 1:  # the latest run, not a resume's split-off attempt nor an eval
+            run_id = ([r for r in runs if INTERRUPTED not in r and EVAL_RUN not in r] or runs)[-1]
             console.print(text(f"showing run {run_id}, the latest of {len(runs)} runs ({', '.join(runs)}); "
                                f"pick one with --run"), highlight=False)
         if args.episode is None:

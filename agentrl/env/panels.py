@@ -162,6 +162,51 @@ def build_panel(
     return Panel(name=name, split=split, entries=tuple(entries))
 
 
+def draw_panel(name: str, *, env_id: str, split: str, tasks: Sequence, n: int, base_seed: int = 0) -> Panel:
+    """A panel of ``n`` distinct tasks of a split, drawn without replacement.
+
+    ``tasks`` are the split's ``agentrl.env.tasks.TaskRef`` (distinct ids and digests, e.g.
+    ``tasks_of(env_id, split)``). The draw ranks them by ``derive_seed(env_id, task_id, 0)``
+    and keeps the first ``n``: a function of the task ids only (the same panel on every
+    machine and in every process; adding a task to the split changes the panel only if it
+    ranks among the first ``n``). Each entry carries the task's content digest (so the panel
+    hash changes when a task's content does) and the env seed ``derive_seed(env_id, task_id,
+    base_seed)``.
+
+    Raises:
+        ValueError: ``n < 1``, or ``n`` larger than the split (names the split size), or
+            tasks repeating an id or a digest.
+    """
+    refs = list(tasks)
+    if len({r.task_id for r in refs}) != len(refs) or len({r.digest for r in refs}) != len(refs):
+        raise ValueError(f"panel {name!r}: the tasks of split {split!r} repeat an id or a content digest; "
+                         "pass distinct tasks (agentrl.env.tasks.unique_by_digest)")
+    if n < 1:
+        raise ValueError(f"panel {name!r}: the panel size must be >= 1, got {n}")
+    if n > len(refs):
+        raise ValueError(f"panel {name!r}: {n} tasks asked of split {split!r} of {env_id}, which has "
+                         f"{len(refs)} distinct task(s); a panel draws without replacement, so lower "
+                         f"env.eval_panel_size to at most {len(refs)} (or use a larger split)")
+    chosen = sorted(refs, key=lambda r: (derive_seed(env_id, r.task_id, 0), r.task_id))[:n]
+    entries = [PanelEntry(env_id, r.task_id, derive_seed(env_id, r.task_id, base_seed), r.digest) for r in chosen]
+    return Panel(name=name, split=split, entries=tuple(entries))
+
+
+def panel_changes(old: Panel, new: Panel) -> str:
+    """A one-line account of how ``new`` differs from ``old`` ("" when the hashes match):
+    tasks whose content digest changed, tasks only in one of them."""
+    if old.sha256 == new.sha256:
+        return ""
+    a, b = {e.task_id: e.digest for e in old.entries}, {e.task_id: e.digest for e in new.entries}
+    changed = sorted(t for t in a.keys() & b.keys() if a[t] != b[t])
+    gone, added = sorted(a.keys() - b.keys()), sorted(b.keys() - a.keys())
+    parts = [f"{len(changed)} task(s) with other content (e.g. {changed[:2]})" if changed else "",
+             f"{len(gone)} task(s) no longer in it (e.g. {gone[:2]})" if gone else "",
+             f"{len(added)} new task(s) (e.g. {added[:2]})" if added else ""]
+    detail = "; ".join(p for p in parts if p) or "other name, split or seeds"
+    return f"panel {old.sha256[:12]} -> {new.sha256[:12]}: {detail}"
+
+
 def save_panel(panel: Panel, path: str | Path) -> Path:
     """Write ``panel.to_json()`` to ``path`` (parents created); return the path."""
     path = Path(path)

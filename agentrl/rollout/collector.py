@@ -52,9 +52,12 @@ class CollectConfig:
             episode_id, t)`` (``SamplingParams.row_seeds``) instead of one seed per batch, so
             an episode's tokens do not depend on the batch it was generated in (the same
             episodes whatever the sharding over engine workers). Needs ``sampling.seed``.
+        tasks: ``(task_id, env seed)`` per group (a panel, ``agentrl.eval``): group g resets
+            with ``options={"task_id": tasks[g][0]}`` and seed ``tasks[g][1]`` instead of
+            seed ``seed + g``; None lets the env draw the task from the seed.
     Raises:
         ValueError: non-positive counts, group indices out of range, ``turn_seeds`` without
-            a sampling seed.
+            a sampling seed, ``tasks`` not one per group.
     """
 
     env_id: str
@@ -76,6 +79,7 @@ class CollectConfig:
     turn_seeds: bool = False
     id_offset: int = 0
     group_offset: int = 0
+    tasks: tuple[tuple[str, int], ...] | None = None
 
     def __post_init__(self) -> None:
         if self.n_groups < 1 or self.group_size < 1:
@@ -88,6 +92,10 @@ class CollectConfig:
                 raise ValueError(f"groups must be a non-empty subset of range({self.n_groups}), got {self.groups}")
         if self.turn_seeds and self.sampling.seed is None:
             raise ValueError("turn_seeds needs a sampling seed (SamplingParams.seed)")
+        if self.tasks is not None:
+            object.__setattr__(self, "tasks", tuple((str(t), int(s)) for t, s in self.tasks))
+            if len(self.tasks) != self.n_groups:
+                raise ValueError(f"tasks holds {len(self.tasks)} (task_id, seed) pairs for {self.n_groups} groups")
 
     @property
     def n_episodes(self) -> int:
@@ -107,7 +115,8 @@ def iter_planned(cfg: CollectConfig, env_id: str) -> Iterator[Episode]:
     groups = range(cfg.n_groups) if cfg.groups is None else sorted(set(cfg.groups))
     return (
         Episode(episode_id=cfg.id_offset + g * cfg.group_size + j, group_id=cfg.group_offset + g, env_id=env_id,
-                task_id="", seed=cfg.seed + g, run_id=cfg.run_id)
+                task_id=cfg.tasks[g][0] if cfg.tasks else "", seed=cfg.tasks[g][1] if cfg.tasks else cfg.seed + g,
+                run_id=cfg.run_id)
         for g in groups
         for j in range(cfg.group_size)
     )
@@ -235,7 +244,9 @@ def _run(engine, renderer, cfg, pool, n_slots, on_episode, tick, hooks=None, kee
             starting[slot] = EpisodeDriver(ep, renderer, cfg.loop, engine.max_context, normalize)
         if not starting:
             return
-        results = pool.reset(list(starting), [d.episode.seed for d in starting.values()])
+        options = [{"task_id": d.episode.task_id} if d.episode.task_id else None for d in starting.values()]
+        results = pool.reset(list(starting), [d.episode.seed for d in starting.values()],
+                             options if any(options) else None)
         for slot, drv in starting.items():
             active[slot] = drv
             res = results[slot]

@@ -12,11 +12,12 @@ from agentrl.store.backup import BackupSummary, backup
 from agentrl.store.export import export_parquet
 from agentrl.store.records import AdvantageRecord, EpisodeRecord, MetricRecord
 from agentrl.store.schema import SchemaVersionError, StoreDamagedError, StoreError, StorePathError
-from agentrl.store.sqlite import INTERRUPTED, TurnStore
+from agentrl.store.sqlite import EVAL_RUN, INTERRUPTED, TurnStore
 
 __all__ = [
     "AdvantageRecord",
     "BackupSummary",
+    "EVAL_RUN",
     "EpisodeRecord",
     "INTERRUPTED",
     "MetricRecord",

@@ -31,6 +31,8 @@ _STATUS = {s.value: s for s in EpisodeStatus}
 _INSERT_EPISODE = f"INSERT INTO episodes (run_key, {_EPISODE_COLS}) VALUES ({', '.join('?' * 12)})"
 #: Marks the run id a resume splits an interrupted attempt off to: ``<run>.interrupted-<time>``.
 INTERRUPTED = ".interrupted-"
+#: Marks the run ids evaluation episodes are stored under: ``<run>/eval-<when>`` (``agentrl.eval``).
+EVAL_RUN = "/eval-"
 #: Seconds a closing writer waits for readers to let its final WAL checkpoint finish.
 CLOSE_CHECKPOINT_S = 5.0
 _INSERT_TURN = f"INSERT INTO turns (uid, run_key, turn_id, {_TURN_SELECT}) VALUES ({', '.join('?' * 21)})"

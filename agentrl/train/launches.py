@@ -31,7 +31,7 @@ __all__ = ["RESUME_MAY_CHANGE", "Launch", "ConfigChange", "config_changes", "che
 #: Dotted keys (a trailing ``.`` covers a section) that may differ when a run resumes: they
 #: change how long, where and how observably it runs, not what it learns from.
 RESUME_MAY_CHANGE = (
-    "run.iterations", "run.eval_every", "run.save_every", "run.out_dir", "log.",
+    "run.iterations", "run.eval_every", "run.save_every", "run.out_dir", "run.eval_seed", "run.eval_before", "log.",
     "policy.num_threads", "policy.device", "policy.max_batch",
     "rollout.num_workers", "rollout.step_timeout_s", "rollout.backend",
     "rollout.harness.timeout_s", "rollout.harness.max_parallel",

@@ -6,7 +6,9 @@ estimator (by name; the loop never branches on it) → write them to the store �
 TrainBatch → ``update.epochs`` passes of PPO-family minibatch steps (in the estimator's
 ``update_order`` when it has one, e.g. RTPO) → sync weights to the engine → log metrics.
 Every ``run.eval_every`` iterations the policy is evaluated greedily on the held-out
-panel; every ``run.save_every`` iterations (and at the end) a checkpoint is written.
+panel (and before the first iteration with ``run.eval_before``), its episodes stored under
+the run id ``<run>/eval-<when>``; every ``run.save_every`` iterations (and at the end) a
+checkpoint is written.
 """
 
 from __future__ import annotations
@@ -24,13 +26,14 @@ from agentrl.config import Config, ConfigError, to_dict
 from agentrl.credit import compute_advantages, get_estimator
 from agentrl.credit.stats import advantage_stats
 from agentrl.dist import DistContext, distribute_policy, engine_copy
-from agentrl.eval import EvalResult, evaluate
+from agentrl.env.panels import Panel
+from agentrl.eval import EvalResult, eval_panel, evaluate, fresh_run_id, record_panel
 from agentrl.llm.models import resolve_model
 from agentrl.llm.policy import Policy, load_policy
 from agentrl.log import make_logger
 from agentrl.rollout.stats import proxy_metrics, rollout_stats
 from agentrl.rollout.tree import add_linked
-from agentrl.store import TurnStore
+from agentrl.store import EVAL_RUN, TurnStore
 from agentrl.train.critic import Critic, critic_step, make_critic, with_values
 from agentrl.train.launches import Launch
 from agentrl.train.run_dir import RunLock, prepare_run_dir, set_aside_interrupted
@@ -294,6 +297,9 @@ def train(cfg: Config, *, resume: bool = True, force_resume: bool = False, launc
     ctx = DistContext.from_env(cfg.policy.device)  # torchrun: joins the process group; else one process
     try:
         check_distributed(cfg, ctx)
+        # the held-out panel before any weights load: a panel larger than its split fails here
+        panel = eval_panel(cfg) if ctx.is_main and cfg.env.eval_panel_size and (
+            cfg.run.eval_every or cfg.run.eval_before) else None
         if ctx.distributed and ctx.is_main:
             logging.getLogger(__name__).info("data-parallel run: %d ranks (%s, FSDP2), rank 0 rolls out and writes %s",
                                              ctx.world_size, ctx.backend, run_dir)
@@ -301,7 +307,7 @@ def train(cfg: Config, *, resume: bool = True, force_resume: bool = False, launc
             parts, state = start_run(cfg, run_dir, resume, ctx, force_resume=force_resume, launch=launch)
             evals: list[EvalResult] = []
             try:
-                state = _loop(parts, state, cfg, run_dir, evals)
+                state = _loop(parts, state, cfg, run_dir, evals, panel)
             finally:
                 parts.close()
     finally:
@@ -310,12 +316,26 @@ def train(cfg: Config, *, resume: bool = True, force_resume: bool = False, launc
                        evals=tuple(evals), is_main=ctx.is_main)
 
 
-def _loop(parts: RunParts, state: TrainState, cfg: Config, run_dir: Path, evals: list[EvalResult]) -> TrainState:
+def _held_out(parts: RunParts, cfg: Config, panel: Panel, when: str, label: str) -> EvalResult:
+    """Greedy evaluation on the panel; the episodes go to the run's store as ``<run>/eval-<when>``."""
+    run_id = fresh_run_id(parts.store, f"{cfg.run.name}{EVAL_RUN}{when}")
+    result, _ = evaluate(parts.policy.engine, parts.policy.renderer, cfg, greedy=True, store=parts.store,
+                         run_id=run_id, panel=panel, label=label)
+    return result
+
+
+def _loop(parts: RunParts, state: TrainState, cfg: Config, run_dir: Path, evals: list[EvalResult],
+          panel: Panel | None = None) -> TrainState:
     """The iterations of ``train`` from ``state.iteration`` on; returns the final state.
     Data-parallel: every rank iterates; rank 0 alone evaluates, logs and writes metrics."""
     sinks = make_logger(cfg.log, run_dir, run_name=cfg.run.name, config=to_dict(cfg), console_keys=CONSOLE_KEYS) \
         if parts.is_main else nullcontext()
     with sinks as logger:
+        if parts.is_main and panel is not None:
+            record_panel(run_dir, panel)  # warns when the panel's content changed since the run began
+            if cfg.run.eval_before and state.iteration == 0:
+                evals.append(_held_out(parts, cfg, panel, "before", "before"))
+                logger.log(0, evals[-1].as_metrics())
         for it in range(state.iteration, cfg.run.iterations):
             out = run_iteration(parts, cfg, it)
             state = TrainState(iteration=it + 1, optimizer_steps=state.optimizer_steps + len(out.stats),
@@ -325,8 +345,8 @@ def _loop(parts: RunParts, state: TrainState, cfg: Config, run_dir: Path, evals:
                 metrics = iteration_metrics(out)
                 if parts.engines is not None:  # engine workers restarted so far (a health metric)
                     metrics["rollout/engine_restarts"] = float(parts.engines.restarts)
-                if cfg.run.eval_every and (it + 1) % cfg.run.eval_every == 0:
-                    result, _ = evaluate(parts.policy.engine, parts.policy.renderer, cfg, greedy=True)
+                if panel is not None and cfg.run.eval_every and (it + 1) % cfg.run.eval_every == 0:
+                    result = _held_out(parts, cfg, panel, f"iter{it + 1}", f"iter {it + 1}")
                     evals.append(result)
                     metrics.update(result.as_metrics())
                 logger.log(it + 1, metrics)

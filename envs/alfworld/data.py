@@ -152,8 +152,24 @@ def _kept_games(root: str, folder: str) -> tuple[GameRef, ...]:
 
 
 def content_digest(path: Path) -> str:
-    """Hex SHA-256 of a ``game.tw-pddl`` file's bytes (the panel digest)."""
+    """Hex SHA-256 of a ``game.tw-pddl`` file's bytes (the panel digest); cached per
+    (path, size, modification time), so a changed file is read again."""
+    st = Path(path).stat()
+    return _digest(str(path), st.st_size, st.st_mtime_ns)
+
+
+@lru_cache(maxsize=8192)
+def _digest(path: str, size: int, mtime_ns: int) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def task_refs(split: str, data_dir: str | os.PathLike | None = None,
+              generated_dir: str | os.PathLike | None = None):
+    """``agentrl.env.tasks.TaskRef`` (task id, game-file digest) of every game of a split,
+    in task-id order. Raises as ``list_games``."""
+    from agentrl.env.tasks import TaskRef
+
+    return [TaskRef(g.task_id, content_digest(g.path)) for g in list_games(split, data_dir, generated_dir)]
 
 
 def goal_text(grammar: str) -> str:

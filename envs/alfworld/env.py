@@ -22,6 +22,7 @@ from agentrl.env.contract import (
     INFO_ADMISSIBLE, INFO_ANCHOR, INFO_TASK, INFO_VALID, INFO_WALKTHROUGH, INFO_WON, require_module,
 )
 from agentrl.env.spaces import UnicodeText
+from agentrl.env.tasks import TaskRef, check_split_disjoint
 from envs.alfworld import data as alf_data
 from envs.alfworld import expert
 
@@ -68,6 +69,13 @@ class ALFWorldEnv(gymnasium.Env):
         Raises ``DataMissingError`` / ``ValueError`` as the constructor would, building nothing."""
         alf_data.check_data(split, data_dir, generated_dir)
 
+    @classmethod
+    def list_tasks(cls, split: str = "train", data_dir: str | os.PathLike | None = None,
+                   generated_dir: str | os.PathLike | None = None, **_: Any) -> list[TaskRef]:
+        """Task-list hook (``agentrl.env.tasks``): the games of ``split``, each digested by
+        its ``game.tw-pddl`` bytes."""
+        return alf_data.task_refs(split, data_dir, generated_dir if split == "train" else None)
+
     def __init__(self, split: str = "train", data_dir: str | os.PathLike | None = None,
                  generated_dir: str | os.PathLike | None = None, grammar: str = "native",
                  max_turns: int = 50, expert: bool = False) -> None:
@@ -80,6 +88,8 @@ class ALFWorldEnv(gymnasium.Env):
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
         self.split, self.grammar, self.max_turns, self.expert = split, grammar, int(max_turns), bool(expert)
         self.games = alf_data.list_games(split, data_dir, generated_dir if split == "train" else None)
+        check_split_disjoint(type(self), split, {"data_dir": data_dir, "generated_dir": generated_dir},
+                             tuple(alf_data.SPLITS))
         self._by_id = {g.task_id: g for g in self.games}
         infos = textworld.EnvInfos(won=True, admissible_commands=True)
         self._engine = tw_env.AlfredDemangler(pddl.PddlEnv(infos))

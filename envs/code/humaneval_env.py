@@ -19,7 +19,8 @@ import gymnasium
 
 from agentrl.env.contract import INFO_ANCHOR, INFO_ENV_ERROR, INFO_TASK, INFO_VALID, INFO_WALKTHROUGH, INFO_WON
 from agentrl.env.spaces import UnicodeText
-from envs.code.episode import canonical_answer, episode_lease, open_sandbox, pick_task, select_tasks
+from envs.code.episode import (SPLITS, canonical_answer, episode_lease, guard_split, list_code_tasks, open_sandbox,
+                               pick_task, select_tasks)
 from envs.code.extract import extract_code
 from envs.code.grading import grade
 from envs.code.scoring import describe_failure
@@ -55,7 +56,13 @@ class HumanEvalEnv(gymnasium.Env):
 
     # exact: code reaches step with every newline and indent
     metadata = {"render_modes": [], "agentrl.check_kwargs": {"task_ids": ["HumanEval/0", "HumanEval/53"]},
-                "agentrl.action_normalize": "exact"}
+                "agentrl.action_normalize": "exact", "agentrl.splits": SPLITS}
+
+    @classmethod
+    def list_tasks(cls, split: str = "all", task_ids: Sequence[str] | None = None, **_: object) -> list:
+        """Task-list hook (``agentrl.env.tasks``): the HumanEval problems of ``split``, each
+        digested by its prompt, entry point, canonical solution and tests."""
+        return list_code_tasks(split, task_ids)
 
     def __init__(self, *, sandbox: str | Sandbox = "auto", max_attempts: int = 3, exec_timeout_s: float = 5.0,
                  scoring_timeout_s: float | None = None, memory_mb: int = 1024, episode_deadline_s: float = 1800.0,
@@ -68,6 +75,7 @@ class HumanEvalEnv(gymnasium.Env):
         self.scoring_timeout_s = scoring_timeout_s if scoring_timeout_s is not None else exec_timeout_s + 20.0
         self.episode_deadline_s = episode_deadline_s
         self.tasks = select_tasks(task_ids, split)
+        guard_split(type(self), split, task_ids)
         self.sandbox, self._owns_sandbox = open_sandbox(sandbox)
         self.task: CodeTask | None = None
         self.lease = None

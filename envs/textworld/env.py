@@ -31,7 +31,8 @@ import gymnasium
 
 from agentrl.env import (INFO_ADMISSIBLE, INFO_ANCHOR, INFO_TASK, INFO_VALID, INFO_WALKTHROUGH,
                          INFO_WON, require_module, text_spaces)
-from envs.textworld.games import SPLIT_SEED_BASE, GameSpec, ParamValue, ensure_game, task_seed
+from agentrl.env.tasks import TaskRef, check_split_disjoint
+from envs.textworld.games import SPLIT_SEED_BASE, GameSpec, ParamValue, ensure_game, spec_digest, task_seed
 
 MAX_COMMAND_CHARS = 190  # jericho truncates longer input (198 bytes) silently
 REJECTED_FEEDBACK = (f"That command cannot be typed: use one line of plain ASCII text of at most "
@@ -79,6 +80,16 @@ class TextWorldEnv(gymnasium.Env):
     metadata = {"render_modes": [], "agentrl.check_kwargs": {"n_tasks": 2}, "agentrl.action_normalize": "whitespace",
                 "agentrl.splits": tuple(SPLIT_SEED_BASE)}
 
+    @classmethod
+    def list_tasks(cls, split: str = "train", family: str = "custom", params: Mapping[str, ParamValue] | None = None,
+                   n_tasks: int = 64, **_: object) -> list[TaskRef]:
+        """Task-list hook (``agentrl.env.tasks``): the ``n_tasks`` games of ``split``, each
+        digested by its generator spec (family, params, seed) and TextWorld's version
+        (``games.spec_digest``); no game is generated."""
+        task_seed(split, max(n_tasks, 1) - 1)  # validates split and range
+        specs = [GameSpec.make(family, params or {}, task_seed(split, i)) for i in range(n_tasks)]
+        return [TaskRef(s.key, spec_digest(s)) for s in specs]
+
     def __init__(self, family: str = "custom", params: Mapping[str, ParamValue] | None = None,
                  split: str = "train", n_tasks: int = 64, max_turns: int = 50,
                  cache_dir: str | Path | None = None) -> None:
@@ -87,6 +98,8 @@ class TextWorldEnv(gymnasium.Env):
             raise ValueError(f"n_tasks and max_turns must be >= 1, got {n_tasks}, {max_turns}")
         task_seed(split, n_tasks - 1)  # validates split and range
         GameSpec.make(family, params or {}, 0)  # validates family and params
+        check_split_disjoint(type(self), split, {"family": family, "params": params, "n_tasks": n_tasks},
+                             tuple(SPLIT_SEED_BASE))
         self.observation_space, self.action_space = text_spaces()
         self.family, self.params, self.split = family, dict(params or {}), split
         self.n_tasks, self.max_turns = n_tasks, max_turns

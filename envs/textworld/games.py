@@ -12,6 +12,8 @@ seed ``SPLIT_SEED_BASE[s] + i`` (train: 0.., eval: 1,000,000..), ``0 <= i < 1,00
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import os
 import shutil
 import subprocess
@@ -76,6 +78,24 @@ class GameSpec:
             elif v is not False:
                 args += [f"--{k}", str(v)]
         return args + ["--seed", str(self.seed), "--output", str(output), "--silent", "-f"]
+
+
+def spec_digest(spec: GameSpec) -> str:
+    """Content digest of a generated game (``agentrl.env.tasks``): SHA-256 of its family,
+    params, seed and the installed TextWorld version (``tw-make`` output is a function of
+    these), so a panel of generated games changes hash when the generator does."""
+    from agentrl.env.tasks import content_digest
+
+    return content_digest({"family": spec.family, "params": [list(p) for p in spec.params], "seed": spec.seed,
+                           "textworld": _textworld_version()})
+
+
+@functools.lru_cache(maxsize=1)
+def _textworld_version() -> str:
+    try:
+        return importlib.metadata.version("textworld")
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
 
 
 def cache_root() -> Path:

@@ -21,6 +21,7 @@ import gymnasium
 
 from agentrl.env import (INFO_ADMISSIBLE, INFO_ANCHOR, INFO_TASK, INFO_VALID, INFO_WALKTHROUGH,
                          INFO_WON, text_spaces)
+from agentrl.env.tasks import TaskRef, check_split_disjoint, content_digest
 
 _TASK_RE = re.compile(r"^rooms(\d+)-key(\d+)-door(\d+)$")
 NOTHING = "Nothing happens."
@@ -68,6 +69,12 @@ def split_tasks(min_rooms: int, max_rooms: int, split: str) -> list[ToyTask]:
     return [t for i, t in enumerate(tasks) if (i % 4 == 3) == (split == "eval")]
 
 
+def task_ref(task: ToyTask) -> TaskRef:
+    """The task's id and the digest of its layout (``agentrl.env.tasks``)."""
+    return TaskRef(task.task_id, content_digest({"n_rooms": task.n_rooms, "key_room": task.key_room,
+                                                 "door_room": task.door_room}))
+
+
 class ToyEnv(gymnasium.Env):
     """Key-and-door corridor (see module docstring).
 
@@ -75,7 +82,8 @@ class ToyEnv(gymnasium.Env):
         max_turns: turn limit (truncation), default 12.
         min_rooms / max_rooms: range of corridor lengths drawn per task (inclusive).
         split: ``"train"`` (3 of every 4 layouts), ``"eval"`` (every 4th layout, disjoint
-            from train) or ``"all"``; the seed draws a layout of the split.
+            from train) or ``"all"``; the seed draws a layout of the split, and
+            ``options["task_id"]`` must name one of the split.
     Raises:
         ValueError: bad room range or unknown split.
     """
@@ -84,13 +92,22 @@ class ToyEnv(gymnasium.Env):
     metadata = {"render_modes": [], "agentrl.check_kwargs": {}, "agentrl.action_normalize": "whitespace",
                 "agentrl.splits": SPLITS}
 
+    @classmethod
+    def list_tasks(cls, split: str = "all", min_rooms: int = 3, max_rooms: int = 5, **_: object) -> list[TaskRef]:
+        """Task-list hook (``agentrl.env.tasks``): every layout of ``split``."""
+        if split not in SPLITS:
+            raise ValueError(f"unknown toy split {split!r}; choose one of {SPLITS}")
+        return [task_ref(t) for t in split_tasks(min_rooms, max_rooms, split)]
+
     def __init__(self, max_turns: int = 12, min_rooms: int = 3, max_rooms: int = 5, split: str = "all") -> None:
         if not 2 <= min_rooms <= max_rooms:
             raise ValueError(f"need 2 <= min_rooms <= max_rooms, got {min_rooms}, {max_rooms}")
         if split not in SPLITS:
             raise ValueError(f"unknown toy split {split!r}; choose one of {SPLITS}")
         self.split = split
+        check_split_disjoint(type(self), split, {"min_rooms": min_rooms, "max_rooms": max_rooms}, SPLITS)
         self._tasks = split_tasks(min_rooms, max_rooms, split)
+        self._by_id = {t.task_id: t for t in self._tasks}
         self.observation_space, self.action_space = text_spaces()
         self.max_turns, self.min_rooms, self.max_rooms = max_turns, min_rooms, max_rooms
         self.task: ToyTask | None = None
@@ -101,11 +118,20 @@ class ToyEnv(gymnasium.Env):
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         tid = (options or {}).get(INFO_TASK)
-        self.task = ToyTask.parse(tid) if tid else self._draw_task()
+        self.task = self._task(str(tid)) if tid else self._draw_task()
         self.room, self.has_key, self.turns, self.done, self._won = 0, False, 0, False, False
         obs = self._room_text()
         return obs, {INFO_ANCHOR: obs, INFO_ADMISSIBLE: self._admissible(), INFO_WON: False,
                      INFO_TASK: self.task.task_id, INFO_WALKTHROUGH: self.task.walkthrough()}
+
+    def _task(self, task_id: str) -> ToyTask:
+        """The layout ``task_id`` of this env's split. Raises ValueError for a malformed id or
+        one of another split (a train env never plays an eval layout)."""
+        task = ToyTask.parse(task_id)
+        if task.task_id not in self._by_id:
+            raise ValueError(f"toy task {task_id!r} is not in split {self.split!r} (rooms {self.min_rooms}.."
+                             f"{self.max_rooms}: {len(self._tasks)} layouts, e.g. {self._tasks[0].task_id!r})")
+        return task
 
     def snapshot(self) -> dict:
         """The full game state as a small JSON-able dict (fast branching,

@@ -14,6 +14,7 @@ import numpy as np
 
 from agentrl.env import (INFO_ADMISSIBLE, INFO_ANCHOR, INFO_TASK, INFO_VALID, INFO_WALKTHROUGH,
                          INFO_WON, require_module, text_spaces)
+from agentrl.env.tasks import TaskRef, check_split_disjoint
 from envs.webshop.data import check_data_dir, resolve_data_dir
 from envs.webshop.goals import SPLITS as GOAL_SPLITS
 from envs.webshop.goals import Goal, split_goals
@@ -63,6 +64,15 @@ class WebShopEnv(gymnasium.Env):
         needs. Raises ``DataMissingError`` as the constructor would, loading nothing."""
         check_data_dir(resolve_data_dir(data_dir), goal_mode)
 
+    @classmethod
+    def list_tasks(cls, split: str = "all", data_dir: str | os.PathLike[str] | None = None,
+                   goal_mode: str = "synthetic", price_seed: int = 0, **_: object) -> list[TaskRef]:
+        """Task-list hook (``agentrl.env.tasks``): the goals of ``split`` by shuffled index,
+        each digested by ``Goal.digest()`` (target, instruction, attributes, options, price
+        bound); a goal whose content an earlier one of the split has is listed once."""
+        world = get_world(resolve_data_dir(data_dir), goal_mode, price_seed)
+        return [TaskRef(g.task_id, g.digest()) for g in split_goals(world.goals, split)]
+
     def __init__(self, data_dir: str | os.PathLike[str] | None = None, goal_mode: str = "synthetic",
                  split: str = "all", max_turns: int = 15, price_seed: int = 0,
                  option_match: str = "values", type_matcher: str = "heuristic") -> None:
@@ -78,6 +88,9 @@ class WebShopEnv(gymnasium.Env):
         self.goals = split_goals(self.world.goals, split)
         if not self.goals:
             raise ValueError(f"split {split!r} of the {goal_mode} goals is empty ({len(self.world.goals)} goals)")
+        check_split_disjoint(type(self), split, {"data_dir": data_dir, "goal_mode": goal_mode,
+                                                 "price_seed": price_seed}, tuple(GOAL_SPLITS))
+        self._goal_ids = {g.task_id for g in self.goals}
         weights = np.array([g.weight for g in self.goals], dtype=np.float64)
         self._probs = weights / weights.sum()
         self.split, self.max_turns = split, max_turns
@@ -88,7 +101,11 @@ class WebShopEnv(gymnasium.Env):
     def _draw_goal(self, options: dict | None) -> Goal:
         task_id = (options or {}).get(INFO_TASK)
         if task_id:
-            return self.world.goal(str(task_id))
+            goal = self.world.goal(str(task_id))
+            if goal.task_id not in self._goal_ids:  # a train env never plays a held-out goal
+                raise ValueError(f"WebShop task {task_id!r} is not in split {self.split!r} "
+                                 f"({len(self.goals)} goals, e.g. {self.goals[0].task_id!r})")
+            return goal
         return self.goals[int(self.np_random.choice(len(self.goals), p=self._probs))]
 
     def _scorer(self, goal: Goal):
