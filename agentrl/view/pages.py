@@ -1,5 +1,6 @@
 """Page models of the viewer: one function per page, from a read connection to a dataclass
-the Jinja2 template renders (no SQL in templates, no HTML here)."""
+the Jinja2 template renders (no SQL in templates, no HTML here). The group pages (episodes
+with advantages, siblings side by side) are in ``group_pages``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from agentrl.view import queries as q
 from agentrl.view import turns as tq
 from agentrl.view.charts import line_chart, order_metrics
 from agentrl.view.db import Page, run_key
+from agentrl.view.explain import GroupExplanation, TurnExplanation, explain_group
+from agentrl.view.search import SearchResult, search_turns
 from agentrl.view.tokens import Decoder, TokenSpan, completion_spans, advantage_colour, load_decoder, run_tokenizer
 from agentrl.view.totals import RunSummary, RunTotals
 from agentrl.view.tree import Branch, build_forest, is_branched
@@ -64,18 +67,6 @@ class IterationPage:
 
 
 @dataclass(frozen=True, slots=True)
-class GroupPage:
-    """One group: a page of its episodes and, when branched, its tree."""
-
-    run_id: str
-    group_id: int
-    episodes: Page[q.EpisodeRow]
-    forest: list[Branch] | None
-    cut: bool
-    filters: q.Filters
-
-
-@dataclass(frozen=True, slots=True)
 class Peer:
     """A turn of the same group with the same anchor state, its advantage (or ``None``) and colour."""
 
@@ -97,6 +88,7 @@ class TurnCard:
     completion_text: str | None
     peers: list[Peer]
     n_peers: int
+    why: TurnExplanation | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +105,7 @@ class EpisodePage:
     tokenizer: str | None
     forest: list[Branch] | None
     cut: bool
+    explanation: GroupExplanation
 
 
 def run_page(conn: sqlite3.Connection, totals: RunTotals, run_id: str, filters: q.Filters, *, after: int | None,
@@ -145,15 +138,6 @@ def iteration_page(conn: sqlite3.Connection, run_id: str, iteration: int, filter
                          q.groups(conn, key, filters, after=after, before=before, limit=page_size), filters)
 
 
-def group_page(conn: sqlite3.Connection, run_id: str, group_id: int, filters: q.Filters, *,
-               after: int | None, before: int | None, page_size: int) -> GroupPage:
-    """The page of one group."""
-    key = run_key(conn, run_id)
-    page = q.episodes(conn, key, filters, group_id=group_id, after=after, before=before, limit=page_size)
-    turns, cut = tq.group_turns(conn, key, group_id)
-    return GroupPage(run_id, group_id, page, build_forest(turns) if is_branched(turns) else None, cut, filters)
-
-
 def episode_page(conn: sqlite3.Connection, store: Path, run_id: str, episode_id: int, filters: q.Filters, *,
                  after: int | None, before: int | None, page_size: int, tokenizer: str | None) -> EpisodePage:
     """The page of one episode. Raises ``KeyError`` for an unknown run or episode."""
@@ -171,6 +155,8 @@ def episode_page(conn: sqlite3.Connection, store: Path, run_id: str, episode_id:
     scale = max((abs(p.value) for p in picked.values() if p is not None), default=0.0)
     tok = tokenizer or run_tokenizer(store, run_id, recorded_tokenizer(conn, run_id))
     decoder: Decoder | None = load_decoder(tok) if tok else None
+    expl = explain_group(conn, store, run_id, key, ep.group_id, est,
+                         {t: p.value for t in on_page if (p := picked[t]) is not None})
     cards = []
     for t in page.items:
         p = picked[t.turn_id]
@@ -179,12 +165,34 @@ def episode_page(conn: sqlite3.Connection, store: Path, run_id: str, episode_id:
             t, advs[t.turn_id], p, advantage_colour(val, scale),
             completion_spans(t.completion_ids, t.completion_logprobs, val, scale, decoder),
             decoder.text(t.prompt_ids) if decoder else None, decoder.text(t.completion_ids) if decoder else None,
-            [_peer(g, picked[g.turn_id], scale) for g in peers[t.turn_id]], len(all_peers[t.turn_id])))
+            [_peer(g, picked[g.turn_id], scale) for g in peers[t.turn_id]], len(all_peers[t.turn_id]),
+            expl.turns.get(t.turn_id)))
     forest = build_forest(group) if is_branched(group) else None
     return EpisodePage(run_id, ep, cards, Page(page.items, page.next_after, page.prev_before), est,
-                       filters.iteration, scale, tok, forest, cut)
+                       filters.iteration, scale, tok, forest, cut, expl)
 
 
 def _peer(turn: tq.GroupTurn, adv: tq.AdvantageValue | None, scale: float) -> Peer:
     value = None if adv is None else adv.value
     return Peer(turn, value, advantage_colour(value, scale))
+
+
+@dataclass(frozen=True, slots=True)
+class SearchPage:
+    """A text search over a run's turns (``search.search_turns``); ``result`` is ``None`` before a query."""
+
+    run_id: str
+    text: str
+    where: str
+    after: int | None
+    result: SearchResult | None
+
+
+def search_page(conn: sqlite3.Connection, run_id: str, text: str, *, where: str, after: int | None,
+                page_size: int) -> SearchPage:
+    """The search page of a run. Raises ``KeyError`` for an unknown run."""
+    key = run_key(conn, run_id)
+    if not text:
+        return SearchPage(run_id, text, where, after, None)
+    return SearchPage(run_id, text, where, after,
+                      search_turns(conn, key, text, where=where, after=-1 if after is None else after, limit=page_size))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+from html import unescape
 
 import pytest
 
@@ -123,7 +124,17 @@ def test_bad_requests_name_the_problem(hand_store):
     r = c.get("/run?run=hand&success=maybe")
     assert r.status_code == 400 and "success=&#39;maybe&#39; must be 1 or 0" in r.text
     assert c.get("/run?run=hand&after=x").status_code == 400
-    assert c.get("/episode?run=hand").status_code == 422
+    # malformed, missing, out-of-range values and unknown paths: the viewer's error page, never JSON or a 500
+    for url, status, says in [
+            ("/episode?run=hand", 400, "episode is missing"), ("/episode?run=hand&episode=abc", 400, "is not an integer"),
+            ("/group?run=hand&group=0&page=-1", 400, "must be ≥ 1"), ("/run?run=hand&ipage=0", 400, "must be ≥ 1"),
+            ("/group?run=hand&group=0&sort=nope", 400, "must be one of"), ("/group?run=hand&group=x", 400, "integer"),
+            ("/episode?run=hand&episode=99999999999999999999999", 400, "out of range"), ("/run", 400, "run is missing"),
+            ("/iteration?run=hand&iteration=1.5", 400, "not an integer"), ("/search?run=hand&q=a&in=x", 400, "one of"),
+            ("/siblings?run=hand&group=0&after=z", 400, "integer"), ("/nope", 404, "no page at /nope")]:
+        r = c.get(url)
+        assert r.status_code == status and says in r.text, (url, r.status_code, r.text[-300:])
+        assert r.headers["content-type"].startswith("text/html") and "agentrl view</a>" in r.text, url
 
 
 def test_pages_follow_a_store_that_is_still_being_written(hand_store):
@@ -186,3 +197,49 @@ def test_anchor_group_lists_are_capped_with_the_exact_count(tmp_path, monkeypatc
     assert "3 other turns of group 0 shared this state (first 2 listed)" in html
     peers = html[html.index('<table class="peers">'):]
     assert peers[:peers.index("</table>")].count("<tr><td") == 2
+
+
+def test_port_0_prints_the_port_it_listens_on(hand_store):
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    proc = subprocess.Popen([sys.executable, "-m", "agentrl", "view", str(hand_store.path), "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = proc.stdout.readline()
+        m = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+        assert m and int(m.group(1)) > 0, line
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{m.group(1)}/", timeout=5) as r:
+                    assert r.status == 200 and "hand" in r.read().decode()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.2)
+        taken = main(["view", str(hand_store.path), "--port", m.group(1)])
+        assert taken == 2
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_runs_page_lists_every_run_id(tmp_path):
+    """Eval episodes stored under their own run id (e.g. ``toy/eval``) are listed like any run."""
+    path = tmp_path / "runs.sqlite"
+    names = ["toy", "toy/eval", "other", "x y"]
+    with TurnStore(path) as store:
+        for n in names:
+            store.add_episodes([make_episode(0, "e", "t", [make_turn(0, "A", 1.0, won=True)])], run_id=n)
+    c = _client(path, page_size=3)
+    seen, url = [], "/"
+    while url:
+        html = c.get(url).text
+        seen += [unescape(h) for h in re.findall(r'<td><a href="/run\?run=[^"]+">([^<]+)</a>', html)]
+        nxt = re.search(r'rel="next" href="([^"]+)"', html)
+        url = nxt.group(1).replace("&amp;", "&") if nxt else None
+    assert seen == names
+    assert c.get("/run", params={"run": "toy/eval"}).status_code == 200
