@@ -52,7 +52,8 @@ def _cpu_dtype() -> str:
 def overrides(s: int, args, out_dir: Path) -> list[str]:
     """The ``key=value`` overrides of the run with ``max_staleness = s``."""
     common = [f"run.name=async-s{s}", f"run.out_dir={out_dir}", f"run.iterations={args.iterations}",
-              f"run.eval_every={args.iterations}", f"run.save_every={args.iterations}", "rollout.engines=1",
+              f"run.eval_every={args.iterations}", f"run.save_every={args.iterations}", "run.eval_before=false",
+              "rollout.engines=1",
               f"rollout.max_staleness={s}", "policy.num_threads=1", "log.console=false"]
     if s:
         common.append(f"update.rollout_correction={args.correction}")

@@ -63,6 +63,7 @@ def config_for(env: str, estimator: str, seed: int, iterations: int, panel: int,
     env_id, max_turns = ENVS[env]
     overrides = [f"run.name=learning-{env}-{estimator}-s{seed}", f"run.out_dir={out_dir}", f"run.seed={seed}",
                  f"run.iterations={iterations}", "run.eval_every=0", f"run.save_every={iterations}",
+                 "run.eval_before=false", f"run.eval_seed={seed}",  # this script evaluates before/after itself
                  f"env.id={env_id}", f"env.max_turns={max_turns}", f"env.eval_panel_size={panel}",
                  "rollout.groups_per_iteration=6", "rollout.group_size=4", f"algorithm.estimator={estimator}",
                  "algorithm.kwargs={}", "log.console=false"]

@@ -50,7 +50,8 @@ def config_for(model: str, iterations: int, panel: int, out_dir: Path, seed: int
     from agentrl.config import load_config
 
     overrides = ["run.name=rl", f"run.out_dir={out_dir}", f"run.seed={seed}", f"run.iterations={iterations}",
-                 "run.eval_every=0", f"run.save_every={iterations}", f"env.id={ENV_ID}", f"env.max_turns={MAX_TURNS}",
+                 "run.eval_every=0", f"run.save_every={iterations}", "run.eval_before=false", f"run.eval_seed={seed}",
+                 f"env.id={ENV_ID}", f"env.max_turns={MAX_TURNS}",
                  f"env.eval_panel_size={panel}", "rollout.groups_per_iteration=6", "rollout.group_size=4",
                  "algorithm.estimator=gigpo", "algorithm.kwargs={}", "log.console=false",
                  "policy.action_constraint=none", f"policy.model={model}", *extra]

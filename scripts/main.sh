@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The main job: set-up (idempotent), then GiGPO training of SmolLM2-135M-Instruct on real
-# TextWorld games (CPU-sized budget), then the replay of what it stored: the episode list and
-# every turn of one episode (tokens, reward, validity, advantage).
+# TextWorld games (CPU-sized budget; the 16-game held-out panel is evaluated before and after
+# training and the summary prints before -> after with the paired interval of the difference),
+# then the replay of what it stored: the episode list and every turn of one episode (tokens,
+# reward, validity, advantage). The eval episodes are the store's runs main/eval-before and
+# main/eval-iter4.
 # Extra arguments are config overrides, e.g. `bash scripts/main.sh run.iterations=2`.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
