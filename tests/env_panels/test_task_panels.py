@@ -221,3 +221,17 @@ def test_panels_of_the_examples_fit_their_splits():
         except MissingExtraError:
             continue
         assert len({e.digest for e in panel.entries}) == cfg.env.eval_panel_size, path.name
+
+
+def test_panels_agree_with_the_shipped_manifests():
+    """The task lists give the same ids and digests as the committed ALFWorld / WebShop manifests."""
+    pytest.importorskip("textworld")
+    pytest.importorskip("bm25s")
+    from envs.alfworld.panels import shipped_panel as alf_shipped
+    from envs.webshop.panels import shipped_panel as ws_shipped
+
+    for env_id, split, shipped in (("agentrl/ALFWorld-v0", "eval_unseen", alf_shipped("eval_unseen")),
+                                   ("agentrl/WebShop-v0", "eval", ws_shipped("eval"))):
+        digest_of = {e.task_id: e.digest for e in shipped.entries}
+        panel = draw_panel(env_id, env_id=env_id, split=split, tasks=tasks_of(env_id, split), n=20)
+        assert all(digest_of[e.task_id] == e.digest for e in panel.entries), env_id
