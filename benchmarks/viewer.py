@@ -101,6 +101,10 @@ def pages(shape: dict) -> dict[str, str]:
         "group (last)": f"/group?run=bench&group={g_last}",
         "episode (middle)": f"/episode?run=bench&episode={e_mid}",
         "episode (last, estimator filter)": f"/episode?run=bench&episode={shape['episodes'] - 1}&estimator=gigpo",
+        "group sorted by advantage (middle)": f"/group?run=bench&group={g_last // 2}&sort=advantage&desc=1",
+        "siblings (middle)": f"/siblings?run=bench&group={g_last // 2}",
+        "search (a common action, first page)": "/search?run=bench&q=open%20door&in=action",
+        "search (no match: one bounded slice)": "/search?run=bench&q=no%20such%20text",
     }
 
 

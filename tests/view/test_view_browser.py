@@ -30,6 +30,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed; install it with "
                                                          "`apt-get install -y chromium` (scripts/setup.sh does)")
 DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img" / "viewer_episode.png"
+DOCS_DIR = DOCS_IMG.parent
 
 
 def _free_port() -> int:
@@ -119,3 +120,69 @@ def test_browser_navigates_to_an_episode_and_shows_the_stored_advantages(server,
     if os.environ.get("AGENTRL_UPDATE_DOCS_IMG") == "1":  # refresh the docs screenshot on request only
         DOCS_IMG.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(png, DOCS_IMG)
+
+
+@pytest.fixture(scope="module")
+def gigpo_store(tmp_path_factory):
+    """A run credited as ``agentrl train`` does (``store.table`` of the iteration's episodes, then
+    GiGPO with the config's kwargs), with its ``config.yaml`` beside the store: 4 episodes of a
+    key-and-door task that revisit states, with token ids (so every turn is trainable)."""
+    import yaml
+
+    from agentrl.credit import compute_advantages
+    from view_fixtures import make_episode, make_turn
+
+    path = tmp_path_factory.mktemp("gigpo") / "store.sqlite"
+    plays = [["hall", "key room", "hall", "door"], ["hall", "door"], ["hall", "key room", "key room"], ["hall", "hall"]]
+    rewards = [[0, 0, 0, 10], [0, 0], [0, 0, 0], [0, 0]]
+    eps = []
+    for states, rs in zip(plays, rewards):
+        turns = [make_turn(t, s, float(r), won=r > 0) for t, (s, r) in enumerate(zip(states, rs))]
+        for tr, s in zip(turns, states):
+            tr.observation = f"You are in the {s}. Exits: north, south."
+            tr.action, tr.action_valid = ("open door" if s == "door" else "go north"), True
+        eps.append(make_episode(0, "agentrl/Toy-v0", "key-door", turns))
+    with TurnStore(path) as store:
+        store.add_episodes(eps, run_id="gigpo_toy")
+        table = store.table("gigpo_toy", [e.episode_id for e in eps])
+        store.set_advantages("gigpo_toy", table.turn_id, compute_advantages(table, "gigpo", gamma=0.9), 0, "gigpo")
+        store.add_metrics("gigpo_toy", 0, {"rollout/success_rate": 0.25})
+    (path.parent / "config.yaml").write_text(yaml.safe_dump({"run": {"name": "gigpo_toy"}, "algorithm": {
+        "estimator": "gigpo", "kwargs": {"gamma": 0.9}}}))
+    return path
+
+
+def test_browser_shows_the_breakdown_and_the_siblings(gigpo_store, tmp_path):
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "agentrl", "view", str(gigpo_store), "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
+                time.sleep(0.2)
+        base, profile = f"http://127.0.0.1:{port}", tmp_path / "chrome-profile"
+        with TurnStore(gigpo_store, readonly=True) as store:
+            stored = {a.turn_id: a.value for a in store.advantages("gigpo_toy")}
+        dom = _chromium(profile, "--dump-dom", base + "/episode?run=gigpo_toy&episode=0")
+        totals = elements(dom, "bd-total")
+        assert len(totals) == 4 and "bd-mismatch" not in dom and "why this advantage (gigpo)" in dom
+        for b, a in zip(totals, elements(dom, "adv-main")):
+            assert float(b["data-total"]) == pytest.approx(stored[int(a["data-turn-id"])], abs=1e-12)
+        sib = _chromium(profile, "--dump-dom", base + "/siblings?run=gigpo_toy&group=0")
+        assert len(elements(sib, "sib-col")) == 4 and len(elements(sib, "sib-terms")) == len(stored)
+        shots = {"viewer_breakdown.png": ("/episode?run=gigpo_toy&episode=0", "1280,1300"),
+                 "viewer_siblings.png": ("/siblings?run=gigpo_toy&group=0", "1280,760")}
+        for name, (url, size) in shots.items():
+            png = tmp_path / name
+            _chromium(profile, f"--window-size={size}", "--hide-scrollbars", f"--screenshot={png}", base + url)
+            assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+            if os.environ.get("AGENTRL_UPDATE_DOCS_IMG") == "1":  # refresh the docs screenshots on request only
+                shutil.copyfile(png, DOCS_DIR / name)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
