@@ -24,6 +24,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import os
+
+    # transformers' / huggingface_hub's own tqdm bars (e.g. "Loading weights") clutter logs; ours report progress
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # `key=value` overrides may also follow options (`train CFG --no-resume run.seed=1`)

@@ -109,11 +109,11 @@ def run(args: argparse.Namespace) -> int:
             DataMissingError: the env's data is missing. StorePathError: unwritable ``--store``.
     """
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from agentrl.env.preflight import check_env_kwargs
     from agentrl.env.registry import validate_id
     from agentrl.rollout import SCRIPTED_POLICIES, RolloutRequest, get_runner
+    from agentrl.rollout.progress import PhaseProgress
     from agentrl.rollout.scripted import env_kwargs_for
     from agentrl.store import TurnStore
     from agentrl.types import Episode, EpisodeStatus
@@ -152,9 +152,7 @@ def run(args: argparse.Namespace) -> int:
                 store.add_episodes(pending, run_id=run_id)
                 pending.clear()
 
-        with Progress(TextColumn("[bold]rollout[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=console, transient=False) as progress:
-            task = progress.add_task(f"{args.env_id} · {args.policy}", total=request.episodes)
+        with PhaseProgress(f"rollout {args.env_id} · {args.policy}", request.episodes, console=console) as progress:
 
             def on_episode(ep: Episode) -> None:
                 nonlocal n_won
@@ -163,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
                 pending.append(ep)
                 if len(pending) >= FLUSH_EVERY:
                     flush()
-                progress.advance(task)
+                progress.advance(1)
 
             try:
                 runner(request, on_episode)

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Protocol
 
 import numpy as np
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from agentrl.env.pool import EnvPool
 from agentrl.env.registry import action_normalization
@@ -24,6 +23,7 @@ from agentrl.llm.base import LLMClient, SamplingParams
 from agentrl.llm.chat import ChatRenderer
 from agentrl.rollout.agent_loop import EpisodeDriver, LoopConfig
 from agentrl.rollout.jobs import LazyQueue
+from agentrl.rollout.progress import PhaseProgress
 from agentrl.types import Episode
 
 
@@ -45,7 +45,8 @@ class CollectConfig:
         max_batch: most prompts per engine call (default: all active).
         return_hidden: store the final-layer hidden state per turn (BiPACE).
         run_id: stamped on episodes and turns.
-        progress: show a rich progress bar.
+        progress: show the phase's progress (a rich bar on a terminal, plain lines in a log:
+            ``agentrl.rollout.progress``).
         groups: play only these group indices (a shard; ids and seeds as in the full plan),
             or None for all ``n_groups``.
         turn_seeds: sample every (episode, turn) from its own seed ``turn_seed(sampling.seed,
@@ -191,19 +192,12 @@ def collect(
         pool = EnvPool(cfg.env_id, n_slots, env_kwargs=cfg.env_kwargs, num_workers=cfg.num_workers,
                        step_timeout_s=cfg.step_timeout_s, reset_timeout_s=cfg.reset_timeout_s)
     try:
-        with _progress(cfg) as bar:
-            task = bar.add_task("rollout", total=cfg.n_played, turns=0)
+        with PhaseProgress("rollout", cfg.n_played, enabled=cfg.progress) as bar:
             return _run(engine, renderer, cfg, pool, min(n_slots, pool.n), on_episode,
-                        lambda n, k: bar.update(task, advance=n, turns=k), hooks, keep)
+                        lambda n, k: bar.advance(n, turns=k), hooks, keep)
     finally:
         if own:
             pool.close()
-
-
-def _progress(cfg: CollectConfig) -> Progress:
-    cols = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("episodes · {task.fields[turns]} turns"), TimeElapsedColumn()]
-    return Progress(*cols, disable=not cfg.progress, transient=False)
 
 
 def _run(engine, renderer, cfg, pool, n_slots, on_episode, tick, hooks=None, keep=True) -> list[Episode]:

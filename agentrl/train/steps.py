@@ -5,6 +5,7 @@ trained rows (in the estimator's update order), and RTPO's interleaved reverse-t
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -30,6 +31,8 @@ from agentrl.update.batch import TrainBatch, build_batch, minibatches
 from agentrl.update.correction import Correction, apply_rollout_correction
 from agentrl.update.lora import inference_state_dict
 from agentrl.update.step import update
+
+log = logging.getLogger(__name__)
 
 
 def collect_config(cfg: Config, iteration: int) -> CollectConfig:
@@ -197,6 +200,21 @@ def plan_update(policy: Policy, cfg: Config, table: TurnTable, advantages: np.nd
     return UpdatePlan(batch, epochs)
 
 
+def skipped_update_reason(table: TurnTable | None, advantages: np.ndarray | None) -> str:
+    """Why ``plan_update`` found no row to train on (a phrase for the log line): no episode,
+    every episode failed, no turn with tokens, or every advantage 0 (no contrast inside any
+    group: e.g. all episodes of each group scored the same)."""
+    if table is None or len(table) == 0:
+        return "no episode was collected"
+    if not table.episode_ok.any():
+        return f"every episode failed ({len(np.unique(table.episode))} episode(s); see their status in the store)"
+    if not (table.episode_ok & table.trainable).any():
+        return "no finished turn carries token ids to train on"
+    groups = len(np.unique(table.group[table.episode_ok & table.trainable]))
+    return (f"every advantage is 0: no contrast inside any of the {groups} group(s) (every episode of a group "
+            f"scored the same); larger groups or an easier task split give some")
+
+
 def update_policy(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config, table: TurnTable | None,
                   advantages: np.ndarray | None, episodes: list[Episode], iteration: int,
                   dp: DistContext | None = None) -> tuple[list, Correction | None]:
@@ -214,7 +232,13 @@ def update_policy(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config,
     if dp is not None:
         plan = dp.broadcast_object(plan)
     if plan is None:
+        if main:
+            log.warning("iteration %d: no update, %s; the policy is unchanged", iteration + 1,
+                        skipped_update_reason(table, advantages))
         return [], None
+    if main:
+        log.info("iteration %d: update on %d turn(s) in %d optimizer step(s)", iteration + 1, plan.batch.num_turns,
+                 sum(len(chunks) for chunks in plan.epochs))
     batch, corr = apply_rollout_correction(policy.model, plan.batch, cfg.update, temperature=1.0)
     stats = [update(policy.model, optimizer, batch.select(chunk), cfg.update, temperature=1.0, dp=dp)
              for chunks in plan.epochs for chunk in chunks]

@@ -1,0 +1,54 @@
+"""Issue 23 item 5: the update phase says what it does in the log — how many turns and optimizer
+steps — and a skipped update says why (here: every advantage 0, no contrast inside any group)."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+from agentrl.config import config_from_dict  # noqa: E402
+from agentrl.train.steps import skipped_update_reason  # noqa: E402
+from agentrl.types import TurnTable  # noqa: E402
+
+
+def _cfg(tiny_dir, out, seed: int, max_turns: int, estimator: str, iterations: int):
+    return config_from_dict({
+        "run": {"name": f"log{seed}", "out_dir": str(out), "iterations": iterations, "eval_every": 0, "save_every": 1,
+                "seed": seed},
+        "env": {"id": "agentrl/Toy-v0", "max_turns": max_turns},
+        "policy": {"model": str(tiny_dir), "max_tokens": 8, "action_format": "whole", "action_constraint": "admissible"},
+        "rollout": {"groups_per_iteration": 2, "group_size": 4, "num_workers": 1},
+        "algorithm": {"estimator": estimator},
+        "update": {"lr": 1e-2, "micro_batch": 8},
+        "log": {"console": False},
+    })
+
+
+@pytest.mark.parametrize("seed, max_turns, estimator, iterations, want", [
+    (4, 6, "grpo", 1, r"iteration 1: no update, every advantage is 0: no contrast inside any of the 2 group\(s\)"),
+    (3, 8, "gigpo", 2, r"iteration 2: update on \d+ turn\(s\) in 1 optimizer step\(s\)"),
+])
+def test_update_phase_log_line(tiny_dir, tmp_path, caplog, seed, max_turns, estimator, iterations, want):
+    from agentrl.train import train
+
+    with caplog.at_level(logging.INFO, logger="agentrl"):
+        result = train(_cfg(tiny_dir, tmp_path, seed, max_turns, estimator, iterations), resume=False)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(re.search(want, m) for m in messages), messages
+    assert (result.state.optimizer_steps == 0) == ("no update" in want)
+
+
+def test_skipped_update_reasons():
+    assert skipped_update_reason(None, None) == "no episode was collected"
+    base = dict(group=[0, 0], episode=[0, 1], t=[0, 0], reward=[1.0, 1.0], terminated=[True, True],
+                truncated=[False, False], action_valid=[True, True], anchor_key=[0, 0], next_anchor_key=[0, 0],
+                action_key=[0, 0], parent=[-1, -1], turn_id=[0, 1])
+    failed = TurnTable(**base, episode_ok=[False, False], trainable=[True, True])
+    assert skipped_update_reason(failed, np.zeros(2)).startswith("every episode failed (2 episode(s)")
+    textonly = TurnTable(**base, episode_ok=[True, True], trainable=[False, False])
+    assert skipped_update_reason(textonly, np.zeros(2)) == "no finished turn carries token ids to train on"
