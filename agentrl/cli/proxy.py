@@ -38,6 +38,9 @@ def register(subparsers) -> None:
     s.add_argument("--run", default=None, help="run id in the store (default: proxy-<unix time>)")
     s.add_argument("--mode", choices=("tito", "retokenize", "strict"), default="tito",
                    help="prompt continuation: token-in/token-out (default), re-render every call, or refuse drift")
+    s.add_argument("--unknown-fields", choices=("ignore", "refuse"), default=None,
+                   help="request keys the proxy does not know: ignore and record them in the turn's info, or "
+                        "refuse with 400 (default: refuse in strict mode, else ignore; null values always pass)")
     s.add_argument("--admin-token", default=None, help="bearer token of /admin (default: random, printed)")
     s.add_argument("--max-tokens", type=int, default=256, help="default max_tokens when a request omits it")
     s.add_argument("--max-batch", type=int, default=32, help="most prompts per engine call")
@@ -110,7 +113,8 @@ def serve(args: argparse.Namespace, *, ready: threading.Event | None = None,
     with TurnStore(args.store) as store, stop_on_signals(stop):
         proxy = RecordingProxy(engine, renderer, sink=store, run_id=run_id, mode=args.mode,
                                admin_token=args.admin_token, sampling=SamplingParams(max_tokens=args.max_tokens),
-                               max_batch=args.max_batch, model_name=args.policy)
+                               max_batch=args.max_batch, model_name=args.policy,
+                               unknown_fields=getattr(args, "unknown_fields", None))
         try:
             url = proxy.start(args.host, args.port)
         except OSError as exc:  # lost a race for the port since check_port

@@ -77,6 +77,9 @@ class Completion:
         token_faithful: False when the ids were re-tokenized from text (text-only HTTP
             servers): such completions are for evaluation only, never for training.
         logprob_mode: ``"raw"`` (log-softmax of the raw logits, T = 1) or ``"none"``.
+        top_ids / top_logprobs: int32[C, K] / float32[C, K], the K most likely ids of each
+            step and their raw-logit logprobs (descending), when ``generate`` was asked for
+            ``top_logprobs=K`` by an engine that supports it; else None.
     """
 
     token_ids: np.ndarray
@@ -87,12 +90,19 @@ class Completion:
     text: str | None = None
     token_faithful: bool = True
     logprob_mode: str = "raw"
+    top_ids: np.ndarray | None = None
+    top_logprobs: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.token_ids = np.asarray(self.token_ids, dtype=np.int32).reshape(-1)
         self.logprobs = np.asarray(self.logprobs, dtype=np.float32).reshape(-1)
         if self.logprobs.size not in (0, self.token_ids.size):
             raise ValueError(f"Completion has {self.logprobs.size} logprobs for {self.token_ids.size} tokens")
+        if self.top_ids is not None:
+            top = np.asarray(self.top_ids, dtype=np.int32)
+            k = top.shape[-1] if top.ndim == 2 else top.size // max(1, self.token_ids.size)
+            self.top_ids = top.reshape(self.token_ids.size, k)
+            self.top_logprobs = np.asarray(self.top_logprobs, dtype=np.float32).reshape(self.top_ids.shape)
 
 
 @runtime_checkable
@@ -120,6 +130,9 @@ class LLMClient(Protocol):
         ``constrained=True``) also take
         ``allowed=[seqs | None] * B``: per prompt, the allowed completions as id sequences
         ending with EOS (``agentrl.llm.constrained``); callers pass it only when needed.
+        Engines that can return the top alternatives of each step (``HFEngine``) take
+        ``top_logprobs=K`` (``Completion.top_ids`` / ``top_logprobs``); callers pass it only
+        when K > 0 (the recording proxy checks the signature).
 
         Raises:
             ValueError: a prompt is empty or leaves no room in the context.

@@ -99,11 +99,14 @@ class HFEngine:
     @torch.inference_mode()
     def generate(
         self, prompts: Sequence[Sequence[int]], sampling: SamplingParams, *, return_hidden: bool = False,
-        allowed: Sequence[Sequence[Sequence[int]] | None] | None = None,
+        allowed: Sequence[Sequence[Sequence[int]] | None] | None = None, top_logprobs: int = 0,
     ) -> list[Completion]:
         """Sample one completion per prompt (see ``LLMClient.generate``).
 
         Shape: B prompts of lengths P_i → B completions of C_i ≤ max_tokens tokens.
+        ``top_logprobs=K`` > 0: each completion also carries the K most likely ids of every
+        step and their raw-logit logprobs (``Completion.top_ids`` / ``top_logprobs``, int32 /
+        float32[C_i, K]; the unconstrained distribution).
         ``allowed``: per prompt, the allowed completions (id sequences ending with EOS) or
         None (unconstrained); constrained rows follow the trie, greedy or sampled
         (temperature / top-p apply to the restricted distribution), and their logprobs are
@@ -126,7 +129,7 @@ class HFEngine:
         budgets = [clamp_max_tokens(p.size, sampling.max_tokens, self.max_context) for p in rows]
         batches = context_batches([p.size for p in rows], budgets, self.max_context)
         if len(batches) > 1:  # a long prompt would cut a short one's room (or overrun absolute positions)
-            return self._generate_split(rows, sampling, batches, return_hidden, allowed)
+            return self._generate_split(rows, sampling, batches, return_hidden, allowed, top_logprobs)
         tries = [None if a is None else TokenTrie(a) for a in allowed]
         ids, mask = _left_pad(rows, self.pad_token_id)  # (B, P)
         ids, mask = ids.to(_device(self.model)), mask.to(_device(self.model))  # GPU: inputs on the model's device
@@ -172,13 +175,15 @@ class HFEngine:
             if trie is not None:
                 sampled[b] = _restricted_logprobs(logits[b], new[b], trie, budgets[b], set(stops))
         hidden = out.hidden_states[0][-1][:, -1, :].float() if return_hidden else None  # (B, H)
+        top = logits.log_softmax(-1).topk(min(int(top_logprobs), logits.shape[-1]), dim=-1) if top_logprobs else None
         return [
-            self._one(new[b], sampled[b], budgets[b], set(stops), None if hidden is None else hidden[b])
+            self._one(new[b], sampled[b], budgets[b], set(stops), None if hidden is None else hidden[b],
+                      None if top is None else (top.indices[b], top.values[b]))
             for b in range(len(rows))
         ]
 
     def _generate_split(self, rows: list[np.ndarray], sampling: SamplingParams, batches: list[list[int]],
-                        return_hidden: bool, allowed: list) -> list[Completion]:
+                        return_hidden: bool, allowed: list, top_logprobs: int = 0) -> list[Completion]:
         """``generate`` over ``batches`` (row indices) one after the other, answers in row order."""
         out: list[Completion | None] = [None] * len(rows)
         for idx in batches:
@@ -186,11 +191,11 @@ class HFEngine:
                 sampling, row_seeds=tuple(sampling.row_seeds[i] for i in idx))
             sub_allowed = None if all(a is None for a in allowed) else [allowed[i] for i in idx]
             for i, c in zip(idx, self.generate([rows[i] for i in idx], sub, return_hidden=return_hidden,
-                                               allowed=sub_allowed)):
+                                               allowed=sub_allowed, top_logprobs=top_logprobs)):
                 out[i] = c
         return out
 
-    def _one(self, new: torch.Tensor, lp: torch.Tensor, budget: int, stops: set[int], hidden) -> Completion:
+    def _one(self, new: torch.Tensor, lp: torch.Tensor, budget: int, stops: set[int], hidden, top=None) -> Completion:
         toks = new[:budget].tolist()
         end = next((k + 1 for k, t in enumerate(toks) if t in stops), None)
         reason = FINISH_STOP if end is not None else FINISH_LENGTH
@@ -201,6 +206,8 @@ class HFEngine:
             finish_reason=reason,
             policy_version=self.policy_version,
             hidden=None if hidden is None else hidden.cpu().numpy().astype(np.float32),
+            top_ids=None if top is None else top[0][:end].cpu().numpy(),
+            top_logprobs=None if top is None else top[1][:end].cpu().numpy(),
         )
 
     # ------------------------------------------------------------------ scoring

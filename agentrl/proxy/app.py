@@ -70,7 +70,9 @@ def build_app(core: ProxyCore, *, admin_token: str, base_url: Callable[[], str],
     vocab = _vocab_size(core.renderer)
 
     def parse(data: dict, chat: bool):
-        return parse_chat(data, core.sampling) if chat else parse_completion(data, core.sampling, vocab)
+        strict = core.strict_fields
+        return (parse_chat(data, core.sampling, strict=strict) if chat
+                else parse_completion(data, core.sampling, vocab, strict=strict))
 
     async def run(fn, *args):
         return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)

@@ -18,6 +18,7 @@ A failing drift measurement never loses the turn: ``token_prefix_ok`` is None an
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import threading
 import time
@@ -32,6 +33,7 @@ from agentrl.proxy.engine import EngineWorker, Gate
 from agentrl.proxy.messages import canonical, split_tool_calls
 from agentrl.proxy.retry import drop_completion, restore, retry_target, rewind, supersede, threads_before
 from agentrl.proxy.sessions import EpisodeSession, SessionRegistry
+from agentrl.proxy.stops import StopCut, cut_completion, find_stop
 from agentrl.proxy.tito import (MODES, PromptPlan, commit_thread, drift_of, new_segment, plan_chat, plan_completion,
                                 thread_index)
 from agentrl.proxy.wire import ChatRequest, ToolCall, WireError, WireMessage
@@ -51,6 +53,7 @@ class PendingCall:
         text: the decoded completion (EOS dropped). sampling: the effective sampling
             parameters. version_start: policy version at admission.
         turn: the recorded turn (after ``commit`` or ``finish``).
+        stop: where a ``stop`` string cut the completion (``agentrl.proxy.stops``), else None.
     """
 
     core: "ProxyCore"
@@ -66,6 +69,7 @@ class PendingCall:
     version_start: int
     t_start: float
     turn: Turn | None = None
+    stop: StopCut | None = None
     _done: bool = field(default=False, repr=False)
     _prev: object = field(default=None, repr=False)  # the thread's last full encode (drift base)
     _thread: object = field(default=None, repr=False)  # the ThreadState this call committed
@@ -117,15 +121,26 @@ class ProxyCore:
             done in ``measure``, i.e. after the reply was sent).
         max_batch: most prompts per engine call.
         model_name: the id served on ``GET models``.
+        unknown_fields: ``ignore`` (unknown request keys are ignored and recorded in
+            ``info["ignored_fields"]``) | ``refuse`` (a 400); None: ``refuse`` in ``strict``
+            mode, else ``ignore``. Null-valued keys are always ignored.
     Raises:
-        ValueError: an unknown mode.
+        ValueError: an unknown mode or ``unknown_fields`` value.
     """
 
     def __init__(self, engine: LLMClient, renderer: ChatRenderer, registry: SessionRegistry, *, mode: str = "tito",
                  sampling: SamplingParams | None = None, measure_drift: bool = True, max_batch: int = 32,
-                 model_name: str = "policy") -> None:
+                 model_name: str = "policy", unknown_fields: str | None = None) -> None:
         if mode not in MODES:
             raise ValueError(f"proxy mode must be one of {MODES}, got {mode!r}")
+        unknown_fields = unknown_fields or ("refuse" if mode == "strict" else "ignore")
+        if unknown_fields not in ("ignore", "refuse"):
+            raise ValueError(f"unknown_fields must be 'ignore' or 'refuse', got {unknown_fields!r}")
+        self.strict_fields = unknown_fields == "refuse"
+        try:  # engines that return the top alternatives per step take generate(..., top_logprobs=K)
+            self.top_logprobs_ok = "top_logprobs" in inspect.signature(engine.generate).parameters
+        except (TypeError, ValueError):
+            self.top_logprobs_ok = False
         self.engine, self.renderer, self.registry, self.mode = engine, renderer, registry, mode
         self.sampling = sampling or SamplingParams()
         self.measure_drift, self.model_name = measure_drift, model_name
@@ -145,8 +160,8 @@ class ProxyCore:
         self.gate.enter()
         try:
             plan, sampling, version, t0, retry = self._plan(session, req)
-            return self._pending(session, req, plan, sampling, version, t0,
-                                 self._engine_result(self.worker.submit(plan.prompt_ids, sampling)), retry)
+            fut = self.worker.submit(plan.prompt_ids, sampling, req.top_logprobs)
+            return self._pending(session, req, plan, sampling, version, t0, self._engine_result(fut), retry)
         except BaseException:
             self.gate.leave()
             session.release()
@@ -165,7 +180,7 @@ class ProxyCore:
             raise
         try:
             plan, sampling, version, t0, retry = self._plan(session, req)
-            fut = self.worker.submit(plan.prompt_ids, sampling)
+            fut = self.worker.submit(plan.prompt_ids, sampling, req.top_logprobs)
             try:
                 await asyncio.wrap_future(fut)
             except (ValueError, RuntimeError):
@@ -179,6 +194,10 @@ class ProxyCore:
     def _plan(self, session: EpisodeSession,
               req: ChatRequest) -> tuple[PromptPlan, SamplingParams, int, float, "PendingCall | None"]:
         t0 = time.time()
+        if req.top_logprobs and not self.top_logprobs_ok:
+            raise WireError(400, f"'top_logprobs' needs an engine that returns the top alternatives of each token; "
+                                 f"{type(self.engine).__name__} does not (HFEngine does); remove 'top_logprobs'",
+                            param="top_logprobs" if req.dialect != "completions" else "logprobs")
         retry = retry_target(session, req)  # an identical resend plans as the first attempt did
         threads = session.threads if retry is None else threads_before(session, retry)
         with self._render_lock:
@@ -204,12 +223,17 @@ class ProxyCore:
 
     def _pending(self, session: EpisodeSession, req: ChatRequest, plan: PromptPlan, sampling: SamplingParams,
                  version: int, t0: float, completion: Completion, retry: "PendingCall | None" = None) -> PendingCall:
+        cut = None
         with self._render_lock:
+            if req.stop and completion.finish_reason != FINISH_ABORT:
+                cut = find_stop(self.renderer.completion_text, completion.token_ids, req.stop)
+                if cut is not None:
+                    completion = cut_completion(completion, cut)
             text = self.renderer.completion_text(completion.token_ids)
-        content, calls = split_tool_calls(text, tools_offered=bool(req.tools))
+        content, calls = split_tool_calls(text[:cut.chars] if cut else text, tools_offered=bool(req.tools))
         reason = "tool_calls" if calls else ("length" if completion.finish_reason == FINISH_LENGTH else "stop")
         return PendingCall(self, session, plan, req, completion, text, content, calls, reason, sampling, version, t0,
-                           retry_of=retry)
+                           retry_of=retry, stop=cut)
 
     def record(self, call: PendingCall, delivered: bool) -> Turn:
         """Append the call's ``Turn`` to its episode and, when delivered, advance its thread
@@ -229,7 +253,12 @@ class ProxyCore:
                 "trainable": not aborted, "stream": call.request.stream, "sampling": _sampling_info(call.sampling),
                 "sampling_sent": call.request.sent, "policy_version_start": call.version_start,
                 "token_faithful": bool(c.token_faithful), "logprob_mode": c.logprob_mode,
-                "latency_s": round(time.time() - call.t_start, 6), "tool_calls": len(call.tool_calls)}
+                "latency_s": round(time.time() - call.t_start, 6), "tool_calls": len(call.tool_calls),
+                "dialect": call.request.dialect}
+        if call.request.ignored:
+            info["ignored_fields"] = list(call.request.ignored)
+        if call.stop is not None:
+            info["stop"], info["stop_cut_tokens"] = call.stop.stop, call.stop.dropped
         if plan.token_prefix_ok is not None:
             info["token_prefix_ok"] = plan.token_prefix_ok
             if plan.first_mismatch is not None:

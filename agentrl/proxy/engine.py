@@ -25,6 +25,7 @@ class _Job:
     prompt: np.ndarray
     sampling: SamplingParams
     future: Future
+    top: int = 0
 
 
 class EngineWorker:
@@ -43,11 +44,12 @@ class EngineWorker:
         self._thread = threading.Thread(target=self._loop, name="agentrl-proxy-engine", daemon=True)
         self._thread.start()
 
-    def submit(self, prompt_ids: np.ndarray, sampling: SamplingParams) -> Future:
+    def submit(self, prompt_ids: np.ndarray, sampling: SamplingParams, top_logprobs: int = 0) -> Future:
         """Queue one prompt (int32[P]); the future resolves to its ``Completion`` (or raises
-        the engine's exception)."""
+        the engine's exception). ``top_logprobs`` > 0 is passed to ``generate`` (jobs batch
+        only with jobs asking for the same number)."""
         fut: Future = Future()
-        self._q.put(_Job(np.asarray(prompt_ids, np.int32), sampling, fut))
+        self._q.put(_Job(np.asarray(prompt_ids, np.int32), sampling, fut, int(top_logprobs)))
         return fut
 
     def generate(self, prompt_ids: np.ndarray, sampling: SamplingParams) -> Completion:
@@ -82,7 +84,8 @@ class EngineWorker:
         if not live:
             return
         try:
-            outs = self.engine.generate([j.prompt for j in live], live[0].sampling)
+            kw = {"top_logprobs": live[0].top} if live[0].top else {}
+            outs = self.engine.generate([j.prompt for j in live], live[0].sampling, **kw)
         except BaseException as exc:  # noqa: BLE001 - handed to every waiting caller
             for j in live:
                 j.future.set_exception(exc)
@@ -92,19 +95,19 @@ class EngineWorker:
 
 
 def _batches(jobs: list[_Job], max_batch: int) -> list[list[_Job]]:
-    """Group jobs with equal unseeded sampling params (order kept); seeded jobs alone."""
-    groups: dict[SamplingParams, list[_Job]] = {}
+    """Group jobs with equal unseeded sampling params and ``top`` (order kept); seeded jobs alone."""
+    groups: dict[tuple[SamplingParams, int], list[_Job]] = {}
     out: list[list[_Job]] = []
     for j in jobs:
         if j.sampling.seed is not None:
             out.append([j])
             continue
-        g = groups.setdefault(j.sampling, [])
+        g = groups.setdefault((j.sampling, j.top), [])
         if not g:
             out.append(g)
         g.append(j)
         if len(g) == max_batch:
-            del groups[j.sampling]
+            del groups[(j.sampling, j.top)]
     return out
 
 

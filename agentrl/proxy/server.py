@@ -40,15 +40,18 @@ class RecordingProxy:
         measure_drift: compute ``token_prefix_ok`` on continued calls.
         max_batch: most prompts per engine call; model_name: served on ``GET models``.
         first_episode_id: id of the first episode created without an explicit id.
+        unknown_fields: ``ignore`` | ``refuse`` unknown request keys (None: ``refuse`` in
+            ``strict`` mode, else ``ignore``; see ``ProxyCore``).
     """
 
     def __init__(self, engine: LLMClient, renderer: ChatRenderer, *, sink: EpisodeSink | None = None,
                  run_id: str = "proxy", mode: str = "tito", sampling: SamplingParams | None = None,
                  admin_token: str | None = None, measure_drift: bool = True, max_batch: int = 32,
-                 model_name: str = "policy", first_episode_id: int = 0) -> None:
+                 model_name: str = "policy", first_episode_id: int = 0, unknown_fields: str | None = None) -> None:
         self.registry = SessionRegistry(run_id, sink, first_episode_id)
         self.core = ProxyCore(engine, renderer, self.registry, mode=mode, sampling=sampling,
-                              measure_drift=measure_drift, max_batch=max_batch, model_name=model_name)
+                              measure_drift=measure_drift, max_batch=max_batch, model_name=model_name,
+                              unknown_fields=unknown_fields)
         self.admin_token = admin_token or secrets.token_hex(16)
         self.url = ""  # "http://host:port" once serving
         self._server = None

@@ -47,15 +47,27 @@ def _usage(call: PendingCall) -> dict:
     return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
 
 
-def _logprobs(call: PendingCall, lo: int, hi: int) -> dict:
+def logprob_items(call: PendingCall, lo: int, hi: int) -> list[dict]:
+    """OpenAI logprob entries of completion tokens ``lo:hi``: ``{token, logprob, bytes,
+    top_logprobs}`` (``token`` is the vocabulary entry; ``top_logprobs`` holds the request's
+    ``top_logprobs`` most likely alternatives, raw-logit logprobs)."""
     tok = call.core.renderer.tokenizer
-    ids, lps = call.completion.token_ids, call.completion.logprobs
+    c = call.completion
+    ids, lps, k_top = c.token_ids, c.logprobs, call.request.top_logprobs if c.top_ids is not None else 0
     items = []
     for k in range(lo, hi):
         text = tok.convert_ids_to_tokens(int(ids[k]))
+        top = []
+        for j in range(k_top):
+            alt = tok.convert_ids_to_tokens(int(c.top_ids[k, j]))
+            top.append({"token": alt, "logprob": float(c.top_logprobs[k, j]), "bytes": list(alt.encode())})
         items.append({"token": text, "logprob": float(lps[k]) if lps.size else None,
-                      "bytes": list(text.encode()), "top_logprobs": []})
-    return {"content": items}
+                      "bytes": list(text.encode()), "top_logprobs": top})
+    return items
+
+
+def _logprobs(call: PendingCall, lo: int, hi: int) -> dict:
+    return {"content": logprob_items(call, lo, hi)}
 
 
 def chat_body(call: PendingCall) -> dict:
@@ -76,7 +88,9 @@ def completion_body(call: PendingCall) -> dict:
     choice = {"index": 0, "text": call.content, "finish_reason": call.finish_reason, "logprobs": None}
     if call.request.logprobs:
         lp = _logprobs(call, 0, call.completion.token_ids.size)["content"]
-        choice["logprobs"] = {"tokens": [x["token"] for x in lp], "token_logprobs": [x["logprob"] for x in lp]}
+        choice["logprobs"] = {"tokens": [x["token"] for x in lp], "token_logprobs": [x["logprob"] for x in lp],
+                              "top_logprobs": [{t["token"]: t["logprob"] for t in x["top_logprobs"]} for x in lp]
+                              if call.request.top_logprobs else None}
     body = {"id": f"cmpl-{secrets.token_hex(12)}", "object": "text_completion", "created": int(time.time()),
             "model": call.request.model or call.core.model_name, "choices": [choice], "usage": _usage(call)}
     if call.request.return_token_ids:

@@ -1,8 +1,11 @@
 """OpenAI wire format: parse requests into dataclasses, build responses and error bodies.
 
-Only what the recording proxy supports is accepted; anything else is a 400 with an
-OpenAI-style body ``{"error": {"message", "type", "param", "code"}}`` naming the parameter
-and the fix, so a harness fails loudly instead of training on silently-ignored settings.
+A known parameter the proxy cannot honour (``n`` > 1, ``logit_bias``, forced tools, a
+non-text ``response_format``, penalties) is a 400 with an OpenAI-style body ``{"error":
+{"message", "type", "param", "code"}}`` naming the parameter and the fix. A key the proxy
+does not know is ignored and recorded (``ChatRequest.ignored`` → the turn's
+``info["ignored_fields"]``) so a newer SDK does not break training; with ``strict=True`` a
+non-null unknown key is a 400 instead (null-valued keys never are).
 Sampling maps onto ``SamplingParams``: ``temperature == 0`` means greedy;
 ``max_completion_tokens`` is the chat name of ``max_tokens`` (both sent and different: 400).
 Flags (``stream``, ``logprobs``, ...) must be JSON booleans, ``stream_options`` an object,
@@ -30,6 +33,8 @@ _COMPLETION_KEYS = (_CHAT_KEYS - {"messages", "tools", "tool_choice", "max_compl
                                   "top_logprobs"}) | {"prompt"}
 #: Smallest positive ``temperature`` (as vLLM's sampling epsilon); below it use 0 for greedy.
 MIN_TEMPERATURE = 1e-5
+#: Most ``stop`` strings and ``top_logprobs`` per request (OpenAI's limits: 4 and 20; we allow more stops).
+MAX_STOPS, MAX_TOP_LOGPROBS = 16, 20
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 
 
@@ -98,6 +103,10 @@ class ChatRequest:
         return_token_ids: return prompt and completion token ids (vLLM extension).
         prompt: ``completions`` only — the prompt text or token ids.
         model: the model name the client asked for (echoed back).
+        stop: stop strings; the reply ends before the first one (``agentrl.proxy.stops``).
+        top_logprobs: the K most likely alternatives to return per token (0: none).
+        ignored: unknown keys sent with a non-null value (recorded, not honoured).
+        dialect: ``chat | completions | responses | messages`` (the route's API).
     """
 
     messages: tuple[WireMessage, ...] = ()
@@ -110,6 +119,10 @@ class ChatRequest:
     return_token_ids: bool = False
     prompt: str | tuple[int, ...] | None = None
     model: str = ""
+    stop: tuple[str, ...] = ()
+    top_logprobs: int = 0
+    ignored: tuple[str, ...] = ()
+    dialect: str = "chat"
 
 
 def loads(body: bytes) -> dict:
@@ -242,10 +255,8 @@ def parse_sampling(data: dict, default: SamplingParams) -> tuple[SamplingParams,
             raise bad(f"'{key}' is not supported by the recording proxy (it would change the sampling "
                       f"distribution unrecorded); remove it or set it to 0", key)
     if data.get("n") not in (None, 1):
-        raise bad("'n' must be 1; send one request per sample", "n")
-    if data.get("stop") not in (None, [], ""):
-        raise bad("'stop' strings are not supported (cutting text would break token fidelity); the model's EOS "
-                  "ends every message", "stop")
+        raise bad("'n' must be 1: a harness that keeps one of n choices would train on choices nobody rewards or "
+                  "continues; for n samples of a prompt open n episodes of one group (group_id)", "n")
     if data.get("logit_bias"):
         raise bad("'logit_bias' is not supported by the recording proxy; remove it", "logit_bias")
     temperature = _number(data, "temperature", float, default.temperature)
@@ -267,16 +278,41 @@ def parse_sampling(data: dict, default: SamplingParams) -> tuple[SamplingParams,
     return sampling, sent
 
 
-def _check_keys(data: dict, allowed: frozenset, route: str) -> None:
-    for key in data:
-        if key not in allowed:
-            raise bad(f"parameter '{key}' is not supported on {route} by the recording proxy; remove it "
-                      f"(supported: {', '.join(sorted(allowed - IGNORED_KEYS))})", key)
+def parse_stop(value: Any, key: str = "stop") -> tuple[str, ...]:
+    """``stop`` (null, a string or a list of strings) as a tuple of non-empty strings.
+    Raises ``WireError`` 400 on another type or more than ``MAX_STOPS`` strings."""
+    if value is None or value == "":
+        return ()
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list) or not all(isinstance(x, str) for x in stops):
+        raise bad(f"'{key}' must be a string or a list of strings, got {value!r}", key)
+    if len(stops) > MAX_STOPS:
+        raise bad(f"'{key}' has {len(stops)} strings; send at most {MAX_STOPS}", key)
+    return tuple(dict.fromkeys(x for x in stops if x))
 
 
-def parse_chat(data: dict, default: SamplingParams) -> ChatRequest:
-    """Parse a ``chat/completions`` body. Raises ``WireError`` 400."""
-    _check_keys(data, _CHAT_KEYS, "chat/completions")
+def parse_top_logprobs(data: dict, key: str = "top_logprobs") -> int:
+    """``top_logprobs`` as an int in ``[0, MAX_TOP_LOGPROBS]``. Raises ``WireError`` 400."""
+    k = _number(data, key, int, 0)
+    if not 0 <= k <= MAX_TOP_LOGPROBS:
+        raise bad(f"'{key}' must be between 0 and {MAX_TOP_LOGPROBS}, got {k}", key)
+    return k
+
+
+def unknown_keys(data: dict, allowed: frozenset, route: str, strict: bool) -> tuple[str, ...]:
+    """The keys of ``data`` outside ``allowed`` with a non-null value (sorted), to be ignored
+    and recorded. Raises ``WireError`` 400 naming the first one when ``strict``."""
+    unknown = tuple(sorted(k for k, v in data.items() if k not in allowed and v is not None))
+    if unknown and strict:
+        raise bad(f"parameter '{unknown[0]}' is not supported on {route} by the recording proxy, which refuses "
+                  f"unknown parameters (unknown_fields='refuse'); remove it or run the proxy with "
+                  f"unknown_fields='ignore' (supported: {', '.join(sorted(allowed - IGNORED_KEYS))})", unknown[0])
+    return unknown
+
+
+def parse_chat(data: dict, default: SamplingParams, *, strict: bool = False) -> ChatRequest:
+    """Parse a ``chat/completions`` body (``strict``: unknown keys are a 400). Raises ``WireError`` 400."""
+    ignored = unknown_keys(data, _CHAT_KEYS, "chat/completions", strict)
     tools = data.get("tools") or []
     if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
         raise bad("'tools' must be a list of tool objects", "tools")
@@ -287,19 +323,20 @@ def parse_chat(data: dict, default: SamplingParams) -> ChatRequest:
     fmt = data.get("response_format")
     if fmt not in (None, {"type": "text"}):
         raise bad("'response_format' other than text is not supported (no constrained decoding)", "response_format")
-    if data.get("top_logprobs"):
-        raise bad("'top_logprobs' is not supported; only the sampled token's logprob is returned", "top_logprobs")
+    top = parse_top_logprobs(data)
     sampling, sent = parse_sampling(data, default)
     return ChatRequest(messages=parse_messages(data.get("messages")), tools=tuple(tools) if choice != "none" else (),
                        sampling=sampling, sent=sent, stream=_flag(data, "stream"), include_usage=_include_usage(data),
-                       logprobs=_flag(data, "logprobs"), return_token_ids=_flag(data, "return_token_ids"),
-                       model=str(data.get("model") or ""))
+                       logprobs=_flag(data, "logprobs") or top > 0, return_token_ids=_flag(data, "return_token_ids"),
+                       model=str(data.get("model") or ""), stop=parse_stop(data.get("stop")), top_logprobs=top,
+                       ignored=ignored)
 
 
-def parse_completion(data: dict, default: SamplingParams, vocab_size: int | None = None) -> ChatRequest:
+def parse_completion(data: dict, default: SamplingParams, vocab_size: int | None = None, *,
+                     strict: bool = False) -> ChatRequest:
     """Parse a legacy ``completions`` body (``prompt``: a string or a list of token ids, each
-    in ``[0, vocab_size)``). Raises ``WireError`` 400."""
-    _check_keys(data, _COMPLETION_KEYS, "completions")
+    in ``[0, vocab_size)``; ``logprobs`` = K > 1 asks for the top K). Raises ``WireError`` 400."""
+    ignored = unknown_keys(data, _COMPLETION_KEYS, "completions", strict)
     prompt = data.get("prompt")
     if isinstance(prompt, list) and prompt and all(isinstance(i, int) and not isinstance(i, bool) for i in prompt):
         prompt = tuple(prompt)
@@ -312,8 +349,10 @@ def parse_completion(data: dict, default: SamplingParams, vocab_size: int | None
     logprobs = data.get("logprobs")
     if logprobs is not None and not isinstance(logprobs, int):
         raise bad(f"'logprobs' must be an integer (0 or 1) or null, got {logprobs!r}", "logprobs")
-    if logprobs not in (None, False, 0, True, 1):
-        raise bad("'logprobs' > 1 is not supported; only the sampled token's logprob is returned", "logprobs")
+    if logprobs is not None and not 0 <= logprobs <= MAX_TOP_LOGPROBS:
+        raise bad(f"'logprobs' must be between 0 and {MAX_TOP_LOGPROBS}, got {logprobs}", "logprobs")
+    top = int(logprobs) if logprobs and logprobs > 1 else 0
     return ChatRequest(prompt=prompt, sampling=sampling, sent=sent, stream=_flag(data, "stream"),
                        include_usage=_include_usage(data), logprobs=bool(logprobs),
-                       return_token_ids=_flag(data, "return_token_ids"), model=str(data.get("model") or ""))
+                       return_token_ids=_flag(data, "return_token_ids"), model=str(data.get("model") or ""),
+                       stop=parse_stop(data.get("stop")), top_logprobs=top, ignored=ignored, dialect="completions")
