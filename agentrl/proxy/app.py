@@ -36,8 +36,9 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from agentrl.proxy.calls import PendingCall, ProxyCore
+from agentrl.proxy.responses import parse_responses, remember, response_body, sse_responses
 from agentrl.proxy.sse import chat_body, completion_body, sse_chat, sse_completion
-from agentrl.proxy.wire import WireError, bad, loads, parse_chat, parse_completion
+from agentrl.proxy.wire import ChatRequest, WireError, bad, loads, parse_chat, parse_completion
 
 JSON = "application/json"
 
@@ -54,7 +55,7 @@ def _bearer(request: Request) -> str | None:
     auth = request.headers.get("authorization", "")
     if auth[:7].lower() == "bearer ":
         return auth[7:].strip()
-    return request.headers.get("x-episode-key")
+    return request.headers.get("x-episode-key") or request.headers.get("x-api-key")  # x-api-key: Anthropic SDKs
 
 
 def build_app(core: ProxyCore, *, admin_token: str, base_url: Callable[[], str], threads: int = 64) -> Starlette:
@@ -69,10 +70,6 @@ def build_app(core: ProxyCore, *, admin_token: str, base_url: Callable[[], str],
     pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="agentrl-proxy")
     vocab = _vocab_size(core.renderer)
 
-    def parse(data: dict, chat: bool):
-        strict = core.strict_fields
-        return (parse_chat(data, core.sampling, strict=strict) if chat
-                else parse_completion(data, core.sampling, vocab, strict=strict))
 
     async def run(fn, *args):
         return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
@@ -80,27 +77,46 @@ def build_app(core: ProxyCore, *, admin_token: str, base_url: Callable[[], str],
     def session_of(request: Request):
         return core.registry.by_key(request.path_params.get("key") or _bearer(request))
 
-    async def generate(request: Request, chat: bool) -> Response:
+    async def generate(request: Request, parse, body, stream, error=_error) -> Response:
+        """One data-plane call in any dialect: ``parse(data, session) -> ChatRequest`` or a
+        context with ``.req``; ``body(call, ctx)`` / ``stream(call, ctx)`` write the reply;
+        ``error`` formats a ``WireError``."""
         try:
             session = session_of(request)
             data = loads(await request.body())
-            req = parse(data, chat)
+            ctx = parse(data, session)
+            req = ctx if isinstance(ctx, ChatRequest) else ctx.req
             if session.closed:
                 raise WireError(409, f"episode {session.episode.episode_id} is closed", kind="conflict")
             call: PendingCall = await _watch(request, core.start_async(session, req, run))
         except WireError as exc:
-            return _error(exc)
+            return error(exc)
         if call is None:  # the client left while the engine ran; start() finished the call
             return Response(status_code=499)
         if req.stream:
-            return _stream(call, sse_chat(call) if chat else sse_completion(call))
-        return _deliver(call, chat_body if chat else completion_body)
+            return _stream(call, stream(call, ctx))
+        return _deliver(call, lambda c: body(c, ctx))
 
     async def chat_completions(request: Request) -> Response:
-        return await generate(request, True)
+        return await generate(request, lambda d, s: parse_chat(d, core.sampling, strict=core.strict_fields),
+                              lambda c, _: chat_body(c), lambda c, _: sse_chat(c))
 
     async def completions(request: Request) -> Response:
-        return await generate(request, False)
+        return await generate(request, lambda d, s: parse_completion(d, core.sampling, vocab, strict=core.strict_fields),
+                              lambda c, _: completion_body(c), lambda c, _: sse_completion(c))
+
+    def responses_body(call: PendingCall, rc) -> dict:
+        remember(call.session.responses, rc, call)
+        return response_body(call, rc)
+
+    def responses_stream(call: PendingCall, rc):
+        remember(call.session.responses, rc, call)
+        return sse_responses(call, rc)
+
+    async def responses(request: Request) -> Response:
+        return await generate(request, lambda d, s: parse_responses(d, core.sampling, strict=core.strict_fields,
+                                                                    stored=s.responses),
+                              responses_body, responses_stream)
 
     async def models(request: Request) -> Response:
         try:
@@ -113,6 +129,7 @@ def build_app(core: ProxyCore, *, admin_token: str, base_url: Callable[[], str],
     for prefix in ("/e/{key}/v1", "/v1"):
         app.add_route(prefix + "/chat/completions", chat_completions, methods=["POST"])
         app.add_route(prefix + "/completions", completions, methods=["POST"])
+        app.add_route(prefix + "/responses", responses, methods=["POST"])
         app.add_route(prefix + "/models", models, methods=["GET"])
     app.add_route("/healthz", lambda request: _json({"ok": True, "paused": core.gate.paused}), methods=["GET"])
     _admin_routes(app, core, admin_token, base_url, run)

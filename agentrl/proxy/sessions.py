@@ -78,6 +78,7 @@ class EpisodeSession:
     forks: int = 0
     calls: int = 0
     last_call: object = None  # the last delivered PendingCall (an identical resend retries it)
+    responses: dict = field(default_factory=dict)  # Responses API: response id -> conversation (previous_response_id)
     episode_reward: float | None = None
     final_return: float | None = None
     closed: bool = False
@@ -242,6 +243,7 @@ class SessionRegistry:
             tr.info["episode_forks"] = s.forks
         s.final_return = ep.return_
         s.episode, s.threads = dataclasses.replace(ep, turns=[]), {}  # the proxy keeps only the summary
+        s.responses = {}
         if self.sink is not None:
             self.sink.add_episodes([ep], run_id=self.run_id)
         return ep

@@ -121,7 +121,7 @@ async def sse_chat(call: PendingCall) -> AsyncIterator[bytes]:
 
         first = {"prompt_token_ids": call.plan.prompt_ids.tolist()} if req.return_token_ids else {}
         yield chunk({"role": "assistant", "content": ""}, **first)
-        deltas = text_deltas(call.core.renderer.tokenizer, _content_ids(call), call.content) if not call.tool_calls \
+        deltas = text_deltas(call.core.renderer.tokenizer, content_ids(call), call.content) if not call.tool_calls \
             else [(call.content, 0, ids.size)] * bool(call.content)
         for text, lo, hi in deltas:
             yield chunk({"content": text}, lo, hi)
@@ -147,7 +147,7 @@ async def sse_completion(call: PendingCall) -> AsyncIterator[bytes]:
     try:
         head = {"id": f"cmpl-{secrets.token_hex(12)}", "object": "text_completion", "created": int(time.time()),
                 "model": call.request.model or call.core.model_name}
-        for text, _, _ in text_deltas(call.core.renderer.tokenizer, _content_ids(call), call.content):
+        for text, _, _ in text_deltas(call.core.renderer.tokenizer, content_ids(call), call.content):
             yield _event({**head, "choices": [{"index": 0, "text": text, "finish_reason": None, "logprobs": None}]})
         final = _event({**head, "choices": [{"index": 0, "text": "", "finish_reason": call.finish_reason,
                                              "logprobs": None}]})
@@ -161,6 +161,7 @@ async def sse_completion(call: PendingCall) -> AsyncIterator[bytes]:
         call.finish(delivered)
 
 
-def _content_ids(call: PendingCall):
+def content_ids(call: PendingCall):
+    """The completion ids without a trailing EOS (those the reply text decodes from)."""
     ids = call.completion.token_ids
     return ids[:-1] if ids.size and int(ids[-1]) == call.core.renderer.eos_token_id else ids

@@ -356,3 +356,7 @@ def parse_completion(data: dict, default: SamplingParams, vocab_size: int | None
                        include_usage=_include_usage(data), logprobs=bool(logprobs),
                        return_token_ids=_flag(data, "return_token_ids"), model=str(data.get("model") or ""),
                        stop=parse_stop(data.get("stop")), top_logprobs=top, ignored=ignored, dialect="completions")
+
+
+#: The parsing helpers the other dialects (``responses``, ``anthropic``) share.
+content_text, number, flag = _text, _number, _flag
