@@ -35,7 +35,9 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from agentrl.proxy.anthropic import error_body, message_body, parse_anthropic, sse_anthropic
 from agentrl.proxy.calls import PendingCall, ProxyCore
+from agentrl.proxy.messages import to_template
 from agentrl.proxy.responses import parse_responses, remember, response_body, sse_responses
 from agentrl.proxy.sse import chat_body, completion_body, sse_chat, sse_completion
 from agentrl.proxy.wire import ChatRequest, WireError, bad, loads, parse_chat, parse_completion
@@ -49,6 +51,10 @@ def _json(obj, status: int = 200) -> Response:
 
 def _error(exc: WireError) -> Response:
     return Response(exc.body(), status_code=exc.status, media_type=JSON)
+
+
+def _anthropic_error(exc: WireError) -> Response:
+    return Response(error_body(exc), status_code=exc.status, media_type=JSON)
 
 
 def _bearer(request: Request) -> str | None:
@@ -118,6 +124,22 @@ def build_app(core: ProxyCore, *, admin_token: str, base_url: Callable[[], str],
                                                                     stored=s.responses),
                               responses_body, responses_stream)
 
+    async def messages(request: Request) -> Response:
+        return await generate(request, lambda d, s: parse_anthropic(d, core.sampling, strict=core.strict_fields),
+                              lambda c, _: message_body(c), lambda c, _: sse_anthropic(c), _anthropic_error)
+
+    async def count_tokens(request: Request) -> Response:
+        """Anthropic ``messages/count_tokens``: the tokens of a fresh render (nothing recorded)."""
+        try:
+            session_of(request)
+            data = loads(await request.body())
+            req = parse_anthropic({**data, "max_tokens": 1}, core.sampling)
+            with core._render_lock:
+                n = core.renderer.render_ids(to_template(req.messages, req.tools)).size
+        except WireError as exc:
+            return _anthropic_error(exc)
+        return _json({"input_tokens": int(n)})
+
     async def models(request: Request) -> Response:
         try:
             session_of(request)
@@ -130,6 +152,8 @@ def build_app(core: ProxyCore, *, admin_token: str, base_url: Callable[[], str],
         app.add_route(prefix + "/chat/completions", chat_completions, methods=["POST"])
         app.add_route(prefix + "/completions", completions, methods=["POST"])
         app.add_route(prefix + "/responses", responses, methods=["POST"])
+        app.add_route(prefix + "/messages", messages, methods=["POST"])
+        app.add_route(prefix + "/messages/count_tokens", count_tokens, methods=["POST"])
         app.add_route(prefix + "/models", models, methods=["GET"])
     app.add_route("/healthz", lambda request: _json({"ok": True, "paused": core.gate.paused}), methods=["GET"])
     _admin_routes(app, core, admin_token, base_url, run)

@@ -38,13 +38,18 @@ class EpisodeHandle:
         episode_id: the episode's id (int).
         key: the capability key (32 hex chars).
         base_url: OpenAI base URL ``http://host:port/e/{key}/v1`` ("" before the server starts).
-        api_key: the same key, for harnesses that send it as a bearer token.
+        api_key: the same key, for harnesses that send it as a bearer token (or ``x-api-key``).
     """
 
     episode_id: int
     key: str
     base_url: str
     api_key: str
+
+    @property
+    def anthropic_base_url(self) -> str:
+        """The base URL for Anthropic SDKs (they append ``/v1/messages``): ``http://host:port/e/{key}``."""
+        return self.base_url[:-3] if self.base_url.endswith("/v1") else self.base_url
 
 
 @dataclass(frozen=True)

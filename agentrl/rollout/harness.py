@@ -4,6 +4,8 @@ The harness is any command. Its environment gets, per episode:
 
 - ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``: the episode's proxy base URL and key — every
   OpenAI SDK picks them up, so each LLM call is recorded as a token-faithful turn;
+- ``ANTHROPIC_BASE_URL`` / ``ANTHROPIC_API_KEY``: the same endpoint for Anthropic SDKs
+  (``/v1/messages``; the base URL without ``/v1``);
 - ``AGENTRL_ENV_ID``, ``AGENTRL_ENV_KWARGS`` (JSON), ``AGENTRL_SEED``: the registered env
   and the seed to ``reset`` it with;
 - ``AGENTRL_ACTION_LOG``: a file where the harness appends one JSON line
@@ -101,7 +103,9 @@ def _argv(spec: HarnessSpec) -> list[str]:
 
 def _environ(spec: HarnessSpec, base_url: str, key: str, seed: int, log: Path) -> dict[str, str]:
     env = {**os.environ, **{k: str(v) for k, v in spec.environ.items()}}
-    env.update(OPENAI_BASE_URL=base_url, OPENAI_API_KEY=key, AGENTRL_ENV_ID=spec.env_id, AGENTRL_SEED=str(seed),
+    root = base_url[:-3] if base_url.endswith("/v1") else base_url  # Anthropic SDKs append /v1/messages
+    env.update(OPENAI_BASE_URL=base_url, OPENAI_API_KEY=key, ANTHROPIC_BASE_URL=root, ANTHROPIC_API_KEY=key,
+               AGENTRL_ENV_ID=spec.env_id, AGENTRL_SEED=str(seed),
                AGENTRL_ENV_KWARGS=json.dumps(spec.env_kwargs), AGENTRL_ACTION_LOG=str(log))
     return env
 
