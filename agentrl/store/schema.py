@@ -10,6 +10,11 @@ Tables (all keyed by ``run_key``, the integer alias of a run id):
   logprobs and hidden states), ``info`` is JSON text, ``reward`` is NULL when unscored.
 - ``advantages(run_key, turn_id, iteration, estimator, value)``: written by the trainer.
 - ``metrics(run_key, iteration, name, value)``: per-iteration scalars.
+- ``iteration`` is **1-based**, as everywhere in agentrl (console, ``metrics.jsonl``'s ``step``,
+  TensorBoard, W&B, ``checkpoints/iter_<k>``): iteration k is the k-th training iteration, its
+  rollout sampled with policy version k − 1 and its checkpoint holds the weights after it;
+  iteration 0 is "before training" (an evaluation run's metrics). Stores written before
+  2026-12-01 numbered the trainer's rows from 0.
 - indexes: ``turns_by_episode`` and the viewer's ``VIEW_INDEXES`` (episodes by group, turns by
   policy version, advantages by iteration); ``CREATE INDEX IF NOT EXISTS`` on every writable
   open, so a store written before an index existed gets it from its next writer (the schema

@@ -157,7 +157,8 @@ def chain_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
         if parts.critic is not None:  # turn-PPO: V(s_t) per turn before the estimator runs
             table, all_turns = with_values(parts.critic, table, episodes, parts.policy.pad_id, cfg.update.micro_batch)
         adv = compute_advantages(table, cfg.algorithm.estimator, **cfg.algorithm.kwargs)
-        parts.store.set_advantages(cfg.run.name, table.turn_id, adv, iteration=it, estimator=cfg.algorithm.estimator)
+        parts.store.set_advantages(cfg.run.name, table.turn_id, adv, iteration=it + 1,  # 1-based, as everywhere
+                                   estimator=cfg.algorithm.estimator)
     t2 = time.perf_counter()
     stats, corr = update_policy(parts.policy, parts.optimizer, cfg, table, adv, episodes, it, dp=parts.dp)
     if corr is not None:  # behaviour–trainer KL, capped / masked token fractions
@@ -350,7 +351,7 @@ def _loop(parts: RunParts, state: TrainState, cfg: Config, run_dir: Path, evals:
                     evals.append(result)
                     metrics.update(result.as_metrics())
                 logger.log(it + 1, metrics)
-                parts.store.add_metrics(cfg.run.name, it, metrics)
+                parts.store.add_metrics(cfg.run.name, it + 1, metrics)  # the same number as logger.log's step
             if (cfg.run.save_every and (it + 1) % cfg.run.save_every == 0) or it + 1 == cfg.run.iterations:
                 save_checkpoint(run_dir, parts.policy.model, parts.optimizer, state, dp=parts.dp)
     return state

@@ -263,7 +263,7 @@ def rtpo_iteration(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config
         new = np.isin(table.turn_id, [t.turn_id for e in rnd.new_episodes for t in e.turns])
         branch = table.branch if table.branch is not None else np.full(len(table), -1)
         mine = np.isin(branch, rnd.branch_ids) | (new & (branch < 0))
-        store.set_advantages(cfg.run.name, table.turn_id[mine], adv[mine], iteration=iteration, estimator=est)
+        store.set_advantages(cfg.run.name, table.turn_id[mine], adv[mine], iteration=iteration + 1, estimator=est)
         written.update(zip(table.turn_id[mine].tolist(), adv[mine].tolist()))
         stats.extend(update_policy(policy, optimizer, cfg, table, adv, list(rnd.episodes), iteration)[0])
         sync_weights(policy)  # the next round samples with the updated weights

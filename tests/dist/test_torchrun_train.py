@@ -43,7 +43,7 @@ def test_two_rank_run_writes_the_store_once_and_resumes_in_one_process(tiny_dir,
         assert len({e.episode_id for e in eps}) == len(eps)
         versions = {(e.episode_id // 8, t.policy_version) for e in eps for t in e.turns}
         assert versions == {(0, 0), (1, 1)}  # iteration k sampled with the weights after k updates
-        assert {m.iteration for m in store.metrics("dp")} == {0, 1}
+        assert {m.iteration for m in store.metrics("dp")} == {1, 2}  # 1-based, as metrics.jsonl's steps
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == [1, 2]  # rank 0 logs, once per iteration
     assert sum(x.get("update/steps", 0) for x in lines) >= 1 and any(x.get("update/grad_norm", 0) > 0 for x in lines)

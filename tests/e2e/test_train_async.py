@@ -67,7 +67,7 @@ def test_max_staleness_two_never_trains_a_turn_older_than_two_versions(tiny_dir,
     assert result.state.iteration == 4 and result.state.policy_version == 4
     trained, _ = _trained(result)
     assert trained, "no turn was trained"
-    ages = [it - v for it, v in trained.values()]  # the trainer is at version `it` in iteration it
+    ages = [it - 1 - v for it, v in trained.values()]  # the trainer is at version k − 1 in (1-based) iteration k
     assert min(ages) >= 0 and max(ages) <= s
     rows = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 4
@@ -106,7 +106,7 @@ def test_a_resumed_asynchronous_run_produces_after_the_stored_ids(tiny_dir, tmp_
     assert first.state.iteration == 2 and more.state.iteration == 3 and more.state.policy_version == 3
     trained, episodes = _trained(more)
     assert len({e.episode_id for e in episodes}) == len(episodes) == 3 * 2 * 4  # no id stored twice
-    assert all(0 <= it - v <= 1 for it, v in trained.values())
+    assert all(0 <= it - 1 - v <= 1 for it, v in trained.values())  # 1-based iteration k trains at version k − 1
     rows = [json.loads(x) for x in (more.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert any("correction/kl" in r for r in rows)  # the correction ran in some update phase
     assert all(r["correction/kl"] >= 0 for r in rows if "correction/kl" in r)
@@ -126,6 +126,6 @@ def test_bf16_asynchronous_run_keeps_the_bound_and_corrects(tiny_dir, tmp_path):
     result = _train(cfg)
     assert result.state.iteration == 2 and result.state.policy_version == 2
     trained, episodes = _trained(result)
-    assert trained and all(0 <= it - v <= 1 for it, v in trained.values())
+    assert trained and all(0 <= it - 1 - v <= 1 for it, v in trained.values())
     rows = [json.loads(x) for x in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert all(r["async/staleness_max"] <= 1 for r in rows) and any("correction/kl" in r for r in rows)

@@ -74,6 +74,20 @@ def test_two_iterations_store_every_turn_with_advantage(finished_run):
     assert "eval/greedy_success" in lines[1] and len(result.evals) == 1 and result.evals[0].n == 3
 
 
+def test_one_iteration_numbering_everywhere(finished_run):
+    """Issue 23 item 3: console/metrics.jsonl steps, the store's advantages and metrics, and the
+    checkpoint names all call the two iterations 1 and 2 (policy versions 0 and 1 sampled them)."""
+    result, _ = finished_run
+    lines = [json.loads(x) for x in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
+    with TurnStore(result.store_path, readonly=True) as store:
+        adv_iters = sorted({a.iteration for a in store.advantages(result.run_id)})
+        metric_iters = sorted({m.iteration for m in store.metrics(result.run_id)})
+        versions = sorted({t.policy_version for e in store.load_episodes(result.run_id) for t in e.turns})
+    checkpoints = sorted(p.name for p in (result.run_dir / "checkpoints").glob("iter_*"))
+    assert [x["step"] for x in lines] == adv_iters == metric_iters == [1, 2]
+    assert checkpoints == ["iter_000001", "iter_000002"] and versions == [0, 1]
+
+
 def test_signal_reaches_the_update(finished_run):
     result, _ = finished_run
     lines = [json.loads(x) for x in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
