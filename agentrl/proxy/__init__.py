@@ -1,6 +1,7 @@
 """agentrl.proxy — the recording OpenAI-compatible proxy for external harnesses (layer L2).
 
-Owns: the OpenAI wire format (``wire``), message/tool-call conversion (``messages``),
+Owns: the OpenAI wire format (``wire``), the Responses and Anthropic Messages dialects
+(``responses``, ``anthropic``), ``stop`` strings (``stops``), message/tool-call conversion (``messages``),
 token-in/token-out continuation and drift (``tito``), the batching engine worker and
 pause gate (``engine``), episode sessions (``sessions``), one call → one ``Turn``
 (``calls``), response bodies and SSE (``sse``), the ASGI routes (``app``) and the

@@ -2,8 +2,11 @@
 
 Data plane (per episode; the key is the capability, MODELS.md §5.1–5.2):
 ``POST /e/{key}/v1/chat/completions`` (SSE when ``stream``), ``POST /e/{key}/v1/completions``,
-``GET /e/{key}/v1/models``; the same routes under ``/v1/...`` take the key as
-``Authorization: Bearer {key}`` (or ``X-Episode-Key``). Control plane (``Authorization:
+``POST /e/{key}/v1/responses`` (OpenAI Responses, ``responses``), ``POST /e/{key}/v1/messages``
+and ``.../messages/count_tokens`` (Anthropic Messages, ``anthropic``), ``GET /e/{key}/v1/models``;
+the same routes under ``/v1/...`` take the key as ``Authorization: Bearer {key}`` (or
+``X-Episode-Key``, or ``x-api-key``). Every dialect parses into a ``ChatRequest`` and runs on
+the same ``ProxyCore`` (``generate``). Control plane (``Authorization:
 Bearer {admin_token}``): ``POST /admin/episodes`` ``{env_id, task_id, seed, group_id,
 episode_id, sampling, max_calls}``, ``GET /admin/episodes``, ``POST
 /admin/episodes/{id}/reward`` ``{reward, turn?}``, ``POST /admin/episodes/{id}/close``
