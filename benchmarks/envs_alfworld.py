@@ -74,7 +74,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from agentrl.env import make
-    from envs.alfworld import data
+    from agentrl_envs.alfworld import data
 
     games = data.list_games("eval_unseen")[:: max(1, 134 // args.games)][: args.games]
     ours_t, bare_t = [], []

@@ -48,12 +48,12 @@ def _pair(env_us: list[float], bare_us: list[float]) -> dict[str, object]:
 
 def run(n: int) -> dict[str, object]:
     """Measure everything (module docstring); returns the JSON-ready result."""
-    from envs.webshop import search as search_mod
-    from envs.webshop.data import resolve_data_dir
-    from envs.webshop.env import VERSION, WebShopEnv
-    from envs.webshop.pages import item_page, page_slice, results_page
-    from envs.webshop.policies import oracle_query
-    from envs.webshop.reward import get_reward
+    from agentrl_envs.webshop import search as search_mod
+    from agentrl_envs.webshop.data import resolve_data_dir
+    from agentrl_envs.webshop.env import VERSION, WebShopEnv
+    from agentrl_envs.webshop.pages import item_page, page_slice, results_page
+    from agentrl_envs.webshop.policies import oracle_query
+    from agentrl_envs.webshop.reward import get_reward
 
     t0 = time.perf_counter()
     env = WebShopEnv()

@@ -26,7 +26,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from sandboxes.bwrap import BwrapSandbox
+from agentrl_sandboxes.bwrap import BwrapSandbox
 
 OUT = Path(__file__).parent / "results" / "sandbox.json"
 
@@ -73,7 +73,7 @@ def _latency_in(sb: BwrapSandbox, reps: int, py: str, work: str) -> dict:
 
 def throughput(slots: int, n_tasks: int) -> dict:
     """HumanEval canonical checks per second with ``slots`` concurrent runs."""
-    from envs.code.tasks import check_program, load_humaneval
+    from agentrl_envs.code.tasks import check_program, load_humaneval
 
     tasks = load_humaneval()[:n_tasks]
     programs = [check_program(t, t.canonical_solution) for t in tasks]

@@ -2,7 +2,7 @@
 
 Every backend (``bwrap``, ``docker``, ``unsafe_local``) implements ``Sandbox.run``: one
 fresh, isolated execution per call, no state shared between calls, everything cleaned up
-before ``run`` returns. Callers pick a backend by name through ``sandboxes.make_sandbox``.
+before ``run`` returns. Callers pick a backend by name through ``agentrl_sandboxes.make_sandbox``.
 """
 
 from __future__ import annotations

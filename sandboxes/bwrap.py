@@ -24,13 +24,13 @@ import signal
 import threading
 from typing import Mapping, Sequence
 
-from sandboxes import cgroups
-from sandboxes._proc import kill_children_first, kill_tree, looks_like_oom, memfd_with, minimal_env, run_process, signal_of
-from sandboxes.base import (
+from agentrl_sandboxes import cgroups
+from agentrl_sandboxes._proc import kill_children_first, kill_tree, looks_like_oom, memfd_with, minimal_env, run_process, signal_of
+from agentrl_sandboxes.base import (
     WORKDIR, ExecRequest, ExecResult, Limits, SandboxError, SandboxUnavailableError, build_request, resolve_limits,
 )
-from sandboxes.interpreter import SandboxPython, find_python
-from sandboxes.slots import DEFAULT_BASE_UID, Slot, SlotPool
+from agentrl_sandboxes.interpreter import SandboxPython, find_python
+from agentrl_sandboxes.slots import DEFAULT_BASE_UID, Slot, SlotPool
 
 log = logging.getLogger("sandboxes")
 _CG_JOIN = 'while [ "$1" != -- ]; do echo 0 > "$1" || exit 125; shift; done; shift; exec "$@"'
@@ -108,7 +108,7 @@ class BwrapSandbox:
         slots: concurrent runs in this process, each on its own uid.
         limits: default ``Limits`` (per-call ``timeout_s``/``memory_mb``/``limits`` override).
         python: interpreter for ``code=`` runs (default: first world-readable one, see
-            ``sandboxes.interpreter``).
+            ``agentrl_sandboxes.interpreter``).
         base_uid: uid of slot 0 (root only; as non-root the caller's uid is used).
         use_cgroups: ``False`` (default: rlimits only), ``"auto"`` (per-slot pids + memory
             cgroups when writable) or ``True`` (required). Joining a v1 cgroup costs
@@ -189,7 +189,7 @@ class BwrapSandbox:
             files: Mapping[str, str | bytes] | None = None, stdin: str | bytes | None = None,
             env: Mapping[str, str] | None = None, timeout_s: float | None = None, memory_mb: int | None = None,
             limits: Limits | None = None) -> ExecResult:
-        """Run ``cmd`` or Python ``code`` in a fresh sandbox (see ``sandboxes.base.Sandbox``).
+        """Run ``cmd`` or Python ``code`` in a fresh sandbox (see ``agentrl_sandboxes.base.Sandbox``).
 
         Raises:
             ValueError: bad arguments; SandboxBusyError: no slot free within the timeout;

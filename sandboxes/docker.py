@@ -16,8 +16,8 @@ import threading
 import time
 from typing import Mapping, Sequence
 
-from sandboxes._proc import minimal_env, signal_of
-from sandboxes.base import (
+from agentrl_sandboxes._proc import minimal_env, signal_of
+from agentrl_sandboxes.base import (
     WORKDIR, ExecRequest, ExecResult, Limits, SandboxError, SandboxUnavailableError, build_request, resolve_limits,
 )
 

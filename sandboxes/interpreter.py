@@ -14,7 +14,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from sandboxes.base import SandboxUnavailableError
+from agentrl_sandboxes.base import SandboxUnavailableError
 
 CANDIDATES = ("/usr/bin/python3", "/usr/local/bin/python3", "/usr/bin/python3.11", "/usr/bin/python3.12")
 
@@ -73,7 +73,7 @@ def find_python(explicit: str | None = None) -> SandboxPython:
     raise SandboxUnavailableError(
         f"no Python interpreter readable by an unprivileged uid (tried {tried}). Install one with "
         "`apt-get install python3`, or build a world-readable venv with "
-        "`python -m sandboxes.interpreter /opt/agentrl-sandbox-venv [packages...]` and pass "
+        "`python -m agentrl_sandboxes.interpreter /opt/agentrl-sandbox-venv [packages...]` and pass "
         "python='/opt/agentrl-sandbox-venv/bin/python'")
 
 
@@ -101,7 +101,7 @@ def build_sandbox_venv(dest: str, packages: list[str] | None = None, base_python
     return py
 
 
-if __name__ == "__main__":  # python -m sandboxes.interpreter DEST [packages...]
+if __name__ == "__main__":  # python -m agentrl_sandboxes.interpreter DEST [packages...]
     if len(sys.argv) < 2:
-        sys.exit("usage: python -m sandboxes.interpreter DEST [PACKAGE ...]")
+        sys.exit("usage: python -m agentrl_sandboxes.interpreter DEST [PACKAGE ...]")
     print(build_sandbox_venv(sys.argv[1], sys.argv[2:]))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Mapping, Sequence
 
-from sandboxes.base import ExecResult, Limits, Sandbox, SandboxExpiredError
+from agentrl_sandboxes.base import ExecResult, Limits, Sandbox, SandboxExpiredError
 
 
 class SandboxLease:

@@ -15,9 +15,9 @@ import tempfile
 import warnings
 from typing import Mapping, Sequence
 
-from sandboxes._proc import looks_like_oom, minimal_env, run_process, signal_of
-from sandboxes.base import ExecResult, Limits, SandboxError, build_request, resolve_limits
-from sandboxes.bwrap import limit_args
+from agentrl_sandboxes._proc import looks_like_oom, minimal_env, run_process, signal_of
+from agentrl_sandboxes.base import ExecResult, Limits, SandboxError, build_request, resolve_limits
+from agentrl_sandboxes.bwrap import limit_args
 
 
 class UnsafeLocalSandbox:

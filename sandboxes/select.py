@@ -11,7 +11,7 @@ import difflib
 import logging
 from dataclasses import dataclass
 
-from sandboxes.base import Sandbox, SandboxUnavailableError
+from agentrl_sandboxes.base import Sandbox, SandboxUnavailableError
 
 log = logging.getLogger("sandboxes")
 BACKENDS = ("bwrap", "docker", "unsafe_local")
@@ -27,15 +27,15 @@ class Choice:
 
 def _construct(name: str, **kwargs) -> Sandbox:
     if name == "bwrap":
-        from sandboxes.bwrap import BwrapSandbox
+        from agentrl_sandboxes.bwrap import BwrapSandbox
 
         return BwrapSandbox(**kwargs)
     if name == "docker":
-        from sandboxes.docker import DockerSandbox
+        from agentrl_sandboxes.docker import DockerSandbox
 
         return DockerSandbox(**kwargs)
     if name == "unsafe_local":
-        from sandboxes.local import UnsafeLocalSandbox
+        from agentrl_sandboxes.local import UnsafeLocalSandbox
 
         return UnsafeLocalSandbox(**kwargs)
     guess = difflib.get_close_matches(name, BACKENDS + ("auto",), n=1)

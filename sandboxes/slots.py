@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
-from sandboxes.base import SandboxBusyError
+from agentrl_sandboxes.base import SandboxBusyError
 
 DEFAULT_BASE_UID = 1_200_000
 DEFAULT_LOCK_DIR = "/tmp/agentrl-sandbox-slots"

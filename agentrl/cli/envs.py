@@ -1,6 +1,9 @@
 """``agentrl envs list`` and ``agentrl envs play ID [--seed S]``.
 
-``list`` shows every registered ``agentrl/`` env id with its entry point. ``play`` lets a
+``list`` shows every registered env id that is not Gymnasium's own — ours (``agentrl/``) and
+every third-party env registered with Gymnasium, whatever its namespace, including those of
+packages named in the ``gymnasium.envs`` entry-point group — with its entry point;
+``--all`` adds Gymnasium's built-in ids. ``play`` lets a
 person play an env in the terminal: it prints the observation and the admissible actions
 (numbered) and reads one action per line from standard input — the action text or its
 number; ``quit`` or end of input stops.
@@ -19,8 +22,8 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("envs", help="list registered envs or play one in the terminal",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="envs_command", metavar="ACTION", required=True)
-    ls = sub.add_parser("list", help="registered env ids and their entry points")
-    ls.add_argument("--all", action="store_true", help="include gymnasium's own ids (not only agentrl/)")
+    ls = sub.add_parser("list", help="registered env ids (ours and third-party) and their entry points")
+    ls.add_argument("--all", action="store_true", help="also list Gymnasium's own built-in ids (CartPole-v1, ...)")
     ls.set_defaults(func=list_envs)
     play = sub.add_parser("play", help="play an env by typing actions (quit or Ctrl-D to stop)")
     play.add_argument("env_id", metavar="ID", help="registered env id, e.g. agentrl/Toy-v0")
@@ -41,10 +44,11 @@ def list_envs(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from agentrl.env.registry import list_ids
+    from agentrl.env.registry import list_ids, text_env_ids
 
-    ids = list_ids("" if args.all else "agentrl/")
-    table = Table(title=f"{len(ids)} registered env ids", title_justify="left")
+    ids = list_ids("") if args.all else text_env_ids()
+    scope = "" if args.all else " (ours and third-party; --all adds Gymnasium's own)"
+    table = Table(title=f"{len(ids)} registered env ids{scope}", title_justify="left")
     table.add_column("id", style="bold")
     table.add_column("entry point")
     for env_id in ids:

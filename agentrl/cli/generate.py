@@ -2,7 +2,7 @@
 
 Generators live with their env (``envs/<name>/generate.py``, exposing ``run(args) -> int``);
 this command looks the module up by name at run time (a string, like gymnasium entry
-points), so ``agentrl`` never imports ``envs`` statically (DESIGN.md layering).
+points), so ``agentrl`` never imports ``agentrl_envs`` (the ``envs/`` folder) statically (DESIGN.md layering).
 
 Known generators: ``alfworld`` — solvable ALFWorld games of all six task types, each
 checked by the planner, in the ``json_2.1.1`` folder layout (ENVIRONMENTS.md §2.5).
@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-GENERATORS = {"alfworld": "envs.alfworld.generate"}
+GENERATORS = {"alfworld": "agentrl_envs.alfworld.generate"}
 
 
 def register(subparsers) -> None:

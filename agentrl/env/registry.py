@@ -1,18 +1,21 @@
 """Env ids: ``make`` and ``list_ids`` over gymnasium's registry with actionable errors.
 
-Our envs register in ``envs/__init__.py`` (imported through gymnasium's ``gymnasium.envs``
-entry-point group, like any third-party plugin). ``make`` adds what gymnasium lacks: an
-unknown id lists the closest registered ids (PITFALLS P10).
+Our envs register in ``agentrl_envs`` (the ``envs/`` folder, ``envs/__init__.py``) when
+``agentrl`` is imported (``agentrl._gym_ids``); third-party envs register from the modules named
+in the ``gymnasium.envs`` entry-point group, which ``load_plugins`` imports (Gymnasium 1.x no
+longer does). ``make`` adds what gymnasium lacks: an unknown id lists the closest registered ids
+(PITFALLS P10). ``text_env_ids`` is what ``agentrl envs list`` shows: every id whose entry point
+lies outside Gymnasium itself (ours and third-party, in any namespace or none).
 """
 
 from __future__ import annotations
 
-import importlib
 import importlib.metadata
 
 import gymnasium
-from gymnasium.envs.registration import load_env_creator
+from gymnasium.envs.registration import EnvSpec, load_env_creator
 
+from agentrl._gym_ids import register_ids
 from agentrl.env.contract import ACTION_EXACT, ACTION_NORMALIZE_MODES, META_ACTION_NORMALIZE
 from agentrl.registry import unknown_name_error
 
@@ -21,8 +24,8 @@ _PLUGINS_LOADED = False
 
 def load_plugins() -> None:
     """Import every module named in the ``gymnasium.envs`` entry-point group once (ours is
-    ``envs``), so their ``gymnasium.register`` calls run. Errors of a third-party plugin are
-    re-raised with its name."""
+    ``agentrl_envs``), so their ``gymnasium.register`` calls run. Errors of a third-party plugin
+    are re-raised with its name."""
     global _PLUGINS_LOADED
     if _PLUGINS_LOADED:
         return
@@ -34,10 +37,7 @@ def load_plugins() -> None:
                 fn()
         except Exception as exc:  # pragma: no cover - third-party failure path
             raise RuntimeError(f"env plugin {ep.name!r} ({ep.value}) failed to load: {exc}") from exc
-    try:
-        importlib.import_module("envs")
-    except ModuleNotFoundError:  # running without our envs package installed
-        pass
+    register_ids()  # ours even where the distribution's metadata is missing
 
 
 def list_ids(prefix: str = "agentrl/") -> list[str]:
@@ -54,11 +54,26 @@ def validate_id(env_id: str) -> str:
     return env_id
 
 
+def entry_point_module(spec: EnvSpec) -> str:
+    """The module an id's entry point names (``"agentrl_envs.toy.env"``); for a callable
+    entry point, its ``__module__``."""
+    ep = spec.entry_point
+    if isinstance(ep, str):
+        return ep.split(":", 1)[0]
+    return str(getattr(ep, "__module__", "") or "")
+
+
+def is_gymnasium_builtin(spec: EnvSpec) -> bool:
+    """True for Gymnasium's own ids (CartPole, the shimmy placeholders...): entry point in ``gymnasium.*``."""
+    mod = entry_point_module(spec)
+    return mod == "gymnasium" or mod.startswith("gymnasium.")
+
+
 def text_env_ids() -> list[str]:
-    """Registered ids outside gymnasium's own built-in envs (ours and third-party plugins)."""
+    """Registered ids whose entry point lies outside Gymnasium itself: ours and every
+    third-party env, whatever its namespace (``agentrl envs list`` shows these)."""
     load_plugins()
-    return sorted(i for i, spec in gymnasium.registry.items()
-                  if "/" in i and not str(spec.entry_point).startswith("gymnasium."))
+    return sorted(i for i, spec in gymnasium.registry.items() if not is_gymnasium_builtin(spec))
 
 
 def env_metadata(env_id: str) -> dict:

@@ -2,7 +2,7 @@
 
 Layout (ENVIRONMENTS.md §2.2): ``<data_dir>/json_2.1.1/{valid_train,valid_seen,valid_unseen}/
 <task_type>-<Obj>-<MRecep>-<Recep>-<scene>/<trial_id>/{game.tw-pddl,traj_data.json}``.
-Generated games (``envs.alfworld.generate``) use the same ``<task dir>/<trial>/`` layout
+Generated games (``agentrl_envs.alfworld.generate``) use the same ``<task dir>/<trial>/`` layout
 under their own root and join the ``train`` split.
 
 Task ids are machine-independent: the game folder relative to ``json_2.1.1``

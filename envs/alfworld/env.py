@@ -23,8 +23,8 @@ from agentrl.env.contract import (
 )
 from agentrl.env.spaces import UnicodeText
 from agentrl.env.tasks import TaskRef, check_split_disjoint
-from envs.alfworld import data as alf_data
-from envs.alfworld import expert
+from agentrl_envs.alfworld import data as alf_data
+from agentrl_envs.alfworld import expert
 
 INFO_INSTRUCTION = "instruction"
 
@@ -37,7 +37,7 @@ class ALFWorldEnv(gymnasium.Env):
             ``"eval_unseen"`` (134).
         data_dir: folder holding ``json_2.1.1`` (default ``$AGENTRL_ALFWORLD_DATA``, else
             ``../shared/data/alfworld``).
-        generated_dir: extra train games written by ``envs.alfworld.generate`` (default
+        generated_dir: extra train games written by ``agentrl_envs.alfworld.generate`` (default
             ``$AGENTRL_ALFWORLD_GENERATED``; ignored for eval splits).
         grammar: ``"native"`` (as stored; kept games say ``put X in/on Y``) or ``"0.4.2"``
             (re-skinned at load: ``move X to Y``, ``help``).

@@ -1,14 +1,14 @@
 """Generate new solvable ALFWorld games for all six task types (ENVIRONMENTS.md §2.5).
 
-Each game is sampled from the wheel's scene vocabulary (``envs.alfworld.scene``), written
-as PDDL (``envs.alfworld.pddl_writer``), then checked: the Fast Downward planner must find
+Each game is sampled from the wheel's scene vocabulary (``agentrl_envs.alfworld.scene``), written
+as PDDL (``agentrl_envs.alfworld.pddl_writer``), then checked: the Fast Downward planner must find
 a plan and replaying that plan in the PDDL engine must win within ``max_turns`` commands.
 Only checked games are written, in the kept folder layout
 ``<out>/<task_type>-<Obj>-None-<Recep|Lamp>-<scene>/trial_gen_s<seed>_<i>/{game.tw-pddl,traj_data.json}``,
-and their plans go to the walkthrough cache (``envs.alfworld.expert``) so the env returns
+and their plans go to the walkthrough cache (``agentrl_envs.alfworld.expert``) so the env returns
 ``info["walkthrough"]`` for them at no planner cost.
 
-CLI: ``python -m envs.alfworld.generate --n 12 --seed 0 --out DIR`` (also
+CLI: ``python -m agentrl_envs.alfworld.generate --n 12 --seed 0 --out DIR`` (also
 ``agentrl generate alfworld ...``). Play them with
 ``make("agentrl/ALFWorld-v0", split="train", generated_dir=DIR)``.
 """
@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentrl.env.contract import require_module
-from envs.alfworld import expert, pddl_writer
-from envs.alfworld.data import TASK_TYPES
-from envs.alfworld.scene import sample_task
+from agentrl_envs.alfworld import expert, pddl_writer
+from agentrl_envs.alfworld.data import TASK_TYPES
+from agentrl_envs.alfworld.scene import sample_task
 
 
 @dataclass(frozen=True)
@@ -117,8 +117,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m envs.alfworld.generate``."""
-    parser = argparse.ArgumentParser(prog="python -m envs.alfworld.generate", description=__doc__.split("\n")[0])
+    """``python -m agentrl_envs.alfworld.generate``."""
+    parser = argparse.ArgumentParser(prog="python -m agentrl_envs.alfworld.generate", description=__doc__.split("\n")[0])
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

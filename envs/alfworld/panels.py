@@ -5,7 +5,7 @@ Shipped manifests: ``envs/alfworld/manifests/alfworld-{train,eval_seen,eval_unse
 ``game.tw-pddl``). The ``train`` manifest covers the kept games only; a panel including
 generated games is built with ``alfworld_panel("train", generated_dir=...)``.
 
-Regenerate: ``python -m envs.alfworld.panels`` (fails if train and eval overlap).
+Regenerate: ``python -m agentrl_envs.alfworld.panels`` (fails if train and eval overlap).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from agentrl.env.panels import Panel, assert_disjoint, build_panel, load_panel, save_panel
-from envs.alfworld.data import SPLITS, content_digest, list_games
+from agentrl_envs.alfworld.data import SPLITS, content_digest, list_games
 
 ENV_ID = "agentrl/ALFWorld-v0"
 PANEL_DIR = Path(__file__).parent / "manifests"

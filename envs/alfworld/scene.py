@@ -31,7 +31,7 @@ class Task:
     """A sampled task: scene, goal classes and the instance layout.
 
     Attributes:
-        task_type: one of ``envs.alfworld.data.TASK_TYPES``.
+        task_type: one of ``agentrl_envs.alfworld.data.TASK_TYPES``.
         scene_num: ALFRED floorplan number (``FloorPlan<scene_num>``).
         obj, recep, toggle: goal classes (``toggle`` = lamp class for look tasks, else ``""``).
         goal: goal sentence, e.g. ``"put a mug in desk"``.

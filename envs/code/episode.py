@@ -6,8 +6,8 @@ from typing import Sequence
 
 import numpy as np
 
-from envs.code.tasks import CodeTask, load_humaneval
-from sandboxes import Sandbox, SandboxLease, make_sandbox
+from agentrl_envs.code.tasks import CodeTask, load_humaneval
+from agentrl_sandboxes import Sandbox, SandboxLease, make_sandbox
 
 
 SPLITS = ("all", "train", "eval")

@@ -15,9 +15,9 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from envs.code.scoring import Outcome, run_guarded
-from envs.code.tasks import CodeTask, solution_program
-from sandboxes import ExecResult, Sandbox
+from agentrl_envs.code.scoring import Outcome, run_guarded
+from agentrl_envs.code.tasks import CodeTask, solution_program
+from agentrl_sandboxes import ExecResult, Sandbox
 
 #: First word of the checker's verdict line (``MARKER <nonce>``).
 MARKER = "AGENTRL-CHECK-PASSED"

@@ -2,7 +2,7 @@
 
 reset shows the function to complete; each step is one attempt: the code is extracted from
 the answer (markdown fences when present), HumanEval's tests run in the sandbox
-(``envs.code.grading``: a pass needs the checker's nonce line, never exit status alone),
+(``agentrl_envs.code.grading``: a pass needs the checker's nonce line, never exit status alone),
 and a failure's output (e.g. the failing ``assert`` and its traceback) is the next
 observation. Reward 1.0 on pass (terminated, won), 0.0 otherwise; after ``max_attempts``
 failed attempts the episode terminates (lost). An answer without code is an invalid action
@@ -19,13 +19,13 @@ import gymnasium
 
 from agentrl.env.contract import INFO_ANCHOR, INFO_ENV_ERROR, INFO_TASK, INFO_VALID, INFO_WALKTHROUGH, INFO_WON
 from agentrl.env.spaces import UnicodeText
-from envs.code.episode import (SPLITS, canonical_answer, episode_lease, guard_split, list_code_tasks, open_sandbox,
+from agentrl_envs.code.episode import (SPLITS, canonical_answer, episode_lease, guard_split, list_code_tasks, open_sandbox,
                                pick_task, select_tasks)
-from envs.code.extract import extract_code
-from envs.code.grading import grade
-from envs.code.scoring import describe_failure
-from envs.code.tasks import CodeTask
-from sandboxes import Sandbox
+from agentrl_envs.code.extract import extract_code
+from agentrl_envs.code.grading import grade
+from agentrl_envs.code.scoring import describe_failure
+from agentrl_envs.code.tasks import CodeTask
+from agentrl_sandboxes import Sandbox
 
 INSTRUCTIONS = (
     "Complete the following Python function. Answer with the complete function (imports included) "
@@ -40,7 +40,7 @@ class HumanEvalEnv(gymnasium.Env):
     """Multi-turn HumanEval (TextEnv contract, ``agentrl.env.contract``).
 
     Args:
-        sandbox: backend name for ``sandboxes.make_sandbox`` (default ``"auto"``; never an
+        sandbox: backend name for ``agentrl_sandboxes.make_sandbox`` (default ``"auto"``; never an
             unisolated run) or a ``Sandbox`` to share between envs.
         max_attempts: attempts per episode (k ≥ 1).
         exec_timeout_s: wall-clock limit of one test run (seconds).

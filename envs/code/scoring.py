@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass
 from typing import Mapping
 
-from sandboxes import ExecResult, Sandbox
+from agentrl_sandboxes import ExecResult, Sandbox
 
 #: Longest observation text shown to the agent (characters; the tail is kept).
 MAX_FEEDBACK_CHARS = 2000

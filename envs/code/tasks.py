@@ -52,5 +52,5 @@ def check_program(task: CodeTask, code: str) -> str:
     """The upstream check program: solution + ``test`` + ``check(entry_point)`` in one
     process; it "passes" iff it exits 0. The solution can fake that (``os._exit(0)``, an
     always-equal return value): for benchmarks only, never for rewards, which go through
-    ``envs.code.grading.grade``."""
+    ``agentrl_envs.code.grading.grade``."""
     return f"{solution_program(task, code)}\n\n{task.test}\n\ncheck({task.entry_point})\n"

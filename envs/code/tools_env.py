@@ -1,8 +1,8 @@
 """``agentrl/HumanEvalTools-v0``: HumanEval through OpenAI-format tool calls.
 
-Tools (schemas in ``envs.code.tool_calls.TOOLS``, also in reset ``info["tools"]``):
+Tools (schemas in ``agentrl_envs.code.tool_calls.TOOLS``, also in reset ``info["tools"]``):
 ``run_python(code)`` runs code in the sandbox and returns exit code/stdout/stderr;
-``submit(code)`` grades the function against HumanEval's tests (``envs.code.grading``;
+``submit(code)`` grades the function against HumanEval's tests (``agentrl_envs.code.grading``;
 reward 1.0 on pass, terminated). After ``max_attempts`` failed submissions the episode
 terminates (lost); at ``max_turns`` turns it is truncated. An action that is not exactly one valid call is an
 invalid action whose observation says what was wrong. Step info carries ``tool_name`` and
@@ -18,14 +18,14 @@ import gymnasium
 
 from agentrl.env.contract import INFO_ANCHOR, INFO_ENV_ERROR, INFO_TASK, INFO_VALID, INFO_WALKTHROUGH, INFO_WON
 from agentrl.env.spaces import UnicodeText
-from envs.code.episode import (SPLITS, canonical_answer, episode_lease, guard_split, list_code_tasks, open_sandbox,
+from agentrl_envs.code.episode import (SPLITS, canonical_answer, episode_lease, guard_split, list_code_tasks, open_sandbox,
                                pick_task, select_tasks)
-from envs.code.extract import extract_code
-from envs.code.grading import grade
-from envs.code.scoring import describe_failure, run_guarded, tail
-from envs.code.tasks import CodeTask
-from envs.code.tool_calls import TOOLS, ToolCallError, parse_tool_call
-from sandboxes import Sandbox
+from agentrl_envs.code.extract import extract_code
+from agentrl_envs.code.grading import grade
+from agentrl_envs.code.scoring import describe_failure, run_guarded, tail
+from agentrl_envs.code.tasks import CodeTask
+from agentrl_envs.code.tool_calls import TOOLS, ToolCallError, parse_tool_call
+from agentrl_sandboxes import Sandbox
 
 INSTRUCTIONS = (
     "Implement the following Python function. Use the tool run_python(code) to experiment and "

@@ -32,7 +32,7 @@ import gymnasium
 from agentrl.env import (INFO_ADMISSIBLE, INFO_ANCHOR, INFO_TASK, INFO_VALID, INFO_WALKTHROUGH,
                          INFO_WON, require_module, text_spaces)
 from agentrl.env.tasks import TaskRef, check_split_disjoint
-from envs.textworld.games import SPLIT_SEED_BASE, GameSpec, ParamValue, ensure_game, spec_digest, task_seed
+from agentrl_envs.textworld.games import SPLIT_SEED_BASE, GameSpec, ParamValue, ensure_game, spec_digest, task_seed
 
 MAX_COMMAND_CHARS = 190  # jericho truncates longer input (198 bytes) silently
 REJECTED_FEEDBACK = (f"That command cannot be typed: use one line of plain ASCII text of at most "

@@ -1,4 +1,4 @@
-"""``envs.webshop``: our re-implementation of WebShop's text mode (ENVIRONMENTS.md §3).
+"""``agentrl_envs.webshop``: our re-implementation of WebShop's text mode (ENVIRONMENTS.md §3).
 
 Owns: data loading (``data``), goals (``goals``), BM25 search (``search``), page rendering and
 ``anchor_obs`` (``pages``), the page state machine (``session``), the reward (``reward``),
@@ -8,6 +8,6 @@ panels (``panels``) and the gymnasium env ``WebShopEnv`` (``env``, registered as
 ``thefuzz``) come with the ``webshop`` extra and are imported lazily.
 """
 
-from envs.webshop.env import VERSION, WebShopEnv
+from agentrl_envs.webshop.env import VERSION, WebShopEnv
 
 __all__ = ["VERSION", "WebShopEnv"]

@@ -15,14 +15,14 @@ import numpy as np
 from agentrl.env import (INFO_ADMISSIBLE, INFO_ANCHOR, INFO_TASK, INFO_VALID, INFO_WALKTHROUGH,
                          INFO_WON, require_module, text_spaces)
 from agentrl.env.tasks import TaskRef, check_split_disjoint
-from envs.webshop.data import check_data_dir, resolve_data_dir
-from envs.webshop.goals import SPLITS as GOAL_SPLITS
-from envs.webshop.goals import Goal, split_goals
-from envs.webshop.policies import oracle_actions
-from envs.webshop.pages import anchor_obs
-from envs.webshop.reward import OPTION_MATCH_MODES, TYPE_MATCHERS, get_reward
-from envs.webshop.session import ActResult, WebShopSession
-from envs.webshop.world import World, get_world
+from agentrl_envs.webshop.data import check_data_dir, resolve_data_dir
+from agentrl_envs.webshop.goals import SPLITS as GOAL_SPLITS
+from agentrl_envs.webshop.goals import Goal, split_goals
+from agentrl_envs.webshop.policies import oracle_actions
+from agentrl_envs.webshop.pages import anchor_obs
+from agentrl_envs.webshop.reward import OPTION_MATCH_MODES, TYPE_MATCHERS, get_reward
+from agentrl_envs.webshop.session import ActResult, WebShopSession
+from agentrl_envs.webshop.world import World, get_world
 
 #: Version id of the observation/reward semantics (README.md "Deviations"); bump with -vN.
 VERSION = "webshop-text-v0 (bm25s-lucene-porter; type=heuristic-nouns; options=values; price_seed recorded)"

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from envs.webshop.data import Catalogue, Product
+from agentrl_envs.webshop.data import Catalogue, Product
 
 PRICE_RANGE = tuple(10.0 * i for i in range(1, 100))
 NO_PRICE_BOUND = 1_000_000.0

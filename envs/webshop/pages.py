@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from envs.webshop.data import Product
+from agentrl_envs.webshop.data import Product
 
 SEP = " [SEP] "
 PRODUCT_WINDOW = 10

@@ -8,7 +8,7 @@ Shipped manifests (synthetic goals, ``price_seed=0``, ``base_seed=0``, one seed 
 ``envs/webshop/panels/webshop-synthetic-{test,eval}.json`` (500 / 1000 entries). The train
 panel (5,410 goals) is the complement and is built on demand with ``webshop_panel("train")``.
 
-Regenerate: ``python -m envs.webshop.panels`` (fails if train and the eval splits overlap).
+Regenerate: ``python -m agentrl_envs.webshop.panels`` (fails if train and the eval splits overlap).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import os
 from pathlib import Path
 
 from agentrl.env.panels import Panel, assert_disjoint, build_panel, load_panel, save_panel
-from envs.webshop.data import resolve_data_dir
-from envs.webshop.goals import split_goals
-from envs.webshop.world import World, get_world
+from agentrl_envs.webshop.data import resolve_data_dir
+from agentrl_envs.webshop.goals import split_goals
+from agentrl_envs.webshop.world import World, get_world
 
 ENV_ID = "agentrl/WebShop-v0"
 PANEL_DIR = Path(__file__).parent / "panels"

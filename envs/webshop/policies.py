@@ -13,10 +13,10 @@ import random
 import re
 from collections.abc import Sequence
 
-from envs.webshop.data import Catalogue
-from envs.webshop.goals import Goal
-from envs.webshop.pages import PRODUCT_WINDOW
-from envs.webshop.search import SearchEngine
+from agentrl_envs.webshop.data import Catalogue
+from agentrl_envs.webshop.goals import Goal
+from agentrl_envs.webshop.pages import PRODUCT_WINDOW
+from agentrl_envs.webshop.search import SearchEngine
 
 _BRACKETS = re.compile(r"[\[\]]")
 

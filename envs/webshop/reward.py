@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from agentrl.env import require_module
-from envs.webshop.data import Product
-from envs.webshop.goals import Goal
+from agentrl_envs.webshop.data import Product
+from agentrl_envs.webshop.goals import Goal
 
 #: WebShop's 100-colour list (``web_agent_site/engine/normalize.py``), in upstream order.
 COLOR_SET = (

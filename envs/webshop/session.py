@@ -10,14 +10,14 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from envs.webshop.data import Catalogue, Product
-from envs.webshop.goals import Goal
-from envs.webshop.pages import (
+from agentrl_envs.webshop.data import Catalogue, Product
+from agentrl_envs.webshop.goals import Goal
+from agentrl_envs.webshop.pages import (
     BACK_TO_SEARCH, BUY_NOW, NEXT_PAGE, PREV_PAGE, SUB_PAGES, Page, done_page, item_page, page_slice,
     results_page, search_page, sub_page,
 )
-from envs.webshop.reward import RewardBreakdown
-from envs.webshop.search import SearchEngine
+from agentrl_envs.webshop.reward import RewardBreakdown
+from agentrl_envs.webshop.search import SearchEngine
 
 ACTION_RE = re.compile(r"(.+)\[(.+)\]")
 #: Scores a purchase: (product, selected option values) → reward breakdown.

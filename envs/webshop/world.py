@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from envs.webshop.data import Catalogue, draw_prices, load_catalogue
-from envs.webshop.goals import Goal, build_goals
-from envs.webshop.search import SearchEngine, get_engine
+from agentrl_envs.webshop.data import Catalogue, draw_prices, load_catalogue
+from agentrl_envs.webshop.goals import Goal, build_goals
+from agentrl_envs.webshop.search import SearchEngine, get_engine
 
 
 @dataclass(frozen=True)

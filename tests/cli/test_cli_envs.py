@@ -8,7 +8,7 @@ import gymnasium
 import pytest
 
 from agentrl.cli import main
-from agentrl.env.registry import list_ids, load_plugins, make
+from agentrl.env.registry import list_ids, load_plugins, make, text_env_ids
 
 TOY = "agentrl/Toy-v0"
 
@@ -18,7 +18,7 @@ def _toy(monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     load_plugins()
     if TOY not in gymnasium.registry:
-        gymnasium.register(id=TOY, entry_point="envs.toy.env:ToyEnv")
+        gymnasium.register(id=TOY, entry_point="agentrl_envs.toy.env:ToyEnv")
 
 
 def _play(monkeypatch, capsys, lines: str, seed: int = 3) -> tuple[int, str]:
@@ -33,7 +33,26 @@ def test_envs_list_shows_ids_and_entry_points(capsys):
     for env_id in list_ids():
         assert env_id in out
         assert str(gymnasium.spec(env_id).entry_point) in out
-    assert f"{len(list_ids())} registered env ids" in out
+    assert f"{len(text_env_ids())} registered env ids (ours and third-party" in out
+    assert "CartPole-v1" not in out
+
+
+def test_envs_list_shows_third_party_ids_in_any_namespace_and_all_adds_gymnasiums(capsys):
+    ids = {"thirdparty-test/Listed-v0": "custom_env:GuessNumberEnv", "ThirdPartyNoNamespace-v0": "custom_env:GuessNumberEnv"}
+    for env_id, ep in ids.items():
+        gymnasium.register(id=env_id, entry_point=ep)
+    try:
+        assert main(["envs", "list"]) == 0
+        out = capsys.readouterr().out
+        assert all(env_id in out for env_id in ids) and "custom_env:GuessNumberEnv" in out
+        assert "CartPole-v1" not in out and "GymV26Environment-v0" not in out  # gymnasium's own (and its shimmy stubs)
+        assert main(["envs", "list", "--all"]) == 0
+        out = capsys.readouterr().out
+        assert all(env_id in out for env_id in ids) and "CartPole-v1" in out
+        assert f"{len(list_ids(''))} registered env ids" in out
+    finally:
+        for env_id in ids:
+            gymnasium.registry.pop(env_id, None)
 
 
 def test_play_walkthrough_wins(monkeypatch, capsys):

@@ -66,7 +66,7 @@ def test_rollout_summary_prints_a_markup_run_id_literally(tmp_path, capsys):
     import gymnasium
 
     if "agentrl/Toy-v0" not in gymnasium.registry:
-        gymnasium.register(id="agentrl/Toy-v0", entry_point="envs.toy.env:ToyEnv")
+        gymnasium.register(id="agentrl/Toy-v0", entry_point="agentrl_envs.toy.env:ToyEnv")
     store = tmp_path / "r[/].sqlite"
     assert main(["rollout", "agentrl/Toy-v0", "--store", str(store), "--policy", "random", "--episodes", "2",
                  "--workers", "1", "--run", "x[/]"]) == 0

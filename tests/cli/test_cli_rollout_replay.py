@@ -20,7 +20,7 @@ def _envs(monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")  # rich: no wrapping of long lines
     load_plugins()
     if TOY not in gymnasium.registry:  # registered by envs/__init__.py; kept for a partial checkout
-        gymnasium.register(id=TOY, entry_point="envs.toy.env:ToyEnv")
+        gymnasium.register(id=TOY, entry_point="agentrl_envs.toy.env:ToyEnv")
     if FLAKY not in gymnasium.registry:
         gymnasium.register(id=FLAKY, entry_point="cli_fake_envs:FlakyEnv")
 

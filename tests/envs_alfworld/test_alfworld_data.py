@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from agentrl.env import DataMissingError, MissingExtraError, make
-from envs.alfworld import data
+from agentrl_envs.alfworld import data
 
 
 def test_split_sizes_and_task_ids():
@@ -57,7 +57,7 @@ def test_unknown_split_and_grammar():
 
 def test_missing_extra_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "textworld", None)
-    from envs.alfworld.env import ALFWorldEnv
+    from agentrl_envs.alfworld.env import ALFWorldEnv
 
     with pytest.raises(MissingExtraError, match=r"agentrl\[alfworld\]"):
         ALFWorldEnv(split="eval_unseen")

@@ -6,7 +6,7 @@ import pytest
 
 from agentrl.env import INFO_ADMISSIBLE, INFO_ANCHOR, INFO_TASK, INFO_VALID, INFO_WALKTHROUGH, INFO_WON, make
 from agentrl.env.spaces import UnicodeText
-from envs.alfworld import data, expert
+from agentrl_envs.alfworld import data, expert
 
 LAMP = "valid_unseen/look_at_obj_in_light-AlarmClock-None-DeskLamp-308/trial_T20190908_222917_366542"
 

@@ -7,10 +7,10 @@ import json
 import pytest
 
 from agentrl.env import INFO_VALID, INFO_WALKTHROUGH, make
-from envs.alfworld import data, expert
-from envs.alfworld.generate import check_game, generate
-from envs.alfworld.panels import alfworld_panel
-from envs.alfworld.scene import sample_task
+from agentrl_envs.alfworld import data, expert
+from agentrl_envs.alfworld.generate import check_game, generate
+from agentrl_envs.alfworld.panels import alfworld_panel
+from agentrl_envs.alfworld.scene import sample_task
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +77,7 @@ def test_generated_games_join_train_panel_only(generated):
 def test_check_game_rejects_unwinnable_and_bad_args(tmp_path):
     import random
 
-    from envs.alfworld import pddl_writer
+    from agentrl_envs.alfworld import pddl_writer
 
     task = sample_task("pick_and_place_simple", random.Random(0))
     task.objects = {k: v for k, v in task.objects.items() if v[0] != task.obj}  # remove the target

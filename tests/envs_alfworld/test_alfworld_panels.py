@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from agentrl.env.panels import assert_disjoint
-from envs.alfworld import data
-from envs.alfworld.panels import ENV_ID, all_panels, alfworld_panel, shipped_panel
+from agentrl_envs.alfworld import data
+from agentrl_envs.alfworld.panels import ENV_ID, all_panels, alfworld_panel, shipped_panel
 
 
 @pytest.mark.parametrize("split,n", [("train", 200), ("eval_seen", 140), ("eval_unseen", 134)])
@@ -29,7 +29,7 @@ def test_train_eval_disjoint():
 
 
 def test_panel_hash_same_in_subprocess():
-    code = "from envs.alfworld.panels import alfworld_panel; print(alfworld_panel('eval_unseen').sha256)"
+    code = "from agentrl_envs.alfworld.panels import alfworld_panel; print(alfworld_panel('eval_unseen').sha256)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONHASHSEED": "123", "PATH": "/usr/bin:/bin"}, cwd="/")
     assert out.stdout.strip() == alfworld_panel("eval_unseen").sha256 == shipped_panel("eval_unseen").sha256

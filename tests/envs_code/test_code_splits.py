@@ -3,7 +3,7 @@
 
 import pytest
 
-from envs.code.episode import select_tasks
+from agentrl_envs.code.episode import select_tasks
 
 
 def test_splits_disjoint_and_complete():
@@ -21,8 +21,8 @@ def test_unknown_split_names_choices():
 
 
 def test_trainer_kwargs_construct_both_envs():
-    from envs.code.humaneval_env import HumanEvalEnv
-    from envs.code.tools_env import HumanEvalToolsEnv
+    from agentrl_envs.code.humaneval_env import HumanEvalEnv
+    from agentrl_envs.code.tools_env import HumanEvalToolsEnv
 
     env = HumanEvalEnv(sandbox="unsafe_local", split="eval", max_turns=2)
     assert env.max_attempts == 2 and len(env.tasks) == 41

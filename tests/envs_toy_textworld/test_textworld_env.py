@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from agentrl.env import EnvPool, MissingExtraError, make
-from envs.textworld import games
-from envs.textworld.env import REJECTED_FEEDBACK, TextWorldEnv, clean_feedback
+from agentrl_envs.textworld import games
+from agentrl_envs.textworld.env import REJECTED_FEEDBACK, TextWorldEnv, clean_feedback
 
 needs_tw = pytest.mark.skipif(importlib.util.find_spec("textworld") is None,
                               reason="textworld extra not installed (pip install 'agentrl[textworld]')")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentrl.env import make
-from envs.toy.env import NOTHING, ToyTask
+from agentrl_envs.toy.env import NOTHING, ToyTask
 
 TASK = {"task_id": "rooms4-key2-door0"}
 

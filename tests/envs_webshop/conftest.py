@@ -11,9 +11,9 @@ pytest.importorskip("bm25s", reason="needs the webshop extra: pip install 'agent
 pytest.importorskip("thefuzz", reason="needs the webshop extra: pip install 'agentrl[webshop]'")
 pytest.importorskip("Stemmer", reason="needs the webshop extra: pip install 'agentrl[webshop]'")
 
-from envs.webshop.data import DOCS_FILE, default_data_dir  # noqa: E402
-from envs.webshop.data import Product  # noqa: E402
-from envs.webshop.goals import Goal  # noqa: E402
+from agentrl_envs.webshop.data import DOCS_FILE, default_data_dir  # noqa: E402
+from agentrl_envs.webshop.data import Product  # noqa: E402
+from agentrl_envs.webshop.goals import Goal  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -27,14 +27,14 @@ def data_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def world(data_dir):
-    from envs.webshop.world import get_world
+    from agentrl_envs.webshop.world import get_world
 
     return get_world(data_dir, "synthetic", 0)
 
 
 @pytest.fixture
 def env(data_dir):
-    from envs.webshop.env import WebShopEnv
+    from agentrl_envs.webshop.env import WebShopEnv
 
     e = WebShopEnv(data_dir=data_dir)
     yield e

@@ -10,9 +10,9 @@ from collections import Counter
 import pytest
 
 from agentrl.env import DataMissingError, make
-from envs.webshop.data import (ATTRS_FILE, DATA_ENV_VAR, DOCS_FILE, HUMAN_INS_FILE, document_text,
+from agentrl_envs.webshop.data import (ATTRS_FILE, DATA_ENV_VAR, DOCS_FILE, HUMAN_INS_FILE, document_text,
                                draw_prices, load_catalogue, load_products, parse_pricing, resolve_data_dir)
-from envs.webshop.goals import NO_PRICE_BOUND, build_goals, price_bound, split_goals, synthetic_goals
+from agentrl_envs.webshop.goals import NO_PRICE_BOUND, build_goals, price_bound, split_goals, synthetic_goals
 
 
 def test_catalogue_counts_and_document_formula(world):

@@ -7,7 +7,7 @@ import pytest
 
 from agentrl.env import make
 from agentrl.env.check import check_env
-from envs.webshop.env import WebShopEnv
+from agentrl_envs.webshop.env import WebShopEnv
 
 SEP = " [SEP] "
 
@@ -171,7 +171,7 @@ def test_missing_bm25s_is_missing_extra(monkeypatch):
     import sys
 
     from agentrl.env import MissingExtraError
-    from envs.webshop import search
+    from agentrl_envs.webshop import search
 
     monkeypatch.setitem(sys.modules, "bm25s", None)
     monkeypatch.setattr(search, "_CACHE", {})

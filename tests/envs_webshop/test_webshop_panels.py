@@ -7,8 +7,8 @@ import json
 import pytest
 
 from agentrl.env.panels import derive_seed
-from envs.webshop.panels import ENV_ID, SHIPPED_SPLITS, all_panels, shipped_panel, verify_panel, webshop_panel
-from envs.webshop.world import get_world
+from agentrl_envs.webshop.panels import ENV_ID, SHIPPED_SPLITS, all_panels, shipped_panel, verify_panel, webshop_panel
+from agentrl_envs.webshop.world import get_world
 
 
 def test_shipped_panels_match_rebuild_and_resolve(world, data_dir):
@@ -39,7 +39,7 @@ def test_other_price_seed_fails_verification(data_dir):
 
 
 def test_shipped_files_are_canonical_json(tmp_path):
-    from envs.webshop.panels import PANEL_DIR
+    from agentrl_envs.webshop.panels import PANEL_DIR
 
     for split in SHIPPED_SPLITS:
         body = json.loads((PANEL_DIR / f"webshop-synthetic-{split}.json").read_text())

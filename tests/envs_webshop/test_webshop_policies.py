@@ -7,8 +7,8 @@ import random
 import numpy as np
 import pytest
 
-from envs.webshop.policies import oracle_actions, oracle_query, random_action
-from envs.webshop.search import LUCENE_STOPWORDS, SEARCH_RETURN_N, build_engine, get_engine
+from agentrl_envs.webshop.policies import oracle_actions, oracle_query, random_action
+from agentrl_envs.webshop.search import LUCENE_STOPWORDS, SEARCH_RETURN_N, build_engine, get_engine
 
 
 def _play(env, task_id, actions):
@@ -98,7 +98,7 @@ def test_search_ties_break_by_catalogue_order():
 def test_analyzer_equals_bm25s_tokenize(world):
     import bm25s
 
-    from envs.webshop.search import TOKEN_PATTERN, _prepare, analyze
+    from agentrl_envs.webshop.search import TOKEN_PATTERN, _prepare, analyze
 
     docs = list(world.catalogue.contents[:300]) + [g.instruction_text for g in world.goals[:100]]
     ref = bm25s.tokenize([_prepare(d) for d in docs], token_pattern=TOKEN_PATTERN, stopwords=list(LUCENE_STOPWORDS),

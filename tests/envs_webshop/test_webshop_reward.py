@@ -1,4 +1,4 @@
-"""WebShop reward (``envs.webshop.reward``) against hand-computed cases (ENVIRONMENTS.md §3.7)."""
+"""WebShop reward (``agentrl_envs.webshop.reward``) against hand-computed cases (ENVIRONMENTS.md §3.7)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import importlib.util
 
 import pytest
 
-from envs.webshop.reward import (COLOR_SET, attribute_matches, get_reward, name_nouns, normalize_color,
+from agentrl_envs.webshop.reward import (COLOR_SET, attribute_matches, get_reward, name_nouns, normalize_color,
                                  option_matches, type_reward)
 
 GREEK20 = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau "

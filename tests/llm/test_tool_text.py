@@ -9,7 +9,7 @@ import pytest
 
 from agentrl.llm.tool_text import tool_call_blocks
 from agentrl.proxy.messages import split_tool_calls
-from envs.code.tool_calls import ToolCallError, parse_tool_call
+from agentrl_envs.code.tool_calls import ToolCallError, parse_tool_call
 
 SUBMIT = '{"name": "submit", "arguments": {"code": "def f():\\n    return 1\\n"}}'
 

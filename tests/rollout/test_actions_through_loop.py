@@ -48,7 +48,7 @@ def _unavailable(exc: Exception) -> str | None:
     """Why an env cannot be built here (a missing extra, data or sandbox), or None."""
     if isinstance(exc, (MissingExtraError, DataMissingError)):
         return str(exc)
-    from sandboxes.base import SandboxUnavailableError
+    from agentrl_sandboxes.base import SandboxUnavailableError
 
     if isinstance(exc, SandboxUnavailableError) or "SandboxUnavailableError" in str(exc):
         return f"sandbox unavailable: {exc}"
@@ -133,8 +133,8 @@ def test_webshop_option_with_double_spaces_is_clickable_through_the_loop(tiny_to
     """WebShop lists ``click[8.4 ounce  |  250 ml]`` (a kept catalogue value); collapsing its
     spaces made it ``action_valid=False`` through the loop. WebShop now gets actions exactly."""
     pytest.importorskip("bm25s", reason="needs the webshop extra: pip install 'agentrl[webshop]'")
-    from envs.webshop.data import default_data_dir
-    from envs.webshop.world import get_world
+    from agentrl_envs.webshop.data import default_data_dir
+    from agentrl_envs.webshop.world import get_world
 
     env_id, value = "agentrl/WebShop-v0", "8.4 ounce  |  250 ml"
     try:

@@ -17,16 +17,16 @@ import time
 
 import pytest
 
-from sandboxes import Limits
-from sandboxes.bwrap import uid_pids
+from agentrl_sandboxes import Limits
+from agentrl_sandboxes.bwrap import uid_pids
 
 BASE_UID = 1_300_000
 
 
 @pytest.fixture(scope="module")
 def sb():
-    from sandboxes import SandboxUnavailableError
-    from sandboxes.bwrap import BwrapSandbox
+    from agentrl_sandboxes import SandboxUnavailableError
+    from agentrl_sandboxes.bwrap import BwrapSandbox
 
     try:
         box = BwrapSandbox(slots=2, base_uid=BASE_UID, limits=Limits(timeout_s=10, max_procs=32))
@@ -275,7 +275,7 @@ def test_sandbox_dies_with_a_killed_caller():
     import textwrap
 
     caller = textwrap.dedent(f"""
-        from sandboxes.bwrap import BwrapSandbox
+        from agentrl_sandboxes.bwrap import BwrapSandbox
         sb = BwrapSandbox(slots=1, base_uid={BASE_UID + 40})
         print("ready", flush=True)
         sb.run(code="import time; time.sleep(1000)", timeout_s=1000)

@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from sandboxes import Limits
+from agentrl_sandboxes import Limits
 
 BASE_UID = 1_310_000
 CAP_MB, TRY_MB = 4, 12
@@ -37,8 +37,8 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def sb():
-    from sandboxes import SandboxUnavailableError
-    from sandboxes.bwrap import BwrapSandbox
+    from agentrl_sandboxes import SandboxUnavailableError
+    from agentrl_sandboxes.bwrap import BwrapSandbox
 
     try:
         box = BwrapSandbox(slots=1, base_uid=BASE_UID)

@@ -9,7 +9,7 @@ import pytest
 
 docker = pytest.importorskip("docker", reason="needs the docker extra: pip install 'agentrl[docker]'")
 
-from sandboxes import Limits, SandboxUnavailableError  # noqa: E402
+from agentrl_sandboxes import Limits, SandboxUnavailableError  # noqa: E402
 
 
 def _daemon_error() -> str | None:
@@ -28,7 +28,7 @@ DAEMON_ERROR = _daemon_error()
 def test_no_daemon_fails_fast_with_clear_error():
     if DAEMON_ERROR is None:
         pytest.skip("a Docker daemon answers here; the no-daemon path is not reachable")
-    from sandboxes.docker import DockerSandbox
+    from agentrl_sandboxes.docker import DockerSandbox
 
     start = time.monotonic()
     with pytest.raises(SandboxUnavailableError, match="no Docker daemon answered.*backend='bwrap'"):
@@ -37,7 +37,7 @@ def test_no_daemon_fails_fast_with_clear_error():
 
 
 def test_unreachable_tcp_daemon_fails_fast():
-    from sandboxes.docker import DockerSandbox
+    from agentrl_sandboxes.docker import DockerSandbox
 
     start = time.monotonic()
     with pytest.raises(SandboxUnavailableError, match="no Docker daemon answered"):
@@ -49,7 +49,7 @@ def test_unreachable_tcp_daemon_fails_fast():
 def dsb():
     if DAEMON_ERROR is not None:
         pytest.skip(f"no Docker daemon answers here: {DAEMON_ERROR}")
-    from sandboxes.docker import DockerSandbox
+    from agentrl_sandboxes.docker import DockerSandbox
 
     box = DockerSandbox(slots=2, limits=Limits(timeout_s=10, max_procs=32))
     yield box
@@ -78,8 +78,8 @@ def test_container_kwargs_are_accepted_by_the_sdk_and_isolating():
     """Without a daemon: the SDK's own argument conversion accepts our create() kwargs."""
     from docker.models.containers import _create_container_args
 
-    from sandboxes.base import Limits, build_request
-    from sandboxes.docker import _tar, container_kwargs
+    from agentrl_sandboxes.base import Limits, build_request
+    from agentrl_sandboxes.docker import _tar, container_kwargs
 
     req = build_request(None, "print(1)", {"a/b.txt": "x"}, "in", None, Limits(memory_mb=256, max_procs=16), "python3")
     kw = container_kwargs(req)

@@ -9,15 +9,15 @@ import tempfile
 
 import pytest
 
-from sandboxes import Limits, SandboxUnavailableError, make_sandbox, select_backend
-from sandboxes.base import ExecResult, build_request, check_relpath
-from sandboxes.interpreter import build_sandbox_venv, find_python, world_accessible
-from sandboxes.slots import SlotPool
+from agentrl_sandboxes import Limits, SandboxUnavailableError, make_sandbox, select_backend
+from agentrl_sandboxes.base import ExecResult, build_request, check_relpath
+from agentrl_sandboxes.interpreter import build_sandbox_venv, find_python, world_accessible
+from agentrl_sandboxes.slots import SlotPool
 
 
 @pytest.fixture(scope="module")
 def sb():
-    from sandboxes.bwrap import BwrapSandbox
+    from agentrl_sandboxes.bwrap import BwrapSandbox
 
     try:
         box = BwrapSandbox(slots=2)
@@ -104,7 +104,7 @@ def test_interpreter_is_world_readable_and_pyenv_is_not():
 
 
 def test_world_readable_venv_runs_in_sandbox(sb):
-    from sandboxes.bwrap import BwrapSandbox
+    from agentrl_sandboxes.bwrap import BwrapSandbox
 
     base = tempfile.mkdtemp(prefix="agentrl-venv-test-", dir="/tmp")
     os.chmod(base, 0o755)
@@ -124,7 +124,7 @@ def test_slot_pool_is_exclusive_across_pools(tmp_path):
     b = SlotPool(2, base_uid=5000, capacity=2, lock_dir=str(tmp_path))
     with a.acquire() as s1, b.acquire() as s2:
         assert {s1.uid, s2.uid} == {5000, 5001}
-        from sandboxes import SandboxBusyError
+        from agentrl_sandboxes import SandboxBusyError
 
         with pytest.raises(SandboxBusyError, match="held by other processes"):
             with b.acquire(wait_s=0.05):
@@ -139,8 +139,8 @@ def test_exec_result_ok_property():
 
 
 def test_cgroup_limits_when_writable():
-    from sandboxes import cgroups
-    from sandboxes.bwrap import BwrapSandbox
+    from agentrl_sandboxes import cgroups
+    from agentrl_sandboxes.bwrap import BwrapSandbox
 
     ok, why = cgroups.probe()
     if not ok or os.geteuid() != 0:
@@ -159,7 +159,7 @@ def test_cgroup_limits_when_writable():
 
 
 def test_auto_refuses_instead_of_running_unisolated(monkeypatch):
-    import sandboxes.select as sel
+    import agentrl_sandboxes.select as sel
 
     def unavailable(name, **kw):
         raise SandboxUnavailableError(f"{name} missing in this test")
@@ -173,7 +173,7 @@ def test_auto_refuses_instead_of_running_unisolated(monkeypatch):
 
 
 def test_missing_bwrap_binary_is_actionable(monkeypatch):
-    import sandboxes.bwrap as bw
+    import agentrl_sandboxes.bwrap as bw
 
     monkeypatch.setattr(bw.shutil, "which", lambda tool: None if tool == "bwrap" else "/usr/bin/" + tool)
     with pytest.raises(SandboxUnavailableError, match="apt-get install bubblewrap"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import gymnasium
 
-from envs.toy.env import ToyEnv
+from agentrl_envs.toy.env import ToyEnv
 
 DRIFT_ID = "agentrl-test/DriftingToy-v0"
 

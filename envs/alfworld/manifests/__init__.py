@@ -1,1 +1,1 @@
-"""Data package: the shipped ALFWorld panel manifests (JSON), see ``envs.alfworld.panels``."""
+"""Data package: the shipped ALFWorld panel manifests (JSON), see ``agentrl_envs.alfworld.panels``."""
