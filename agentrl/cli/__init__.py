@@ -20,6 +20,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for mod in sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")):
         importlib.import_module(f"{__name__}.{mod}").register(sub)
+    from agentrl.cli._help import polish
+
+    polish(parser)  # plain-text docstrings, defaults shown
     return parser
 
 

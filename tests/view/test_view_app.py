@@ -243,3 +243,13 @@ def test_runs_page_lists_every_run_id(tmp_path):
         url = nxt.group(1).replace("&amp;", "&") if nxt else None
     assert seen == names
     assert c.get("/run", params={"run": "toy/eval"}).status_code == 200
+
+
+def test_parent_badge_only_where_a_turn_does_not_continue_the_previous_one(hand_store):
+    """Issue 23 item 12 (docs match the viewer): the episode page shows a parent only for a turn
+    whose parent is not simply the previous turn — a branch point."""
+    c = _client(hand_store.path)
+    linear = c.get("/episode?run=hand&episode=2").text  # t=1, t=2 continue t=0, t=1
+    assert 'class="badge parent"' not in linear
+    branch = c.get("/episode?run=hand&episode=3").text  # t=0 branches off episode 2's first turn
+    assert f'<span class="badge parent" title="this turn continues turn {hand_store.turn_ids[2][0]}' in branch
