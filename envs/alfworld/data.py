@@ -21,6 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from agentrl.env.contract import DataMissingError
+from agentrl.env.data_home import prepared_dir
 
 ENV_VAR = "AGENTRL_ALFWORLD_DATA"
 GEN_ENV_VAR = "AGENTRL_ALFWORLD_GENERATED"
@@ -33,11 +34,13 @@ TASK_TYPES = (
 )
 _TASK_RE = re.compile(r'"rhs": "Your task is to: (.*?)"')
 _HOW_TO_GET = (
-    "Provide the ALFWorld game files (json_2.1.1 layout): the kept copy lives at ../shared/data/alfworld "
-    "next to the repository; point the env at another copy with the env kwarg data_dir=... or "
-    f"the environment variable {ENV_VAR}=...; where the network reaches GitHub, `alfworld-download` "
-    "fetches the official files (ENVIRONMENTS.md §2.2)."
+    "Provide the ALFWorld game files (json_2.1.1 layout): `agentrl data prepare alfworld --from DIR` checks a "
+    "folder of them and installs it where every run finds it (where the network reaches GitHub, "
+    "`alfworld-download` fetches the official files first; ENVIRONMENTS.md §2.2); or point the env at a copy "
+    f"with the env kwarg data_dir=... or the environment variable {ENV_VAR}=...; a checkout of this repository "
+    "keeps a copy at ../shared/data/alfworld."
 )
+DATA_NAME = "alfworld"  # agentrl.env.data_home: the prepared copy lives in data_home()/alfworld
 
 
 @dataclass(frozen=True)
@@ -61,8 +64,9 @@ def default_data_dir() -> Path:
 
 
 def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
-    """The data dir: the ``data_dir`` argument, else ``$AGENTRL_ALFWORLD_DATA``, else the
-    kept data. Accepts the folder holding ``json_2.1.1`` or ``json_2.1.1`` itself.
+    """The data dir: the ``data_dir`` argument, else ``$AGENTRL_ALFWORLD_DATA``, else the copy
+    ``agentrl data prepare alfworld`` installed, else the kept data. Accepts the folder holding
+    ``json_2.1.1`` or ``json_2.1.1`` itself.
 
     Raises:
         DataMissingError: the chosen folder is missing or holds no ``game.tw-pddl`` (P9).
@@ -71,6 +75,8 @@ def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
         chosen, how = Path(data_dir), "data_dir argument"
     elif os.environ.get(ENV_VAR):
         chosen, how = Path(os.environ[ENV_VAR]), f"${ENV_VAR}"
+    elif prepared_dir(DATA_NAME) is not None:
+        chosen, how = prepared_dir(DATA_NAME), "prepared with agentrl data prepare"
     else:
         chosen, how = default_data_dir(), "default location"
     root = chosen / "json_2.1.1" if (chosen / "json_2.1.1").is_dir() else chosen

@@ -59,8 +59,9 @@ class ALFWorldEnv(gymnasium.Env):
 
     # commands are matched against the admissible list: the loop collapses whitespace first
     # splits and the expert kwargs: pre-flight and the walkthrough policy read them (contract)
-    metadata = {"render_modes": [], "agentrl.action_normalize": "whitespace", "agentrl.splits": tuple(alf_data.SPLITS),
-                "agentrl.walkthrough_kwargs": {"expert": True}}
+    # data_name: `agentrl data prepare alfworld` installs the game files for every run (agentrl.env.data_home)
+    metadata = {"render_modes": [], "agentrl.data_name": "alfworld", "agentrl.action_normalize": "whitespace",
+                "agentrl.splits": tuple(alf_data.SPLITS), "agentrl.walkthrough_kwargs": {"expert": True}}
 
     @classmethod
     def check_data(cls, split: str = "train", data_dir: str | os.PathLike | None = None,

@@ -6,8 +6,8 @@ Two sources, both ending in the same immutable ``Product`` records (ENVIRONMENTS
 - the official raw ``items_shuffle_1000.json``, run through ``load_products`` (WebShop's
   preprocessing: ASIN filter, dedupe, price parsing, option normalisation).
 
-The folder comes from the ``data_dir`` argument, else ``$AGENTRL_WEBSHOP_DATA``, else the
-project's kept copy ``../shared/data/webshop/``. A missing or empty folder is a
+The folder comes from the ``data_dir`` argument, else ``$AGENTRL_WEBSHOP_DATA``, else the copy
+``agentrl data prepare webshop`` installed (``agentrl.env.data_home``), else the project's kept copy ``../shared/data/webshop/``. A missing or empty folder is a
 ``DataMissingError`` naming the folder and the fix (PITFALLS P9).
 """
 
@@ -23,6 +23,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from agentrl.env import DataMissingError
+from agentrl.env.data_home import prepared_dir
 
 DATA_ENV_VAR = "AGENTRL_WEBSHOP_DATA"
 DOCS_FILE = "resources_1k_documents.jsonl"
@@ -30,6 +31,7 @@ ATTRS_FILE = "items_ins_v2_1000.json"
 RAW_PRODUCTS_FILE = "items_shuffle_1000.json"
 HUMAN_INS_FILE = "items_human_ins.json"
 DEFAULT_PRICE = 100.0
+DATA_NAME = "webshop"  # agentrl.env.data_home: the prepared copy lives in data_home()/webshop
 
 
 def default_data_dir() -> Path:
@@ -38,17 +40,22 @@ def default_data_dir() -> Path:
 
 
 def resolve_data_dir(data_dir: str | os.PathLike[str] | None = None) -> Path:
-    """``data_dir`` if given, else ``$AGENTRL_WEBSHOP_DATA`` if set, else ``default_data_dir()``."""
+    """``data_dir`` if given, else ``$AGENTRL_WEBSHOP_DATA`` if set, else the copy
+    ``agentrl data prepare webshop`` installed, else ``default_data_dir()``."""
     if data_dir is not None:
         return Path(data_dir).expanduser()
     env = os.environ.get(DATA_ENV_VAR)
-    return Path(env).expanduser() if env else default_data_dir()
+    if env:
+        return Path(env).expanduser()
+    return prepared_dir(DATA_NAME) or default_data_dir()
 
 
 def _fix_hint(folder: Path) -> str:
     return (
-        f"Fix: pass data_dir=... (or set ${DATA_ENV_VAR}) to a folder holding {DOCS_FILE} and {ATTRS_FILE}; "
-        f"the project keeps them at {default_data_dir()} (ENVIRONMENTS.md §3.2). Human-goal mode also needs "
+        f"Fix: `agentrl data prepare webshop --from DIR` checks a folder holding {DOCS_FILE} and {ATTRS_FILE} "
+        f"and installs it where every run finds it; or pass data_dir=... (or set ${DATA_ENV_VAR}) to such a "
+        f"folder; a checkout of this repository keeps them at {default_data_dir()} (ENVIRONMENTS.md §3.2). "
+        f"Human-goal mode also needs "
         f"{HUMAN_INS_FILE} from WebShop's `setup.sh -d small`. Looked in: {folder}"
     )
 

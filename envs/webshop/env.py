@@ -54,8 +54,8 @@ class WebShopEnv(gymnasium.Env):
 
     # exact: a few option values hold double spaces ("8.4 ounce  |  250 ml"); their click[...]
     # must arrive as listed (step strips and lower-cases the action itself)
-    metadata = {"render_modes": [], "agentrl.check_kwargs": {}, "agentrl.action_normalize": "exact",
-                "agentrl.splits": tuple(GOAL_SPLITS)}
+    metadata = {"render_modes": [], "agentrl.data_name": "webshop", "agentrl.check_kwargs": {},
+                "agentrl.action_normalize": "exact", "agentrl.splits": tuple(GOAL_SPLITS)}
 
     @classmethod
     def check_data(cls, data_dir: str | os.PathLike[str] | None = None, goal_mode: str = "synthetic",
