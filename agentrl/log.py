@@ -15,12 +15,16 @@ import json
 import math
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from rich.console import Console
 
-__all__ = ["Sink", "ConsoleSink", "JsonlSink", "TensorBoardSink", "WandbSink", "MetricsLogger", "make_logger"]
+__all__ = ["Sink", "SampleTurn", "samples_markdown", "ConsoleSink", "JsonlSink", "TensorBoardSink", "WandbSink",
+           "MetricsLogger", "make_logger"]
+
+SAMPLE_COLUMNS = ("episode", "t", "observation", "action", "reward", "advantage")
 
 
 def _scalars(metrics: Mapping[str, Any]) -> dict[str, float]:
@@ -38,6 +42,35 @@ def _scalars(metrics: Mapping[str, Any]) -> dict[str, float]:
         except (TypeError, ValueError):
             raise TypeError(f"metric {key!r} must be a real scalar, got {type(value).__name__} {value!r}") from None
     return out
+
+
+@dataclass(frozen=True)
+class SampleTurn:
+    """One row of an iteration's sample table (a few episodes' turns, text trimmed): the
+    ``episode_id``, turn ``t``, what the agent saw and did, the env's ``reward`` and the
+    ``advantage`` it was trained on (None when not scored / not trained)."""
+
+    episode_id: int
+    t: int
+    observation: str
+    action: str
+    reward: float | None
+    advantage: float | None
+
+    def cells(self) -> list:
+        """The row as ``SAMPLE_COLUMNS`` values."""
+        return [self.episode_id, self.t, self.observation, self.action, self.reward, self.advantage]
+
+
+def samples_markdown(rows: Sequence[SampleTurn]) -> str:
+    """A Markdown table of ``rows`` (TensorBoard's text plugin renders it); ``|`` and newlines in
+    the text are escaped."""
+    def cell(v: object) -> str:
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        return "" if v is None else str(v).replace("|", "\\|").replace("\n", " ")
+    head = "| " + " | ".join(SAMPLE_COLUMNS) + " |\n|" + "---|" * len(SAMPLE_COLUMNS)
+    return head + "".join("\n| " + " | ".join(cell(v) for v in r.cells()) + " |" for r in rows)
 
 
 class Sink(Protocol):
@@ -108,6 +141,20 @@ class TensorBoardSink:
         summary = _require("tensorboard.summary", "metrics")
         self.logdir = Path(logdir)
         self._writer = summary.Writer(str(self.logdir))
+        self._text = None  # an event file of text summaries, opened with the first sample table
+
+    def write_samples(self, step: int, rows: Sequence[SampleTurn]) -> None:
+        """The iteration's sample table as a TensorBoard text summary ``samples`` (Markdown)."""
+
+        from tensorboard.compat.proto import event_pb2
+        from tensorboard.plugins.text.summary_v2 import text_pb
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+        if self._text is None:
+            self._text = EventFileWriter(str(self.logdir), filename_suffix=".samples")
+        self._text.add_event(event_pb2.Event(wall_time=time.time(), step=step,
+                                             summary=text_pb("samples", samples_markdown(rows))))
+        self._text.flush()
 
     def write(self, step: int, metrics: Mapping[str, float]) -> None:
         for k, v in metrics.items():
@@ -116,6 +163,8 @@ class TensorBoardSink:
 
     def close(self) -> None:
         self._writer.close()
+        if self._text is not None:
+            self._text.close()
 
 
 class WandbSink:
@@ -136,6 +185,11 @@ class WandbSink:
 
     def write(self, step: int, metrics: Mapping[str, float]) -> None:
         self._run.log(dict(metrics), step=step)
+
+    def write_samples(self, step: int, rows: Sequence[SampleTurn]) -> None:
+        """The iteration's sample table as a ``wandb.Table`` logged under ``samples``."""
+        wandb = importlib.import_module("wandb")
+        self._run.log({"samples": wandb.Table(columns=list(SAMPLE_COLUMNS), data=[r.cells() for r in rows])}, step=step)
 
     def close(self) -> None:
         self._run.finish()
@@ -159,6 +213,14 @@ class MetricsLogger:
         values = _scalars(metrics)
         for sink in self.sinks:
             sink.write(int(step), values)
+
+    def log_samples(self, step: int, rows: Sequence[SampleTurn]) -> None:
+        """Hand an iteration's sample table to the sinks that show tables (TensorBoard text,
+        W&B); the others ignore it. Nothing happens for no rows."""
+        if rows:
+            for sink in self.sinks:
+                if hasattr(sink, "write_samples"):
+                    sink.write_samples(int(step), rows)
 
     def close(self) -> None:
         for sink in self.sinks:

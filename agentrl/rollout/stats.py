@@ -7,6 +7,7 @@ from typing import Sequence
 
 import numpy as np
 
+from agentrl.log import SampleTurn
 from agentrl.types import Episode, EpisodeStatus
 
 
@@ -78,3 +79,27 @@ def proxy_metrics(episodes: Sequence[Episode], prefix: str = "proxy/") -> dict[s
     for cause in sorted({str(t.info.get("cause")) for t in forks}):
         out[f"{prefix}forks/{cause}"] = float(sum(str(t.info.get("cause")) == cause for t in forks))
     return out
+
+
+def sample_turns(episodes: Sequence[Episode], turn_ids: np.ndarray | None = None, advantages: np.ndarray | None = None,
+                 *, n_episodes: int = 2, max_chars: int = 300) -> list[SampleTurn]:
+    """An iteration's sample table: every turn of its best and worst finished episodes by return
+    (``n_episodes`` in all; the first ones when fewer), text trimmed to ``max_chars``.
+
+    Args:
+        episodes: the iteration's episodes.
+        turn_ids / advantages: int64[N] / float64[N] of the iteration's ``TurnTable`` (the
+            advantage each turn was trained on); None shows no advantage.
+    Returns:
+        ``agentrl.log.SampleTurn`` rows, episode by episode, in ``t`` order.
+    """
+    ok = sorted((e for e in episodes if e.status == EpisodeStatus.OK and e.return_ is not None),
+                key=lambda e: (-e.return_, e.episode_id))
+    picked = ok[: (n_episodes + 1) // 2] + ok[len(ok) - n_episodes // 2:] if len(ok) > n_episodes else ok
+    adv = {} if turn_ids is None or advantages is None else dict(zip(np.asarray(turn_ids).tolist(),
+                                                                         np.asarray(advantages).tolist()))
+
+    def trim(text: str) -> str:
+        return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
+    return [SampleTurn(e.episode_id, t.t, trim(t.observation), trim(t.action), t.reward, adv.get(t.turn_id))
+            for e in picked for t in e.turns]

@@ -31,7 +31,7 @@ from agentrl.eval import EvalResult, eval_panel, evaluate, fresh_run_id, record_
 from agentrl.llm.models import resolve_model
 from agentrl.llm.policy import Policy, load_policy
 from agentrl.log import make_logger
-from agentrl.rollout.stats import proxy_metrics, rollout_stats
+from agentrl.rollout.stats import proxy_metrics, rollout_stats, sample_turns
 from agentrl.rollout.tree import add_linked
 from agentrl.store import EVAL_RUN, TurnStore
 from agentrl.train.critic import Critic, critic_step, make_critic, with_values
@@ -351,6 +351,8 @@ def _loop(parts: RunParts, state: TrainState, cfg: Config, run_dir: Path, evals:
                     evals.append(result)
                     metrics.update(result.as_metrics())
                 logger.log(it + 1, metrics)
+                logger.log_samples(it + 1, sample_turns(out.episodes, None if out.table is None else out.table.turn_id,
+                                                        out.advantages))  # TensorBoard text / W&B table
                 parts.store.add_metrics(cfg.run.name, it + 1, metrics)  # the same number as logger.log's step
             if (cfg.run.save_every and (it + 1) % cfg.run.save_every == 0) or it + 1 == cfg.run.iterations:
                 save_checkpoint(run_dir, parts.policy.model, parts.optimizer, state, dp=parts.dp)

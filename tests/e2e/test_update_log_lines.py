@@ -25,7 +25,7 @@ def _cfg(tiny_dir, out, seed: int, max_turns: int, estimator: str, iterations: i
         "rollout": {"groups_per_iteration": 2, "group_size": 4, "num_workers": 1},
         "algorithm": {"estimator": estimator},
         "update": {"lr": 1e-2, "micro_batch": 8},
-        "log": {"console": False},
+        "log": {"console": False, "tensorboard": True},
     })
 
 
@@ -41,6 +41,8 @@ def test_update_phase_log_line(tiny_dir, tmp_path, caplog, seed, max_turns, esti
     messages = [r.getMessage() for r in caplog.records]
     assert any(re.search(want, m) for m in messages), messages
     assert (result.state.optimizer_steps == 0) == ("no update" in want)
+    # each iteration's sample table (a few episodes' turns) went to TensorBoard's text plugin
+    assert len(list((result.run_dir / "tb").glob("*.samples"))) == 1
 
 
 def test_skipped_update_reasons():
