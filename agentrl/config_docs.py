@@ -41,10 +41,11 @@ def _doc_of(cls: type, name: str) -> str:
     hit = next((c for c in clauses if pattern.search(c)), None)
     if hit is None:
         text = clauses[0] if clauses else ""
-    else:  # from the key's mention to the end of its clause
+    elif len(hit) <= _MAX:
+        text = hit
+    else:  # a long clause: from the key's mention on
         at = pattern.search(hit).start()
-        text = hit[at:] if at < 40 or len(hit) <= _MAX else "…" + hit[at:]
-        text = hit[:at] + hit[at:] if len(hit) <= _MAX else text
+        text = hit[at:] if at < 40 else "…" + hit[at:]
     text = text.replace("``", "")
     return text if len(text) <= _MAX else text[: _MAX - 1].rstrip() + "…"
 

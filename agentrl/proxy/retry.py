@@ -42,7 +42,7 @@ def request_signature(req: ChatRequest) -> tuple:
 
 def retry_target(session, req: ChatRequest):
     """The episode's last delivered call (a ``PendingCall``) when ``req`` resends it exactly, else None."""
-    last = getattr(session, "last_call", None)
+    last = session.last_call
     if last is None or last._undo is None or last.turn is None:
         return None
     return last if request_signature(req) == request_signature(last.request) else None

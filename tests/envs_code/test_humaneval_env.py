@@ -18,17 +18,7 @@ from agentrl_envs.code.tasks import load_humaneval  # noqa: E402
 SAMPLE = [f"HumanEval/{i}" for i in range(0, 164, 17)]  # 10 tasks spread over the set
 
 
-@pytest.fixture(scope="module")
-def sandbox():
-    from agentrl_sandboxes import SandboxUnavailableError
-    from agentrl_sandboxes.bwrap import BwrapSandbox
-
-    try:
-        box = BwrapSandbox(slots=2)
-    except SandboxUnavailableError as exc:
-        pytest.skip(f"bwrap backend unavailable here: {exc}")
-    yield box
-    box.close()
+SANDBOX_SLOTS = 2  # the module's sandbox (tests/envs_code/conftest.py)
 
 
 def test_all_164_problems_load():

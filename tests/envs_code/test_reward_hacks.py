@@ -55,19 +55,6 @@ HACKS = {
 }
 
 
-@pytest.fixture(scope="module")
-def sandbox():
-    from agentrl_sandboxes import SandboxUnavailableError
-    from agentrl_sandboxes.bwrap import BwrapSandbox
-
-    try:
-        box = BwrapSandbox(slots=1)
-    except SandboxUnavailableError as exc:
-        pytest.skip(f"bwrap backend unavailable here: {exc}")
-    yield box
-    box.close()
-
-
 def _task(task_id: str):
     return next(t for t in load_humaneval() if t.task_id == task_id)
 

@@ -12,19 +12,6 @@ from agentrl_envs.code.tool_calls import TOOLS, ToolCall, ToolCallError, parse_t
 from agentrl_envs.code.tools_env import PASSED, HumanEvalToolsEnv  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def sandbox():
-    from agentrl_sandboxes import SandboxUnavailableError
-    from agentrl_sandboxes.bwrap import BwrapSandbox
-
-    try:
-        box = BwrapSandbox(slots=1)
-    except SandboxUnavailableError as exc:
-        pytest.skip(f"bwrap backend unavailable here: {exc}")
-    yield box
-    box.close()
-
-
 def test_parse_openai_tool_call_object_with_string_arguments():
     action = json.dumps({"id": "call_7", "type": "function",
                          "function": {"name": "run_python", "arguments": json.dumps({"code": "print(1)"})}})
