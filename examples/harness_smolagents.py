@@ -1,0 +1,60 @@
+"""A smolagents ``ToolCallingAgent`` on ``OpenAIModel`` playing a registered text env with
+one function tool, as a harness for the recording proxy.
+
+smolagents runs as installed: ``OpenAIModel`` builds an ``openai.OpenAI`` client that reads
+``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` (set by ``agentrl.rollout.harness`` to the
+episode's proxy endpoint), and every call of the agent is a chat completion with
+``tool_choice: "required"`` and the ``stop`` strings ``["Observation:", "Calling tools:"]``
+— so the model always answers with a tool call, ``act`` or smolagents' own ``final_answer``,
+which ends the run. The proxy needs forced tool calls (grammar-constrained decoding) for it.
+
+Run by hand against a proxy (``agentrl proxy serve``, then create an episode)::
+
+    OPENAI_BASE_URL=http://127.0.0.1:8000/e/<key>/v1 OPENAI_API_KEY=<key> \\
+    AGENTRL_ENV_ID=agentrl/Toy-v0 AGENTRL_SEED=0 python examples/harness_smolagents.py
+
+Options: ``--max-steps`` (agent steps, one model call each; default 16). Needs
+``pip install 'agentrl[harness]'``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from smolagents import OpenAIModel, Tool, ToolCallingAgent
+
+from harness_env import COMMAND_DOC, INSTRUCTIONS, TOOL_DOC, TOOL_NAME, ToolEnv
+
+
+class ActTool(Tool):
+    """The env's ``act`` tool as a smolagents ``Tool``."""
+
+    name = TOOL_NAME
+    description = TOOL_DOC
+    inputs = {"command": {"type": "string", "description": COMMAND_DOC}}
+    output_type = "string"
+
+    def __init__(self, env: ToolEnv) -> None:
+        super().__init__()
+        self.env = env
+
+    def forward(self, command: str) -> str:
+        return self.env.act(command)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--max-steps", type=int, default=16)
+    args = ap.parse_args()
+    env = ToolEnv()
+    try:
+        agent = ToolCallingAgent(tools=[ActTool(env)], model=OpenAIModel(model_id="policy"),
+                                 instructions=INSTRUCTIONS, max_steps=args.max_steps)
+        agent.run(env.first_observation)  # at max_steps smolagents asks for a final answer and returns
+    finally:
+        env.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
