@@ -13,7 +13,9 @@ Run by hand against a proxy (``agentrl proxy serve``, then create an episode)::
     OPENAI_BASE_URL=http://127.0.0.1:8000/e/<key>/v1 OPENAI_API_KEY=<key> \\
     AGENTRL_ENV_ID=agentrl/Toy-v0 AGENTRL_SEED=0 python examples/harness_openai_agents.py
 
-Options: ``--max-turns`` (model calls per episode, default 16). Needs
+The SDK raises on a reply cut by the token budget (``status: "incomplete"``) or a malformed
+tool call; the agent then stops and the episode is scored as far as it got (a harness error
+would leave it unscored). Options: ``--max-turns`` (model calls per episode, default 16). Needs
 ``pip install 'agentrl[harness]'``.
 """
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import argparse
 
-from agents import Agent, MaxTurnsExceeded, Runner, function_tool, set_tracing_disabled
+from agents import Agent, MaxTurnsExceeded, ModelBehaviorError, Runner, function_tool, set_tracing_disabled
 
 from harness_env import INSTRUCTIONS, ToolEnv
 
@@ -39,8 +41,10 @@ def main() -> int:
     env = ToolEnv()
     try:
         Runner.run_sync(build_agent(env), env.first_observation, max_turns=args.max_turns)
-    except MaxTurnsExceeded:
-        pass  # out of model calls: the episode ends where it is (the verifier scores the log)
+    except (MaxTurnsExceeded, ModelBehaviorError):
+        # out of model calls, or a reply the SDK rejects (cut by the token budget: `response.incomplete`;
+        # a malformed or unknown tool call): the episode ends where it is, and the verifier scores the log
+        pass
     finally:
         env.close()
     return 0
