@@ -91,20 +91,22 @@ def smollm2_engine(smollm2_dir):
 def update_logprob_gap():
     """``gap(model, turns, renderer, pad_id) -> float``: the largest |stored − recomputed|
     logprob over the completion tokens of ``turns`` when the update rebuilds them
-    (``build_batch`` with ``constraint_masks``, masked ``forward_token_stats``)."""
+    (``build_batch`` with ``constraint_masks`` and ``grammar_masks``, masked ``forward_token_stats``)."""
     import numpy as np
     import torch
 
     from agentrl.llm.constrained import constraint_masks
+    from agentrl.llm.grammar import grammar_masks
     from agentrl.update.batch import build_batch
     from agentrl.update.logprobs import forward_token_stats
 
     def gap(model, turns, renderer, pad_id: int) -> float:
         batch = build_batch([t.prompt_ids for t in turns], [t.completion_ids for t in turns],
                             [t.completion_logprobs for t in turns], np.ones(len(turns)), pad_id=pad_id,
-                            allowed=constraint_masks(turns, renderer))
+                            allowed=constraint_masks(turns, renderer), grammar=grammar_masks(turns, renderer))
         with torch.no_grad():
-            st = forward_token_stats(model, batch.input_ids, batch.attention_mask, allowed_ids=batch.allowed_ids)
+            st = forward_token_stats(model, batch.input_ids, batch.attention_mask, allowed_ids=batch.allowed_ids,
+                                     grammar_mask=batch.grammar_mask)
         m = batch.loss_mask.bool()
         return float(torch.max(torch.abs(st.logprobs[m] - batch.old_logprobs[m])))
 

@@ -80,6 +80,8 @@ class Completion:
         top_ids / top_logprobs: int32[C, K] / float32[C, K], the K most likely ids of each
             step and their raw-logit logprobs (descending), when ``generate`` was asked for
             ``top_logprobs=K`` by an engine that supports it; else None.
+        grammar_masks: int32[C, W], the grammar bitmask each token was sampled under
+            (``generate(grammars=...)``, ``agentrl.llm.grammar``); else None.
     """
 
     token_ids: np.ndarray
@@ -92,6 +94,7 @@ class Completion:
     logprob_mode: str = "raw"
     top_ids: np.ndarray | None = None
     top_logprobs: np.ndarray | None = None
+    grammar_masks: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.token_ids = np.asarray(self.token_ids, dtype=np.int32).reshape(-1)
@@ -132,7 +135,8 @@ class LLMClient(Protocol):
         ending with EOS (``agentrl.llm.constrained``); callers pass it only when needed.
         Engines that can return the top alternatives of each step (``HFEngine``) take
         ``top_logprobs=K`` (``Completion.top_ids`` / ``top_logprobs``); callers pass it only
-        when K > 0 (the recording proxy checks the signature).
+        when K > 0 (the recording proxy checks the signature). ``HFEngine`` also takes
+        ``grammars=[Grammar | None] * B`` (``agentrl.llm.grammar``: forced tool calls, JSON).
 
         Raises:
             ValueError: a prompt is empty or leaves no room in the context.
@@ -203,9 +207,9 @@ def check_prompts(prompts: Sequence[Sequence[int]]) -> list[np.ndarray]:
 
 
 
-def check_allowed(allowed, n: int) -> list:
-    """Per-prompt allowed completions (``generate(..., allowed=...)``) as a list of length ``n``
-    (all None when ``allowed`` is None).
+def check_allowed(allowed, n: int, name: str = "allowed") -> list:
+    """Per-prompt constraints (``generate(..., allowed=...)`` or ``grammars=...``, named ``name``)
+    as a list of length ``n`` (all None when ``allowed`` is None).
 
     Raises:
         ValueError: ``allowed`` does not have one entry per prompt.
@@ -213,7 +217,7 @@ def check_allowed(allowed, n: int) -> list:
     if allowed is None:
         return [None] * n
     if len(allowed) != n:
-        raise ValueError(f"allowed has {len(allowed)} entries for {n} prompts; pass one (or None) per prompt")
+        raise ValueError(f"{name} has {len(allowed)} entries for {n} prompts; pass one (or None) per prompt")
     return list(allowed)
 
 

@@ -32,6 +32,8 @@ from agentrl.llm.base import (
     context_batches,
 )
 from agentrl.llm.constrained import TokenTrie
+from agentrl.llm.grammar import Grammar
+from agentrl.llm.grammar_decode import GrammarLogits, restricted_logprobs
 
 
 class HFEngine:
@@ -100,6 +102,7 @@ class HFEngine:
     def generate(
         self, prompts: Sequence[Sequence[int]], sampling: SamplingParams, *, return_hidden: bool = False,
         allowed: Sequence[Sequence[Sequence[int]] | None] | None = None, top_logprobs: int = 0,
+        grammars: Sequence[Grammar | None] | None = None,
     ) -> list[Completion]:
         """Sample one completion per prompt (see ``LLMClient.generate``).
 
@@ -111,6 +114,10 @@ class HFEngine:
         None (unconstrained); constrained rows follow the trie, greedy or sampled
         (temperature / top-p apply to the restricted distribution), and their logprobs are
         the raw-logit log-softmax restricted to the allowed ids of each step.
+        ``grammars``: per prompt a compiled ``agentrl.llm.grammar.Grammar`` or None; such a row
+        samples only what its grammar allows (a forced tool call, JSON) and its logprobs are
+        renormalised over the grammar's allowed ids of each step (``Completion.grammar_masks``
+        holds those bitmasks; ``agentrl.llm.grammar_decode``). A row may not have both.
         ``sampling.row_seeds``: each row samples from its own seeded generator
         (``agentrl.llm.row_sampling``; the same distribution, batch-independent draws).
         ``sampling.seed``: the draws repeat for the same seed and the global torch RNG is left
@@ -119,8 +126,8 @@ class HFEngine:
         whose padded batch would not fit the context run in separate batches
         (``context_batches``).
         Raises:
-            ValueError: empty prompt, a prompt that fills the context, or ``allowed`` of
-                the wrong length.
+            ValueError: empty prompt, a prompt that fills the context, ``allowed`` or
+                ``grammars`` of the wrong length, a row with both, a grammar that does not compile.
             RuntimeError: paused with mode ``"abort"``.
         """
         self._gate.admit()
@@ -128,8 +135,11 @@ class HFEngine:
         allowed = check_allowed(allowed, len(rows))
         budgets = [clamp_max_tokens(p.size, sampling.max_tokens, self.max_context) for p in rows]
         batches = context_batches([p.size for p in rows], budgets, self.max_context)
+        grammars = check_allowed(grammars, len(rows), "grammars")
+        if any(a is not None and g is not None for a, g in zip(allowed, grammars)):
+            raise ValueError("a prompt has both allowed completions and a grammar; constrain it with one of them")
         if len(batches) > 1:  # a long prompt would cut a short one's room (or overrun absolute positions)
-            return self._generate_split(rows, sampling, batches, return_hidden, allowed, top_logprobs)
+            return self._generate_split(rows, sampling, batches, return_hidden, allowed, top_logprobs, grammars)
         tries = [None if a is None else TokenTrie(a) for a in allowed]
         ids, mask = _left_pad(rows, self.pad_token_id)  # (B, P)
         ids, mask = ids.to(_device(self.model)), mask.to(_device(self.model))  # GPU: inputs on the model's device
@@ -149,6 +159,8 @@ class HFEngine:
         if not sampling.greedy and not row_seeded:  # top_k=0: no top-k cut (the model's generation_config may set one)
             kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
         procs = [_TrieMask(tries, ids.shape[1], set(stops))] if any(t is not None for t in tries) else []
+        gmask = GrammarLogits(grammars, ids.shape[1], set(stops)) if any(g is not None for g in grammars) else None
+        procs += [gmask] if gmask is not None else []
         if row_seeded:  # each row samples from its own generator: Gumbel-max over the warped scores, argmax
             procs.append(_row_sampler(sampling, len(rows), ids.device))
             kwargs["do_sample"] = False
@@ -174,24 +186,33 @@ class HFEngine:
         for b, trie in enumerate(tries):
             if trie is not None:
                 sampled[b] = _restricted_logprobs(logits[b], new[b], trie, budgets[b], set(stops))
+        for b, masks in enumerate(gmask.masks if gmask is not None else ()):
+            if grammars[b] is not None:
+                sampled[b] = restricted_logprobs(logits[b], new[b], masks, _length(new[b], budgets[b], set(stops)))
         hidden = out.hidden_states[0][-1][:, -1, :].float() if return_hidden else None  # (B, H)
         top = logits.log_softmax(-1).topk(min(int(top_logprobs), logits.shape[-1]), dim=-1) if top_logprobs else None
-        return [
+        outs = [
             self._one(new[b], sampled[b], budgets[b], set(stops), None if hidden is None else hidden[b],
                       None if top is None else (top.indices[b], top.values[b]))
             for b in range(len(rows))
         ]
+        for b, c in enumerate(outs):
+            if grammars[b] is not None:
+                c.grammar_masks = np.stack(gmask.masks[b][:c.token_ids.size]) if c.token_ids.size else None
+        return outs
 
     def _generate_split(self, rows: list[np.ndarray], sampling: SamplingParams, batches: list[list[int]],
-                        return_hidden: bool, allowed: list, top_logprobs: int = 0) -> list[Completion]:
+                        return_hidden: bool, allowed: list, top_logprobs: int = 0,
+                        grammars: list | None = None) -> list[Completion]:
         """``generate`` over ``batches`` (row indices) one after the other, answers in row order."""
         out: list[Completion | None] = [None] * len(rows)
         for idx in batches:
             sub = sampling if sampling.row_seeds is None else replace(
                 sampling, row_seeds=tuple(sampling.row_seeds[i] for i in idx))
             sub_allowed = None if all(a is None for a in allowed) else [allowed[i] for i in idx]
+            sub_gram = None if not grammars or all(g is None for g in grammars) else [grammars[i] for i in idx]
             for i, c in zip(idx, self.generate([rows[i] for i in idx], sub, return_hidden=return_hidden,
-                                               allowed=sub_allowed, top_logprobs=top_logprobs)):
+                                               allowed=sub_allowed, top_logprobs=top_logprobs, grammars=sub_gram)):
                 out[i] = c
         return out
 
@@ -298,6 +319,12 @@ def _restricted_logprobs(logits: torch.Tensor, new: torch.Tensor, trie: TokenTri
         z = logits[k, torch.from_numpy(ids).to(logits.device)]
         out[k] = logits[k, toks[k]] - torch.logsumexp(z, dim=0)
     return out
+
+
+def _length(new: torch.Tensor, budget: int, stops: set[int]) -> int:
+    """Tokens of one row's completion: up to and including its first stop id, within ``budget``."""
+    toks = new[:budget].tolist()
+    return next((k + 1 for k, t in enumerate(toks) if t in stops), len(toks))
 
 
 def _row_sampler(sampling: SamplingParams, n: int, device: torch.device):

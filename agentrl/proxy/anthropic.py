@@ -18,8 +18,9 @@ Mapping:
   tools (``web_search_…``, ``bash_…`` …) are a 400 naming ``tools[i].type``.
 * ``max_tokens``, ``temperature``, ``top_p`` as in chat; ``stop_sequences`` are ``stop``
   strings (``agentrl.proxy.stops``; ``stop_reason: "stop_sequence"`` and ``stop_sequence``
-  name the one matched). Refused (400): ``tool_choice`` ``any`` / ``tool`` (forcing a tool
-  needs constrained decoding), ``output_config.format`` (structured output). ``top_k``,
+  name the one matched). ``tool_choice`` ``any`` / ``{"type": "tool", "name": N}`` force a tool
+  call and ``output_config.format`` ``json_schema`` JSON output (``agentrl.proxy.forcing``);
+  other types are a 400. ``top_k``,
   ``thinking`` and other unknown keys are ignored and recorded (``unknown_fields``).
 
 The reply is a ``message``: a ``text`` block (when there is text, or no tool call), then one
@@ -41,6 +42,7 @@ import orjson
 from agentrl.llm.base import SamplingParams
 from agentrl.proxy.calls import PendingCall
 from agentrl.proxy.sse import content_ids, text_deltas
+from agentrl.proxy.forcing import messages_grammar
 from agentrl.proxy.wire import (ChatRequest, ToolCall, WireError, WireMessage, bad, content_text, flag, parse_sampling,
                                 parse_stop, unknown_keys)
 
@@ -138,24 +140,22 @@ def parse_anthropic(data: dict, default: SamplingParams, *, strict: bool = False
     ignored = unknown_keys(data, _KEYS, "messages", strict)
     choice = data.get("tool_choice")
     kind = choice.get("type") if isinstance(choice, dict) else choice
-    if kind not in (None, "auto", "none"):
-        raise bad(f"'tool_choice' type {kind!r} is not supported: use auto or none (forcing a tool would need "
-                  f"constrained decoding)", "tool_choice")
     config = data.get("output_config")
-    if isinstance(config, dict) and config.get("format") is not None:
-        raise bad("'output_config.format' (structured output) is not supported (no constrained decoding)",
-                  "output_config.format")
+    if config is not None and not isinstance(config, dict):
+        raise bad(f"'output_config' must be an object, got {config!r}", "output_config")
     system = data.get("system")
     system = content_text(system, "system") if system is not None else ""
     conv, skipped = parse_messages(data.get("messages"))
     sub = {k: data[k] for k in ("temperature", "top_p", "max_tokens") if k in data}
     sampling, sent = parse_sampling(sub, default)
     tools = parse_tools(data.get("tools"))
+    grammar = messages_grammar(choice, (config or {}).get("format"), tools)
     return ChatRequest(messages=((WireMessage("system", system),) if system else ()) + conv,
                        tools=tools if kind != "none" else (), sampling=sampling, sent=sent,
                        stream=flag(data, "stream"), model=str(data.get("model") or ""),
                        stop=parse_stop(data.get("stop_sequences"), "stop_sequences"),
-                       ignored=ignored + (("messages.thinking",) if skipped else ()), dialect="messages")
+                       ignored=ignored + (("messages.thinking",) if skipped else ()), dialect="messages",
+                       grammar=grammar)
 
 
 def _blocks(call: PendingCall) -> list[dict]:

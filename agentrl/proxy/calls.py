@@ -28,6 +28,7 @@ import numpy as np
 
 from agentrl.llm.base import FINISH_ABORT, FINISH_LENGTH, Completion, LLMClient, SamplingParams
 from agentrl.llm.chat import ChatRenderer
+from agentrl.llm.grammar import INFO_DIGEST, INFO_GRAMMAR, compiler_for, mask_digest
 from agentrl.proxy.encoder import Encoder
 from agentrl.proxy.engine import EngineWorker, Gate
 from agentrl.proxy.messages import canonical, split_tool_calls
@@ -138,9 +139,10 @@ class ProxyCore:
             raise ValueError(f"unknown_fields must be 'ignore' or 'refuse', got {unknown_fields!r}")
         self.strict_fields = unknown_fields == "refuse"
         try:  # engines that return the top alternatives per step take generate(..., top_logprobs=K)
-            self.top_logprobs_ok = "top_logprobs" in inspect.signature(engine.generate).parameters
+            params = inspect.signature(engine.generate).parameters
         except (TypeError, ValueError):
-            self.top_logprobs_ok = False
+            params = {}
+        self.top_logprobs_ok, self.grammar_ok = "top_logprobs" in params, "grammars" in params
         self.engine, self.renderer, self.registry, self.mode = engine, renderer, registry, mode
         self.sampling = sampling or SamplingParams()
         self.measure_drift, self.model_name = measure_drift, model_name
@@ -160,7 +162,7 @@ class ProxyCore:
         self.gate.enter()
         try:
             plan, sampling, version, t0, retry = self._plan(session, req)
-            fut = self.worker.submit(plan.prompt_ids, sampling, req.top_logprobs)
+            fut = self.worker.submit(plan.prompt_ids, sampling, req.top_logprobs, self._grammar(req))
             return self._pending(session, req, plan, sampling, version, t0, self._engine_result(fut), retry)
         except BaseException:
             self.gate.leave()
@@ -180,7 +182,7 @@ class ProxyCore:
             raise
         try:
             plan, sampling, version, t0, retry = self._plan(session, req)
-            fut = self.worker.submit(plan.prompt_ids, sampling, req.top_logprobs)
+            fut = self.worker.submit(plan.prompt_ids, sampling, req.top_logprobs, self._grammar(req))
             try:
                 await asyncio.wrap_future(fut)
             except (ValueError, RuntimeError):
@@ -211,6 +213,23 @@ class ProxyCore:
             raise WireError(400, f"the prompt has {plan.prompt_ids.size} tokens and leaves no room in the model's "
                                  f"context of {limit} tokens; shorten or compact the conversation", param="messages")
         return plan, session.effective(req.sampling), int(self.engine.policy_version), t0, retry
+
+    def _grammar(self, req: ChatRequest):
+        """The compiled grammar of ``req`` (None: unconstrained). Raises ``WireError`` 400 when
+        the engine cannot constrain (names it), llguidance is missing or rejects the schema."""
+        if req.grammar is None:
+            return None
+        param = "tool_choice" if req.grammar.kind == "tool_call" else {
+            "chat": "response_format", "responses": "text.format"}.get(req.dialect, "output_config.format")
+        if not self.grammar_ok:
+            raise WireError(400, f"'{param}' needs grammar-constrained decoding with exact constrained logprobs, "
+                                 f"which {type(self.engine).__name__} does not provide (HFEngine does); remove "
+                                 f"'{param}' or serve the policy with the HF engine", param=param)
+        try:
+            with self._render_lock:
+                return compiler_for(self.renderer).compile(req.grammar)
+        except (ImportError, ValueError) as exc:
+            raise WireError(400, f"'{param}' cannot be honoured: {exc}", param=param) from None
 
     @staticmethod
     def _engine_result(fut) -> Completion:
@@ -259,6 +278,10 @@ class ProxyCore:
             info["ignored_fields"] = list(call.request.ignored)
         if call.stop is not None:
             info["stop"], info["stop_cut_tokens"] = call.stop.stop, call.stop.dropped
+        if call.request.grammar is not None:
+            info[INFO_GRAMMAR] = call.request.grammar.to_info()
+            if c.grammar_masks is not None:
+                info[INFO_DIGEST] = mask_digest(c.grammar_masks[:c.token_ids.size])
         if plan.token_prefix_ok is not None:
             info["token_prefix_ok"] = plan.token_prefix_ok
             if plan.first_mismatch is not None:

@@ -26,6 +26,7 @@ class _Job:
     sampling: SamplingParams
     future: Future
     top: int = 0
+    grammar: object = None  # an agentrl.llm.grammar.Grammar, or None
 
 
 class EngineWorker:
@@ -44,12 +45,14 @@ class EngineWorker:
         self._thread = threading.Thread(target=self._loop, name="agentrl-proxy-engine", daemon=True)
         self._thread.start()
 
-    def submit(self, prompt_ids: np.ndarray, sampling: SamplingParams, top_logprobs: int = 0) -> Future:
+    def submit(self, prompt_ids: np.ndarray, sampling: SamplingParams, top_logprobs: int = 0,
+               grammar=None) -> Future:
         """Queue one prompt (int32[P]); the future resolves to its ``Completion`` (or raises
         the engine's exception). ``top_logprobs`` > 0 is passed to ``generate`` (jobs batch
-        only with jobs asking for the same number)."""
+        only with jobs asking for the same number); ``grammar`` (a compiled
+        ``agentrl.llm.grammar.Grammar``) constrains this prompt's row (``generate(grammars=...)``)."""
         fut: Future = Future()
-        self._q.put(_Job(np.asarray(prompt_ids, np.int32), sampling, fut, int(top_logprobs)))
+        self._q.put(_Job(np.asarray(prompt_ids, np.int32), sampling, fut, int(top_logprobs), grammar))
         return fut
 
     def generate(self, prompt_ids: np.ndarray, sampling: SamplingParams) -> Completion:
@@ -85,6 +88,8 @@ class EngineWorker:
             return
         try:
             kw = {"top_logprobs": live[0].top} if live[0].top else {}
+            if any(j.grammar is not None for j in live):
+                kw["grammars"] = [j.grammar for j in live]
             outs = self.engine.generate([j.prompt for j in live], live[0].sampling, **kw)
         except BaseException as exc:  # noqa: BLE001 - handed to every waiting caller
             for j in live:

@@ -19,8 +19,10 @@ continuation, retries and forks, exact ids and logprobs, rewards. Mapping:
   tools; hosted tools (``web_search``, ``file_search`` ...) are a 400 naming ``tools[i].type``.
 * ``max_output_tokens`` → ``max_tokens``; ``temperature``, ``top_p``, ``seed`` as in chat;
   ``top_logprobs`` and ``include: ["message.output_text.logprobs"]`` return logprobs on the
-  ``output_text`` part. Refused (400): ``tool_choice`` other than ``auto`` / ``none``, a
-  ``text.format`` other than ``text``, ``background: true``, ``conversation``, ``prompt``.
+  ``output_text`` part. ``tool_choice`` ``required`` / ``{"type": "function", "name": N}`` force
+  a tool call and ``text.format`` ``json_object`` / ``json_schema`` JSON output
+  (``agentrl.proxy.forcing``). Refused (400): other ``tool_choice`` / ``text.format`` types,
+  ``background: true``, ``conversation``, ``prompt``.
 
 The reply is a ``response`` object whose ``output`` is an assistant ``message`` item (when
 there is text, or no tool call) followed by one ``function_call`` item per tool call;
@@ -44,6 +46,7 @@ import orjson
 from agentrl.llm.base import SamplingParams
 from agentrl.proxy.calls import PendingCall
 from agentrl.proxy.sse import _usage, content_ids, logprob_items, text_deltas
+from agentrl.proxy.forcing import responses_grammar
 from agentrl.proxy.wire import (IGNORED_KEYS, ChatRequest, ToolCall, WireMessage, bad, content_text, flag, number,
                                 parse_sampling, parse_top_logprobs, unknown_keys)
 
@@ -168,12 +171,7 @@ def parse_responses(data: dict, default: SamplingParams, *, strict: bool = False
     if flag(data, "background"):
         raise bad("'background' responses are not supported by the recording proxy; send background=false", "background")
     choice = data.get("tool_choice")
-    if choice not in (None, "auto", "none"):
-        raise bad("'tool_choice' must be 'auto' or 'none' (forcing a tool would need constrained decoding)",
-                  "tool_choice")
     fmt = (data.get("text") or {}).get("format") if isinstance(data.get("text"), dict) else data.get("text")
-    if fmt not in (None, {"type": "text"}):
-        raise bad("'text.format' other than text is not supported (no constrained decoding)", "text.format")
     include = data.get("include") or []
     if not isinstance(include, list) or not all(isinstance(x, str) for x in include):
         raise bad("'include' must be a list of strings", "include")
@@ -199,13 +197,15 @@ def parse_responses(data: dict, default: SamplingParams, *, strict: bool = False
         sent["max_output_tokens"] = sent.pop("max_tokens")
     top = parse_top_logprobs(data)
     tools = parse_tools(data.get("tools"))
+    grammar = responses_grammar(choice, fmt, tools)
     messages = ((WireMessage("system", instructions),) if instructions else ()) + conv
     if not messages:
         raise bad("'input' has no message (only reasoning items)", "input")
     req = ChatRequest(messages=messages, tools=tools if choice != "none" else (), sampling=sampling, sent=sent,
                       stream=flag(data, "stream"), logprobs=top > 0 or LOGPROBS_INCLUDE in include,
                       model=str(data.get("model") or ""), top_logprobs=top,
-                      ignored=ignored + (("input.reasoning",) if skipped else ()), dialect="responses")
+                      ignored=ignored + (("input.reasoning",) if skipped else ()), dialect="responses",
+                      grammar=grammar)
     return ResponsesCall(req, instructions, conv, list(data.get("tools") or []), choice or "auto", previous,
                          req.logprobs, max_out)
 

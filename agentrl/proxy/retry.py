@@ -34,10 +34,11 @@ __all__ = ["request_signature", "retry_target", "threads_before", "supersede", "
 
 def request_signature(req: ChatRequest) -> tuple:
     """What makes two requests identical resends: the ``completions`` prompt, or the thread key
-    with the canonical messages (sampling parameters do not count)."""
+    with the canonical messages and the grammar (a resend that now forces a tool or JSON is a new
+    request; sampling parameters do not count)."""
     if req.prompt is not None:
         return ("completions", req.prompt)
-    return ("chat", thread_key(req.messages, req.tools), tuple(canonical(m) for m in req.messages))
+    return ("chat", thread_key(req.messages, req.tools), tuple(canonical(m) for m in req.messages), req.grammar)
 
 
 def retry_target(session, req: ChatRequest):

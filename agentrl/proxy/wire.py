@@ -1,11 +1,13 @@
 """OpenAI wire format: parse requests into dataclasses, build responses and error bodies.
 
-A known parameter the proxy cannot honour (``n`` > 1, ``logit_bias``, forced tools, a
-non-text ``response_format``, penalties) is a 400 with an OpenAI-style body ``{"error":
+A known parameter the proxy cannot honour (``n`` > 1, ``logit_bias``, penalties) is a 400 with an OpenAI-style body ``{"error":
 {"message", "type", "param", "code"}}`` naming the parameter and the fix. A key the proxy
 does not know is ignored and recorded (``ChatRequest.ignored`` → the turn's
 ``info["ignored_fields"]``) so a newer SDK does not break training; with ``strict=True`` a
 non-null unknown key is a 400 instead (null-valued keys never are).
+Forced tools (``tool_choice`` ``required`` / a named function) and JSON output
+(``response_format`` ``json_object`` / ``json_schema``) become ``ChatRequest.grammar``
+(``agentrl.proxy.forcing``), sampled under a grammar by engines that support it.
 Sampling maps onto ``SamplingParams``: ``temperature == 0`` means greedy;
 ``max_completion_tokens`` is the chat name of ``max_tokens`` (both sent and different: 400).
 Flags (``stream``, ``logprobs``, ...) must be JSON booleans, ``stream_options`` an object,
@@ -20,6 +22,7 @@ from typing import Any
 import orjson
 
 from agentrl.llm.base import SamplingParams
+from agentrl.llm.grammar import GrammarSpec
 
 #: Request keys accepted and ignored (they do not change what is sampled).
 IGNORED_KEYS = frozenset({"model", "user", "metadata", "store", "parallel_tool_calls", "service_tier", "stream_options",
@@ -107,6 +110,7 @@ class ChatRequest:
         top_logprobs: the K most likely alternatives to return per token (0: none).
         ignored: unknown keys sent with a non-null value (recorded, not honoured).
         dialect: ``chat | completions | responses | messages`` (the route's API).
+        grammar: what the completion must be (a forced tool call, JSON output), or None.
     """
 
     messages: tuple[WireMessage, ...] = ()
@@ -123,6 +127,7 @@ class ChatRequest:
     top_logprobs: int = 0
     ignored: tuple[str, ...] = ()
     dialect: str = "chat"
+    grammar: GrammarSpec | None = None
 
 
 def loads(body: bytes) -> dict:
@@ -316,20 +321,17 @@ def parse_chat(data: dict, default: SamplingParams, *, strict: bool = False) -> 
     tools = data.get("tools") or []
     if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
         raise bad("'tools' must be a list of tool objects", "tools")
+    from agentrl.proxy.forcing import chat_grammar  # forcing reads this module's errors
+
     choice = data.get("tool_choice")
-    if choice not in (None, "auto", "none"):
-        raise bad("'tool_choice' must be 'auto' or 'none' (forcing a tool would need constrained decoding)",
-                  "tool_choice")
-    fmt = data.get("response_format")
-    if fmt not in (None, {"type": "text"}):
-        raise bad("'response_format' other than text is not supported (no constrained decoding)", "response_format")
+    grammar = chat_grammar(choice, data.get("response_format"), tuple(tools))
     top = parse_top_logprobs(data)
     sampling, sent = parse_sampling(data, default)
     return ChatRequest(messages=parse_messages(data.get("messages")), tools=tuple(tools) if choice != "none" else (),
                        sampling=sampling, sent=sent, stream=_flag(data, "stream"), include_usage=_include_usage(data),
                        logprobs=_flag(data, "logprobs") or top > 0, return_token_ids=_flag(data, "return_token_ids"),
                        model=str(data.get("model") or ""), stop=parse_stop(data.get("stop")), top_logprobs=top,
-                       ignored=ignored)
+                       ignored=ignored, grammar=grammar)
 
 
 def parse_completion(data: dict, default: SamplingParams, vocab_size: int | None = None, *,

@@ -17,6 +17,7 @@ from agentrl.dist import DistContext, inference_state
 from agentrl.eval import env_kwargs, loop_config
 from agentrl.llm.base import SamplingParams
 from agentrl.llm.constrained import constraint_masks
+from agentrl.llm.grammar import grammar_masks
 from agentrl.llm.policy import Policy
 from agentrl.rollout.collector import CollectConfig, collect
 from agentrl.rollout.engine_stream import EngineStream
@@ -72,7 +73,8 @@ def open_engines(cfg: Config, policy: Policy) -> EngineWorkers:
         raise ConfigError(f"rollout.engines={cfg.rollout.engines} runs HF engine workers; set policy.engine: hf "
                           "(or rollout.engines: 0 to sample with the in-process engine)")
     spec = EngineSpec(model=str(resolve_model(cfg.policy.model)), dtype=cfg.policy.dtype, device=cfg.policy.device,
-                      num_threads=cfg.policy.num_threads, max_context=policy.engine.max_context)
+                      num_threads=cfg.policy.num_threads, max_context=policy.engine.max_context,
+                      prefix_cache_mb=cfg.policy.prefix_cache_mb)
     # a data-parallel run's trainer is sharded: start the workers from rank 0's synced engine copy
     weights = inference_state_dict(policy.model) if policy.shares_weights else dict(policy.engine.model.state_dict())
     return open_engine_workers(cfg.rollout.backend, cfg.rollout.engines, spec, weights, policy.engine.policy_version)
@@ -192,7 +194,7 @@ def plan_update(policy: Policy, cfg: Config, table: TurnTable, advantages: np.nd
     batch = build_batch([t.prompt_ids for t in picked], [t.completion_ids for t in picked],
                         [t.completion_logprobs for t in picked], advantages[rows], pad_id=policy.pad_id,
                         pack=cfg.update.pack, allowed=constraint_masks(picked, policy.renderer),
-                        episodes=[t.episode_id for t in picked])
+                        episodes=[t.episode_id for t in picked], grammar=grammar_masks(picked, policy.renderer))
     groups = update_groups(cfg.algorithm.estimator, table, rows)
     epochs = [groups if groups is not None else minibatches(
         batch.num_rows, cfg.update.minibatch, seed=cfg.run.seed * 7_919 + iteration * 101 + epoch)

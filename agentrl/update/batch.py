@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from agentrl.update.bitmask import BatchMasks, pack_masks
+
 __all__ = ["TrainBatch", "build_batch", "pack_chains", "minibatches", "model_device"]
 
 
@@ -50,6 +52,9 @@ class TrainBatch:
         is_weights: optional (B, T) float32 detached importance weights of the rollout
             correction (``agentrl.update.correction``), 0 off the loss mask; the per-token
             policy loss is multiplied by them. None = no correction (weight 1).
+        grammar_mask: optional ``agentrl.update.bitmask.BatchMasks``: for grammar-constrained
+            completion tokens (forced tool calls, JSON output) the bitmask of the ids the
+            policy could sample there; logprobs and entropy are renormalised over them.
         token_episode: optional (B, T) int64, the episode index (0..E-1 over the whole batch,
             not renumbered by ``select``) of each completion token, −1 elsewhere; the
             ``episode-mean-token-mean`` aggregation weighs episodes by it. None = unknown.
@@ -69,6 +74,7 @@ class TrainBatch:
     allowed_ids: torch.Tensor | None = None
     is_weights: torch.Tensor | None = None
     token_episode: torch.Tensor | None = None
+    grammar_mask: BatchMasks | None = None
 
     @property
     def num_rows(self) -> int:
@@ -107,6 +113,7 @@ class TrainBatch:
             old_values=None if self.old_values is None else self.old_values[keep],
             allowed_ids=cut(self.allowed_ids), is_weights=cut(self.is_weights),
             token_episode=cut(self.token_episode),
+            grammar_mask=None if self.grammar_mask is None else self.grammar_mask.select(rows, length),
         )
 
     def to(self, device: torch.device | str) -> "TrainBatch":
@@ -180,7 +187,7 @@ def build_batch(prompt_ids: Sequence[np.ndarray], completion_ids: Sequence[np.nd
                 old_logprobs: Sequence[np.ndarray], advantages: np.ndarray | Sequence[np.ndarray],
                 pad_id: int, pack: bool = False,
                 allowed: Sequence[Sequence[np.ndarray] | None] | None = None,
-                episodes: Sequence[int] | np.ndarray | None = None) -> TrainBatch:
+                episodes: Sequence[int] | np.ndarray | None = None, grammar: Sequence | None = None) -> TrainBatch:
     """Build the padded batch for N turns.
 
     Args:
@@ -196,12 +203,15 @@ def build_batch(prompt_ids: Sequence[np.ndarray], completion_ids: Sequence[np.nd
             (``agentrl.llm.constrained.turn_allowed_ids``); fills ``TrainBatch.allowed_ids``.
         episodes: optional int[N], the episode id of each turn (any integers); fills
             ``TrainBatch.token_episode`` (dense indices in order of first appearance).
+        grammar: optional, per turn None or its ``agentrl.llm.grammar.TokenMasks`` (index
+            int32[C_i], bits int32[U_i, W]; ``agentrl.llm.grammar.grammar_masks``); fills
+            ``TrainBatch.grammar_mask``.
     Returns:
         ``TrainBatch`` with B = N rows (or one per chain when packing), T = longest row.
     Raises:
         ValueError: mismatched lengths, an empty prompt, non-integer ids, NaN/inf advantages,
             ``allowed`` not matching the completions (or not containing the sampled id),
-            ``episodes`` not one per turn.
+            ``episodes`` not one per turn, ``grammar`` masks that do not allow the sampled ids.
     """
     prompts, comps, lps, advs = _check_inputs(prompt_ids, completion_ids, old_logprobs, advantages)
     allowed = _check_allowed(allowed, comps)
@@ -232,6 +242,7 @@ def build_batch(prompt_ids: Sequence[np.ndarray], completion_ids: Sequence[np.nd
         old_logprobs=torch.from_numpy(old), turn_ids=torch.from_numpy(tid),
         turn_row=torch.from_numpy(turn_row), turn_value_pos=torch.from_numpy(value_pos),
         token_episode=None if tep is None else torch.from_numpy(tep),
+        grammar_mask=pack_masks(grammar, comps, chains, prompts, b, t),
     )
 
 

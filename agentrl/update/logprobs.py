@@ -10,6 +10,8 @@ never from ``generate(output_scores=True)`` (MODELS.md decision 6).
 Constrained decoding (``agentrl.llm.constrained``): at positions where ``allowed_ids``
 (B, T, A) lists ids, the log-softmax and the entropy are taken over those ids only (the
 distribution the engine sampled from, renormalised); other positions are unchanged.
+Grammar-constrained turns (``agentrl.llm.grammar``) carry bitmasks instead
+(``grammar_mask``: ``agentrl.update.bitmask.BatchMasks``), renormalised the same way.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from agentrl.update.batch import TrainBatch, model_device
+from agentrl.update.bitmask import BatchMasks, masked_logsumexp
 
 __all__ = ["TokenStats", "logprobs_from_logits", "entropy_from_logits", "forward_token_stats", "batch_logprobs"]
 
@@ -54,13 +57,15 @@ def _restricted(z: torch.Tensor, allowed_ids: torch.Tensor) -> tuple[torch.Tenso
 
 
 def logprobs_from_logits(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0,
-                         allowed_ids: torch.Tensor | None = None) -> torch.Tensor:
+                         allowed_ids: torch.Tensor | None = None,
+                         grammar_mask: BatchMasks | None = None) -> torch.Tensor:
     """Shifted token logprobs: (B, T, V) logits, (B, T) int64 ids → (B, T) float32.
 
     ``out[:, t] = log_softmax(logits[:, t-1] / temperature)[input_ids[:, t]]``, ``out[:, 0] = 0``.
     Computed as ``gathered − logsumexp`` in float32 (no (B, T, V) log-softmax tensor kept).
     With ``allowed_ids`` (B, T, A) int64, the logsumexp at constrained positions runs over
-    the allowed ids only (renormalised logprobs of constrained decoding).
+    the allowed ids only (renormalised logprobs of constrained decoding); with
+    ``grammar_mask`` (index (B, T) aligned with ``input_ids``) likewise over its bitmasks.
     """
     z = logits[:, :-1].float() / temperature  # (B, T-1, V)
     picked = z.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # (B, T-1)
@@ -68,11 +73,15 @@ def logprobs_from_logits(logits: torch.Tensor, input_ids: torch.Tensor, temperat
     if allowed_ids is not None:
         za, constrained = _restricted(z, allowed_ids)
         lse = torch.where(constrained, torch.logsumexp(za, dim=-1), lse)
+    if grammar_mask is not None:
+        got = masked_logsumexp(z, grammar_mask.index[:, 1:], grammar_mask.bits)
+        lse = lse if got is None else lse.index_put(got[0], got[1])
     return _pad_first(picked - lse)
 
 
 def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0,
-                        allowed_ids: torch.Tensor | None = None) -> torch.Tensor:
+                        allowed_ids: torch.Tensor | None = None,
+                        grammar_mask: BatchMasks | None = None) -> torch.Tensor:
     """Shifted entropy in nats: (B, T, V) logits → (B, T) float32; ``out[:, t]`` is the
     entropy of the distribution predicting token t (over the allowed ids where
     ``allowed_ids`` (B, T, A) constrains it); ``out[:, 0] = 0``."""
@@ -83,6 +92,9 @@ def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0,
         za, constrained = _restricted(z, allowed_ids)
         lpa = torch.log_softmax(za, dim=-1)
         ent = torch.where(constrained, -(lpa.exp() * lpa).sum(-1), ent)
+    if grammar_mask is not None:
+        got = masked_logsumexp(z, grammar_mask.index[:, 1:], grammar_mask.bits, entropy=True)
+        ent = ent if got is None else ent.index_put(got[0], got[2])
     return _pad_first(ent)
 
 
@@ -95,7 +107,7 @@ def _kept_columns(token_mask: torch.Tensor) -> torch.Tensor:
 def forward_token_stats(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
                         temperature: float = 1.0, with_entropy: bool = False,
                         entropy_grad: bool = False, allowed_ids: torch.Tensor | None = None,
-                        token_mask: torch.Tensor | None = None) -> TokenStats:
+                        token_mask: torch.Tensor | None = None, grammar_mask: BatchMasks | None = None) -> TokenStats:
     """One forward pass of a causal LM (HF ``...ForCausalLM`` or peft-wrapped) on a batch.
 
     Args:
@@ -107,6 +119,8 @@ def forward_token_stats(model: torch.nn.Module, input_ids: torch.Tensor, attenti
             otherwise it is computed detached, for logging only.
         allowed_ids: optional (B, T, A) int64 (``TrainBatch.allowed_ids``): renormalise
             logprobs and entropy over these ids at constrained positions.
+        grammar_mask: optional ``BatchMasks`` (``TrainBatch.grammar_mask``): the same over
+            grammar bitmasks.
         token_mask: optional (B, T) mask of the tokens whose stats are needed (e.g. the loss
             mask). The LM head and the softmax then run only at the columns some row needs
             (HF ``logits_to_keep``): for multi-turn prompts with short completions this skips
@@ -118,7 +132,7 @@ def forward_token_stats(model: torch.nn.Module, input_ids: torch.Tensor, attenti
     """
     if token_mask is None:
         logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
-        ids, allowed = input_ids, allowed_ids
+        ids, allowed, gmask = input_ids, allowed_ids, grammar_mask
     else:  # logits only where a kept token t is predicted (at t - 1), then aligned as a (B, K+1) sequence
         cols = _kept_columns(token_mask)
         logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
@@ -126,14 +140,15 @@ def forward_token_stats(model: torch.nn.Module, input_ids: torch.Tensor, attenti
         logits = torch.cat([logits, logits[:, -1:]], dim=1)  # dummy last step, dropped by the shift
         ids = torch.cat([input_ids[:, :1], input_ids[:, cols]], dim=1)
         allowed = None if allowed_ids is None else torch.cat([allowed_ids[:, :1], allowed_ids[:, cols]], dim=1)
-    lp = logprobs_from_logits(logits, ids, temperature, allowed)
+        gmask = None if grammar_mask is None else grammar_mask.columns(cols)
+    lp = logprobs_from_logits(logits, ids, temperature, allowed, gmask)
     ent = None
     if with_entropy:
         if entropy_grad:
-            ent = entropy_from_logits(logits, temperature, allowed)
+            ent = entropy_from_logits(logits, temperature, allowed, gmask)
         else:
             with torch.no_grad():
-                ent = entropy_from_logits(logits.detach(), temperature, allowed)
+                ent = entropy_from_logits(logits.detach(), temperature, allowed, gmask)
     if token_mask is not None:
         lp = _scatter_columns(lp[:, 1:], cols, input_ids.shape)
         ent = None if ent is None else _scatter_columns(ent[:, 1:], cols, input_ids.shape)
@@ -174,8 +189,10 @@ def batch_logprobs(model: torch.nn.Module, batch: TrainBatch, *, micro_batch: in
             ids, attn = batch.input_ids[rows, :length].to(device), attn[:, :length].to(device)
             allowed = None if batch.allowed_ids is None else batch.allowed_ids[rows, :length].to(device)
             keep = (batch.loss_mask[rows, :length] > 0).to(device) if loss_only else None
+            gm = None if batch.grammar_mask is None else batch.grammar_mask.select(torch.arange(
+                rows.start, min(rows.stop, batch.num_rows)), length).to(device)
             lp = forward_token_stats(model, ids, attn, temperature=temperature, allowed_ids=allowed,
-                                     token_mask=keep).logprobs
+                                     token_mask=keep, grammar_mask=gm).logprobs
             out[rows, :length] = (lp * attn).cpu()
     finally:
         model.train(was_training)

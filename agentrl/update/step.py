@@ -119,7 +119,7 @@ def _micro_step(model: torch.nn.Module, mb: TrainBatch, cfg: UpdateConfig, scale
     policy_loss, agg = LOSSES.get(cfg.loss), AGGREGATIONS.get(cfg.aggregation)
     out = forward_token_stats(model, mb.input_ids, mb.attention_mask, temperature=temperature,
                               with_entropy=True, entropy_grad=cfg.entropy_coef != 0, allowed_ids=mb.allowed_ids,
-                              token_mask=mb.loss_mask > 0)  # LM head only where a trained token is predicted
+                              token_mask=mb.loss_mask > 0, grammar_mask=mb.grammar_mask)  # LM head only where a trained token is predicted
     m = mb.loss_mask
     x = PolicyLossInputs(out.logprobs, mb.old_logprobs, mb.advantages, m, mb.turn_ids)
     tl = policy_loss(x, ClipSpec(cfg.clip_low, cfg.clip_high, cfg.clip_c))
@@ -264,7 +264,7 @@ def sft_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: 
     for rows in minibatches(batch.num_rows, micro_batch):
         mb = batch.select(rows).to(device)
         lp = forward_token_stats(model, mb.input_ids, mb.attention_mask, allowed_ids=mb.allowed_ids,
-                                 token_mask=mb.loss_mask > 0).logprobs
+                                 token_mask=mb.loss_mask > 0, grammar_mask=mb.grammar_mask).logprobs
         loss = -(lp * mb.loss_mask).sum() / tokens
         loss.backward()
         total += float(loss.detach())

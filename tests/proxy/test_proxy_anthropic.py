@@ -95,8 +95,10 @@ def test_stop_sequences_thinking_and_ignored_keys(serve, renderer, reply_ids):
 
 @pytest.mark.parametrize("body, param, words", [
     ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools[0].type", "custom tools"),
-    ({"tool_choice": {"type": "any"}}, "tool_choice", "constrained decoding"),
-    ({"output_config": {"format": {"type": "json_schema", "schema": {}}}}, "output_config.format", "structured"),
+    ({"tool_choice": {"type": "any"}}, "tool_choice", "no function tool is offered"),
+    ({"tool_choice": {"type": "bogus"}}, "tool_choice", "'bogus' is not supported"),
+    ({"output_config": {"format": {"type": "json_schema", "schema": {}}}}, "output_config.format",
+     "ScriptedEngine does not provide"),
     ({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}, "messages[0].content[0].type",
      "'image'"),
     ({"messages": [{"role": "system", "content": "x"}]}, "messages[0].role", "'system'"),

@@ -112,8 +112,9 @@ def test_logprobs_ignored_keys_and_incomplete(serve, renderer, reply_ids):
 
 @pytest.mark.parametrize("body, param, words", [
     ({"input": "hi", "tools": [{"type": "web_search"}]}, "tools[0].type", "function tools"),
-    ({"input": "hi", "tool_choice": "required"}, "tool_choice", "constrained decoding"),
-    ({"input": "hi", "text": {"format": {"type": "json_object"}}}, "text.format", "constrained"),
+    ({"input": "hi", "tool_choice": "required"}, "tool_choice", "no function tool is offered"),
+    ({"input": "hi", "text": {"format": {"type": "json_object"}}}, "text.format", "ScriptedEngine does not provide"),
+    ({"input": "hi", "text": {"format": {"type": "json_schema"}}}, "text.format.schema", "JSON schema object"),
     ({"input": [{"type": "image_generation_call", "id": "x"}]}, "input[0].type", "image_generation_call"),
     ({"input": "hi", "previous_response_id": "resp_nope"}, "previous_response_id", "not a response"),
     ({"input": "hi", "max_output_tokens": 0}, "max_output_tokens", ">= 1"),

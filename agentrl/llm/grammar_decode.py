@@ -1,0 +1,91 @@
+"""Grammar masks in the HF engine's decoding loop (torch side of ``agentrl.llm.grammar``).
+
+``GrammarLogits`` is a transformers logits processor: per row it advances that row's
+llguidance matcher by the token sampled at the previous step, writes the next bitmask
+(int32[W]) into the row's record and sets the scores of the ids it does not allow to −inf
+(before temperature / top-p, which transformers applies after custom processors, so they
+warp the restricted distribution). ``restricted_logprobs`` then turns one row's raw logits
+into the logprobs of its sampled ids renormalised over the recorded masks — the numbers the
+update recomputes from the same masks (``agentrl.update.bitmask``). ``unpack_bits`` is the
+one bitmask → bool decoder both sides use.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from agentrl.llm.grammar import Grammar
+
+__all__ = ["unpack_bits", "GrammarLogits", "restricted_logprobs"]
+
+_SHIFTS = torch.arange(32, dtype=torch.int32)
+
+
+def unpack_bits(bits: torch.Tensor, vocab: int) -> torch.Tensor:
+    """(..., W) int32 bitmasks → (..., vocab) bool (ids ≥ 32·W are False)."""
+    shifts = _SHIFTS.to(bits.device)
+    out = ((bits.unsqueeze(-1) >> shifts) & 1).bool().flatten(-2)  # (..., 32·W)
+    if out.shape[-1] >= vocab:
+        return out[..., :vocab]
+    return torch.cat([out, out.new_zeros(*out.shape[:-1], vocab - out.shape[-1])], dim=-1)
+
+
+class GrammarLogits:
+    """Logits processor: row b may only sample what its grammar allows next.
+
+    Args:
+        grammars: per row a compiled ``Grammar`` or None (left alone).
+        prompt_width: columns of the (left-padded) prompt in ``input_ids``.
+        stops: ids that end a completion (a row is finished once it sampled one).
+    Attributes:
+        masks: per row the list of int32[W] bitmasks, one per step it was constrained at.
+    Raises:
+        ValueError: a grammar does not compile (from ``Grammar.matcher``).
+    """
+
+    def __init__(self, grammars: list[Grammar | None], prompt_width: int, stops: set[int]) -> None:
+        self.grammars, self.width, self.stops = grammars, prompt_width, stops
+        self.matchers = [None if g is None else g.matcher() for g in grammars]
+        self.masks: list[list[np.ndarray]] = [[] for _ in grammars]
+        self._done = [g is None for g in grammars]
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        step = input_ids.shape[1] - self.width
+        for b, (g, m) in enumerate(zip(self.grammars, self.matchers)):
+            if self._done[b]:
+                continue
+            if step > 0:
+                tok = int(input_ids[b, -1])
+                if tok in self.stops or not m.consume_token(tok):
+                    self._done[b] = True
+                    continue
+            buf = np.empty(g.width, dtype=np.int32)
+            g.fill(m, buf)
+            self.masks[b].append(buf)
+            allowed = unpack_bits(torch.from_numpy(buf).to(scores.device), scores.shape[-1])
+            if allowed.any():  # an empty mask (matcher error) would leave nothing to sample
+                scores[b] = scores[b].masked_fill(~allowed, float("-inf"))
+        return scores
+
+
+def restricted_logprobs(logits: torch.Tensor, new: torch.Tensor, masks: list[np.ndarray],
+                        n_tokens: int) -> torch.Tensor:
+    """float32[T] logprobs of one row's sampled ids ``new`` (T,) renormalised over its recorded
+    bitmasks, from the raw logits (T, V): position k < ``n_tokens`` gets
+    ``logits[k, new[k]] − logsumexp(logits[k, allowed_k])``; later positions are 0.
+
+    Raises:
+        ValueError: fewer recorded masks than ``n_tokens``.
+    """
+    out = torch.zeros(new.shape[0], dtype=torch.float32, device=logits.device)
+    if n_tokens == 0:
+        return out
+    if len(masks) < n_tokens:
+        raise ValueError(f"{len(masks)} grammar masks recorded for {n_tokens} sampled tokens")
+    bits = torch.from_numpy(np.stack(masks[:n_tokens])).to(logits.device)  # (C, W)
+    z = logits[:n_tokens].float()
+    allowed = unpack_bits(bits, z.shape[-1])  # (C, V)
+    lse = torch.logsumexp(z.masked_fill(~allowed, float("-inf")), dim=-1)
+    out[:n_tokens] = z.gather(-1, new[:n_tokens].unsqueeze(-1)).squeeze(-1) - lse
+    return out

@@ -1,0 +1,105 @@
+"""Forced tool calls and JSON output through the recording proxy (tiny HF model, official
+SDKs): the reply always parses, the turn records its grammar, and the update's recompute of
+its logprobs from the rebuilt masks matches what was stored (PPO ratio 1)."""
+
+from __future__ import annotations
+
+import json
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+pytest.importorskip("llguidance", reason="needs the grammar extra: pip install 'agentrl[grammar]'")
+
+from agentrl.llm.scripted import ScriptedEngine  # noqa: E402
+
+ARGS = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 4}, "unit": {"enum": ["c", "f"]}},
+        "required": ["city", "unit"], "additionalProperties": False}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": ARGS}},
+         {"type": "function", "function": {"name": "noop", "parameters": {"type": "object", "properties": {},
+                                                                          "additionalProperties": False}}}]
+MSG = [{"role": "user", "content": "Weather in Oslo?"}]
+
+
+def _check_turns(ep, renderer, model, gap):
+    for t in ep.turns:
+        assert t.info["grammar"]["kind"] in ("tool_call", "json_schema") and len(t.info["grammar_digest"]) == 16
+    assert gap(model, ep.turns, renderer, renderer.tokenizer.pad_token_id) < 1e-4
+
+
+def test_chat_forced_tools_and_json_schema(serve, renderer, tiny_engine, update_logprob_gap):
+    with serve(tiny_engine) as proxy:
+        h = proxy.create_episode()
+        client = openai.OpenAI(base_url=h.base_url, api_key=h.api_key, max_retries=0)
+        kw = dict(model="p", messages=MSG, tools=TOOLS, max_tokens=60, temperature=1.0, seed=5)
+        req = client.chat.completions.create(tool_choice="required", **kw)
+        named = client.chat.completions.create(tool_choice={"type": "function", "function": {"name": "get_weather"}},
+                                               **kw)
+        fmt = {"type": "json_schema", "json_schema": {"name": "w", "schema": ARGS}}
+        js = client.chat.completions.create(model="p", messages=MSG, max_tokens=60, seed=6, response_format=fmt)
+        obj = client.chat.completions.create(model="p", messages=MSG, max_tokens=12, temperature=0,
+                                             response_format={"type": "json_object"})
+        ep = proxy.close_episode(h.episode_id)
+    assert req.choices[0].finish_reason == "tool_calls"
+    assert req.choices[0].message.tool_calls[0].function.name in ("get_weather", "noop")
+    call = named.choices[0].message.tool_calls[0].function
+    assert call.name == "get_weather" and json.loads(call.arguments)["unit"] in ("c", "f")
+    assert set(json.loads(js.choices[0].message.content)) == {"city", "unit"}
+    assert obj.choices[0].message.content.startswith("{")  # may be cut by max_tokens: still the object's prefix
+    assert ep.turns[1].info["grammar"]["tools"][0][0] == "get_weather" and len(ep.turns[0].info["grammar"]["tools"]) == 2
+    _check_turns(ep, renderer, tiny_engine.model, update_logprob_gap)
+
+
+def test_responses_and_messages_force_a_tool(serve, renderer, tiny_engine, update_logprob_gap):
+    with serve(tiny_engine) as proxy:
+        h = proxy.create_episode()
+        oa = openai.OpenAI(base_url=h.base_url, api_key=h.api_key, max_retries=0)
+        rtools = [{"type": "function", "name": "get_weather", "parameters": ARGS}]
+        r = oa.responses.create(model="p", input="Weather in Oslo?", tools=rtools, max_output_tokens=60,
+                                tool_choice={"type": "function", "name": "get_weather"})
+        rj = oa.responses.create(model="p", input="Weather?", max_output_tokens=60,
+                                 text={"format": {"type": "json_schema", "name": "w", "schema": ARGS}})
+        an = anthropic.Anthropic(base_url=h.anthropic_base_url, api_key="x", max_retries=0)
+        m = an.messages.create(model="p", max_tokens=60, messages=MSG, tool_choice={"type": "tool", "name": "get_weather"},
+                               tools=[{"name": "get_weather", "description": "Weather", "input_schema": ARGS}])
+        ep = proxy.close_episode(h.episode_id)
+    fc = [o for o in r.output if o.type == "function_call"]
+    assert len(fc) == 1 and fc[0].name == "get_weather" and set(json.loads(fc[0].arguments)) == {"city", "unit"}
+    assert set(json.loads(rj.output_text)) == {"city", "unit"}
+    uses = [b for b in m.content if b.type == "tool_use"]
+    assert m.stop_reason == "tool_use" and uses[0].name == "get_weather" and set(uses[0].input) == {"city", "unit"}
+    assert [t.info["dialect"] for t in ep.turns] == ["responses", "responses", "messages"]
+    _check_turns(ep, renderer, tiny_engine.model, update_logprob_gap)
+
+
+@pytest.mark.parametrize("body, param, words", [
+    ({"tool_choice": "required"}, "tool_choice", "no function tool is offered"),
+    ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice",
+     "'nope', which is not among"),
+    ({"tools": TOOLS, "tool_choice": "required", "response_format": {"type": "json_object"}}, "tool_choice",
+     "cannot be both"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "response_format.json_schema.schema",
+     "JSON schema object"),
+    ({"response_format": {"type": "regex"}}, "response_format", "'regex' is not supported"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "wat"}}}}, "response_format",
+     "cannot be honoured"),
+])
+def test_bad_forcing_is_a_400(serve, tiny_engine, body, param, words):
+    with serve(tiny_engine) as proxy:
+        h = proxy.create_episode()
+        r = httpx.post(f"{h.base_url}/chat/completions", json={"messages": MSG, "max_tokens": 4, **body}, timeout=30)
+        assert r.status_code == 400, r.text
+        err = r.json()["error"]
+        assert err["param"] == param and words in err["message"], err
+        assert proxy.close_episode(h.episode_id).turns == []
+
+
+def test_an_engine_without_grammars_refuses_by_name(serve, renderer, reply_ids):
+    engine = ScriptedEngine([reply_ids("x")], eos_token_id=renderer.eos_token_id)
+    with serve(engine) as proxy:
+        h = proxy.create_episode()
+        body = {"messages": MSG, "tools": TOOLS, "tool_choice": "required"}
+        r = httpx.post(f"{h.base_url}/chat/completions", json=body, timeout=30)
+    assert r.status_code == 400 and "ScriptedEngine does not provide" in r.json()["error"]["message"]
