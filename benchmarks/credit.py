@@ -1,34 +1,46 @@
-"""Benchmark the credit estimators: vectorised vs the naive dict-of-lists reference.
+"""Benchmark the credit estimators at real sizes (issue 22): every registered estimator at ~100k
+and ~400k turns, the 400k/100k ratio (linearity), and identical results to the old code.
 
-Table: ``--groups`` task groups × ``--episodes`` rollouts × ~``--turns`` turns (default
-1,000 × 8 × ~12 ≈ 100k turns) with realistic anchor repetition: each group has a small
-state space walked with a forward bias, loops, a shared ``"Nothing happens."`` anchor,
-~50 % success (reward 10 on the last turn), ~5 % invalid actions, 64-d hidden states
-close for equal anchors, critic values, RTPO branch ids and Tree-GRPO chains.
+Tables: ``--groups`` task groups × 8 rollouts × ~12 turns (default 1,000 groups ≈ 96k turns,
+and 4× that) with realistic anchor repetition: each group has a small state space walked with
+a forward bias, loops, a shared ``"Nothing happens."`` anchor, ~50 % success (reward 10 on the
+last turn), ~5 % invalid actions, hidden states close for equal anchors, critic values, RTPO
+branch ids and Tree-GRPO chains; anchors are ALFWorld-like observation texts ("You arrive at
+cabinet 3. On the cabinet 3, you see a mug 1, and a spoon 2."; near-duplicates included).
 
-For each registered estimator: wall time (best of ``--repeat``) and peak traced memory
-(tracemalloc, MiB) of the vectorised estimator, the same for the naive reference
-(``tests/credit/credit_reference.py``, one run) and their ratio, plus a linearity check
-(CPU time at N/4, N/2, N, 2N), and the
-machine's load average (the machine is shared; compare CPU seconds). Output: JSON to ``benchmarks/results/credit.json``.
+Variants: each estimator with its defaults; GiGPO and GraphGPO also with ``enable_similarity``
+(thresh 0.95); BiPACE at hidden sizes 64 / 1536 / 3584 (float64 states, as the store gives
+them; 400k only up to ``--max-hidden-400k``, 1536 by default: 3584 would need 11 GiB).
 
-BLAS is pinned to one thread (``OPENBLAS_NUM_THREADS=1`` unless set), as a trainer on a
-shared CPU should do too. Usage: ``python benchmarks/credit.py [--groups 1000] [--skip-naive] [--out PATH]``.
+Per variant and size: best-of-``--repeat`` process-CPU seconds (the fair number on a shared
+machine; one BLAS thread) and wall seconds. Checks, each an ``np.array_equal`` unless said:
+
+* ``identical_to_old_code``: BiPACE against the exact cosine block test it screens
+  (``agentrl.credit._cosine.cosine_edges``, the code before issue 22); similarity variants against
+  the plain difflib loop (``tests/credit/credit_reference.similarity_clusters``, 100k only).
+* ``identical_to_saved``: against arrays saved by an earlier run (``--save DIR`` with the old
+  code on ``PYTHONPATH``, then ``--check DIR``).
+* ``matches_naive``: the naive dict-of-lists reference (``tests/credit/credit_reference.py``),
+  100k, default variants at hidden 64, ``allclose`` at 1e-9; with its CPU seconds.
+
+Output: JSON to ``benchmarks/results/credit.json`` with the load average before and after.
+Usage: ``python benchmarks/credit.py [--groups 1000] [--repeat 3] [--skip-naive] [--skip-plain]
+[--save DIR | --check DIR] [--out PATH]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import json
 import os
 import platform
 import sys
 import time
-import tracemalloc
 from pathlib import Path
 
-# One BLAS thread (set before NumPy loads): the BiPACE cosine blocks are small, and
-# multi-threaded BLAS on a shared 2-core machine spins instead of working.
+# One BLAS thread (set before NumPy loads), as a trainer on a shared CPU should do too.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -37,7 +49,9 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "credit"))
 
+import agentrl.credit._similarity as sim  # noqa: E402
 from credit_reference import REFERENCE  # noqa: E402
+from credit_reference import similarity_clusters as plain_clusters  # noqa: E402
 
 from agentrl.credit import compute_advantages, list_estimators  # noqa: E402
 from agentrl.types import TurnTable  # noqa: E402
@@ -88,51 +102,151 @@ def realistic_table(n_groups: int, n_eps: int = 8, turns: int = 12, seed: int = 
     )
 
 
-def measure(fn, repeat: int) -> tuple[float, float, float]:
-    """(best wall seconds, best process-CPU seconds over ``repeat`` runs, peak traced MiB
-    of one run). CPU time is the fair number on a shared machine (one thread)."""
+LOCS = ["cabinet", "countertop", "drawer", "shelf", "sinkbasin", "fridge", "microwave", "stoveburner", "desk", "bed"]
+OBJS = ["mug", "apple", "knife", "spoon", "bowl", "plate", "cup", "lettuce", "tomato", "bread", "pen", "book"]
+
+
+def observation_texts(n: int, seed: int = 0) -> tuple[str, ...]:
+    """``n`` ALFWorld-like observations; every fourth one a one-digit variant of the previous."""
+    rng = np.random.default_rng(seed)
+    out: list[str] = []
+    while len(out) < n:
+        loc, k = LOCS[rng.integers(len(LOCS))], rng.integers(1, 6)
+        objs = [f"a {OBJS[rng.integers(len(OBJS))]} {rng.integers(1, 4)}" for _ in range(rng.integers(1, 5))]
+        seen = ", ".join(objs[:-1]) + (", and " if len(objs) > 1 else "") + objs[-1]
+        text = f"You arrive at {loc} {k}. On the {loc} {k}, you see {seen}."
+        out += [text] if len(out) % 4 else [text, text.replace(" 1", " 2", 1)]
+    return tuple(out[:n])
+
+
+SIMILARITY = {"enable_similarity": True, "similarity_thresh": 0.95}
+GOALS = {"similarity": 1.0, "bipace/h1536": 0.5, "bipace/h3584": None}  # CPU s at 100k; others 0.2 (issue 22)
+
+
+def with_hidden(tb: TurnTable, h: int, seed: int = 0) -> TurnTable:
+    """``tb`` with float64[N, h] states: one random centre per anchor plus 2 % noise (filled in chunks)."""
+    if h == HIDDEN:
+        return tb
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(int(tb.anchor_key.max()) + 1, h))
+    hidden = np.empty((len(tb), h))
+    for s in range(0, len(tb), 1 << 15):
+        e = min(s + (1 << 15), len(tb))
+        hidden[s:e] = centers[tb.anchor_key[s:e]] + 0.02 * rng.normal(size=(e - s, h))
+    return dataclasses.replace(tb, hidden=hidden)
+
+
+def variants() -> list[tuple[str, str, dict, int]]:
+    """(label, estimator, kwargs, hidden size) for every registered estimator."""
+    out = []
+    for name in list_estimators():
+        sizes = (64, 1536, 3584) if name == "bipace" else (HIDDEN,)
+        out += [(f"{name}/h{h}" if name == "bipace" else name, name, {}, h) for h in sizes]
+        if name in ("gigpo", "graphgpo"):
+            out.append((f"{name}/similarity", name, SIMILARITY, HIDDEN))
+    return out
+
+
+@contextlib.contextmanager
+def old_code(name: str, kw: dict):
+    """The implementation before issue 22's speed-ups, where there was one; yields False if none."""
+    import agentrl.credit.bipace as bp
+    mods = [sys.modules[m] for m in ("agentrl.credit.gigpo", "agentrl.credit.graphgpo")]
+    if name == "bipace" and hasattr(bp, "screened_edges"):
+        from agentrl.credit._cosine import cosine_edges
+        fast, bp.screened_edges = bp.screened_edges, lambda h, s, g, r, tau, anchor=None: cosine_edges(h, s, g, r, tau)
+        try:
+            yield True
+        finally:
+            bp.screened_edges = fast
+    elif kw.get("enable_similarity"):
+        fast = sim.similarity_clusters
+        for m in mods:
+            m.similarity_clusters = plain_clusters
+        try:
+            yield True
+        finally:
+            for m in mods:
+                m.similarity_clusters = fast
+    else:
+        yield False
+
+
+def measure(fn, repeat: int) -> tuple[float, float, np.ndarray]:
+    """(best process-CPU seconds, best wall seconds, the result) over ``repeat`` runs."""
     wall = cpu = float("inf")
     for _ in range(repeat):
         t0, c0 = time.perf_counter(), time.process_time()
-        fn()
+        out = fn()
         wall, cpu = min(wall, time.perf_counter() - t0), min(cpu, time.process_time() - c0)
-    tracemalloc.start()
-    fn()
-    peak = tracemalloc.get_traced_memory()[1] / 2**20
-    tracemalloc.stop()
-    return wall, cpu, peak
+    return cpu, wall, out
+
+
+def run_variant(label: str, name: str, kw: dict, tb: TurnTable, size: str, args) -> dict:
+    """One (variant, size) entry: times and every check that applies."""
+    cpu, wall, adv = measure(lambda: compute_advantages(tb, name, **kw), args.repeat)
+    entry: dict = {"cpu_s": round(cpu, 4), "wall_s": round(wall, 4)}
+    key = f"{label.replace('/', '_')}_{size}.npy"
+    if args.save:
+        np.save(args.save / key, adv)
+    if args.check:
+        entry["identical_to_saved"] = bool(np.array_equal(np.load(args.check / key), adv))
+    if not (kw.get("enable_similarity") and (args.skip_plain or size != "100k")):
+        with old_code(name, kw) as there:
+            if there:
+                old_cpu, _, old = measure(lambda: compute_advantages(tb, name, **kw), 1)
+                entry.update(old_cpu_s=round(old_cpu, 3), identical_to_old_code=bool(np.array_equal(old, adv)))
+    if size == "100k" and not args.skip_naive and not kw and tb.hidden.shape[1] == HIDDEN:
+        ref, kept = REFERENCE[name], []
+        entry["naive_cpu_s"] = round(measure(lambda: kept.append(ref(tb)), 1)[0], 3)
+        entry["matches_naive"] = bool(np.allclose(adv, kept[0], atol=1e-9, rtol=1e-9))
+    return entry
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--groups", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--skip-naive", action="store_true")
+    ap.add_argument("--skip-naive", action="store_true", help="skip the naive dict-of-lists references")
+    ap.add_argument("--skip-plain", action="store_true", help="skip the slow plain-difflib similarity loop")
+    ap.add_argument("--max-hidden-400k", type=int, default=1536)
+    ap.add_argument("--only", default="", help="comma-separated labels to run (default: all)")
+    ap.add_argument("--save", type=Path, help="save each result as DIR/<label>_<size>.npy")
+    ap.add_argument("--check", type=Path, help="compare each result with DIR/<label>_<size>.npy")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "credit.json")
     args = ap.parse_args()
-    table = realistic_table(args.groups)
-    sizes = {f: realistic_table(max(1, int(args.groups * f)), seed=1) for f in (0.25, 0.5, 1.0, 2.0)}
-    results = {}
-    for name in list_estimators():
-        fast_s, fast_cpu, fast_mib = measure(lambda: compute_advantages(table, name), args.repeat)
-        entry = {"vectorised_wall_s": round(fast_s, 4), "vectorised_cpu_s": round(fast_cpu, 4),
-                 "vectorised_peak_mib": round(fast_mib, 1)}
-        entry["scaling_cpu_s_by_n"] = {
-            str(len(tb)): round(measure(lambda: compute_advantages(tb, name), 2)[1], 4) for tb in sizes.values()
-        }
-        if not args.skip_naive:
-            ref, kept = REFERENCE[name], []
-            naive_s, naive_cpu, naive_mib = measure(lambda: kept.append(ref(table)), 1)
-            entry.update(naive_wall_s=round(naive_s, 3), naive_cpu_s=round(naive_cpu, 3),
-                         naive_peak_mib=round(naive_mib, 1), cpu_speedup=round(naive_cpu / fast_cpu, 1))
-            np.testing.assert_allclose(compute_advantages(table, name), kept[0], atol=1e-9, rtol=1e-9)
-        results[name] = entry
-        print(name, json.dumps(entry), flush=True)
+    if args.save:
+        args.save.mkdir(parents=True, exist_ok=True)
+    load_start = os.getloadavg()
+    base = {}
+    for size, groups in (("100k", args.groups), ("400k", 4 * args.groups)):
+        tb = realistic_table(groups)
+        base[size] = dataclasses.replace(tb, anchor_vocab=observation_texts(len(tb.anchor_vocab)))
+    only = set(filter(None, args.only.split(",")))
+    rows: dict = {}
+    for label, name, kw, h in variants():
+        if only and label not in only:
+            continue
+        row: dict = {}
+        for size, tb0 in base.items():
+            if size == "400k" and h > args.max_hidden_400k:
+                row[size] = {"skipped": f"hidden {h} at 400k needs {len(tb0) * h * 8 / 2**30:.1f} GiB"}
+                continue
+            row[size] = run_variant(label, name, kw, with_hidden(tb0, h), size, args)
+        if "cpu_s" in row.get("400k", {}):
+            row["cpu_ratio_400k_100k"] = round(row["400k"]["cpu_s"] / row["100k"]["cpu_s"], 2)
+        goal = GOALS.get("similarity" if kw.get("enable_similarity") else label, 0.2)
+        row["goal_cpu_s_100k"], row["meets_goal"] = goal, None if goal is None else row["100k"]["cpu_s"] <= goal
+        rows[label] = row
+        print(label, json.dumps(row), flush=True)
+    n100, n400 = len(base["100k"]), len(base["400k"])
     report = {
-        "n_turns": len(table), "groups": args.groups, "episodes_per_group": 8, "hidden_dim": HIDDEN,
-        "python": platform.python_version(), "numpy": np.__version__, "machine": platform.machine(),
-        "goal_s_per_estimator": 0.5, "load_average": os.getloadavg(),
-        "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"), "estimators": results,
+        "n_turns": {"100k": n100, "400k": n400}, "turn_ratio_400k_100k": round(n400 / n100, 2),
+        "groups": args.groups, "episodes_per_group": 8, "python": platform.python_version(),
+        "numpy": np.__version__, "machine": platform.machine(), "cpus": os.cpu_count(),
+        "rapidfuzz": sim._Indel is not None, "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
+        "omp_threads": os.environ.get("OMP_NUM_THREADS"), "load_average_start": load_start,
+        "load_average_end": os.getloadavg(), "variants": rows,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")

@@ -4,7 +4,8 @@ Inside each task group, observations are visited in a given order; each joins th
 *first* existing cluster whose representative (first member) has
 ``difflib.SequenceMatcher(None, obs, rep).ratio() >= thresh``, otherwise it starts a new
 cluster. Order dependent by design (§0.6 D4). Identical strings always land in the same
-cluster, so the work is done once per distinct string: O(distinct²) comparisons per group.
+cluster, so the work is done once per distinct (group, string) pair, group by group (a
+group's clusters depend only on its own visit order): O(distinct²) comparisons per group.
 
 Exact shortcuts (the clusters are exactly those of the plain loop): difflib's ratio is
 ``2·M / (len(a) + len(b))`` where M counts the characters of matching blocks, a common
@@ -21,6 +22,8 @@ from __future__ import annotations
 import difflib
 
 import numpy as np
+
+from agentrl.credit import _segments as S
 
 try:  # optional: exact LCS bounds in C++ (agentrl[credit])
     from rapidfuzz.distance import Indel as _Indel
@@ -57,22 +60,35 @@ def similarity_clusters(
         raise ValueError(f"similarity_thresh={thresh} must lie strictly between 0 and 1")
     if keys.size and (keys.max() >= len(vocab) or keys.min() < 0):
         raise ValueError("similarity grouping needs TurnTable.anchor_vocab covering every anchor code")
-    out = np.empty_like(keys)
-    reps: dict[int, list[int]] = {}
-    matchers: dict[int, difflib.SequenceMatcher] = {}  # per representative, made when first needed
-    canon: dict[tuple[int, int], int] = {}
-    for i in np.argsort(rank, kind="stable"):
-        g, k = int(group[i]), int(keys[i])
-        if (g, k) not in canon:
-            text = vocab[k]
-            rs = reps.setdefault(g, [])
-            hit = next((r for r in rs if _joins(text, r, vocab, matchers, thresh)), None)
-            if hit is None:
-                rs.append(k)
-                hit = k
-            canon[(g, k)] = hit
-        out[i] = canon[(g, k)]
-    return out
+    if not keys.size:
+        return np.empty_like(keys)
+    code, n = S.dense(group, keys)
+    pos = np.empty(keys.size, dtype=np.int64)  # each row's place in the visit order
+    pos[np.argsort(rank, kind="stable")] = np.arange(keys.size)
+    first = np.full(n, keys.size, dtype=np.int64)
+    np.minimum.at(first, code, pos)
+    pair_group, pair_key = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    pair_group[code], pair_key[code] = group, keys
+    rep_of = np.empty(n, dtype=np.int64)
+    cur, reps, matchers = None, [], {}
+    # Distinct (group, key) pairs, group by group, each group's in visit order: the plain loop's
+    # decisions exactly (a group's clusters depend only on its own visit order).
+    for p, g, k in _visits(first, pair_group, pair_key):
+        if g != cur:
+            cur, reps, matchers = g, [], {}  # per group: bounded memory
+        text = vocab[k]
+        hit = next((r for r in reps if _joins(text, r, vocab, matchers, thresh)), None)
+        if hit is None:
+            reps.append(k)
+            hit = k
+        rep_of[p] = hit
+    return rep_of[code]
+
+
+def _visits(first: np.ndarray, pair_group: np.ndarray, pair_key: np.ndarray):
+    """(pair, group, key) for each distinct pair, by group then first visit."""
+    order = np.lexsort((first, pair_group))
+    return zip(order.tolist(), pair_group[order].tolist(), pair_key[order].tolist())
 
 
 def _joins(text: str, r: int, vocab: tuple[str, ...], matchers: dict[int, difflib.SequenceMatcher],

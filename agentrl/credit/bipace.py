@@ -19,8 +19,10 @@ Columns read: group, episode, t, anchor_key, action_key (int64[N]; action keys a
 normalised by ``agentrl.types.normalize_action_key``); reward (float64[N]); hidden
 (float64[N, H]); action_valid, episode_ok, trainable (bool[N]).
 
-Cost: one (n_g × H)·(H × n_g) cosine block per group (small groups packed together), components by
-vectorised min-label propagation with pointer jumping. Clusters and statistics use
+Cost: the cosine links are screened (``_cosine.screened_edges``: a head-columns bound, then an
+exact float64 recompute of the surviving pairs; the same components as the full
+(n_g × H)·(H × n_g) block per group, ``cosine_edges``), components by vectorised min-label
+propagation with pointer jumping. Clusters and statistics use
 eligible rows only (P5, P6).
 """
 
@@ -30,6 +32,7 @@ import numpy as np
 
 from agentrl.credit import _segments as S
 from agentrl.credit import breakdown as B
+from agentrl.credit._cosine import screened_edges
 from agentrl.credit.registry import register_estimator
 from agentrl.types import TurnTable
 
@@ -52,55 +55,13 @@ def connected_components(n: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
         label = new
 
 
-def _chunks(sizes: np.ndarray, target: int) -> np.ndarray:
-    """Split points packing consecutive groups of ``sizes`` rows into chunks of about
-    ``target`` rows (a larger group is a chunk of its own)."""
-    cuts, acc, pos = [], 0, 0
-    for size in sizes.tolist():
-        if acc and acc + size > target:
-            cuts.append(pos)
-            acc = 0
-        acc += size
-        pos += size
-    return np.asarray(cuts, dtype=np.int64)
-
-
-def cosine_edges(
-    hidden: np.ndarray, src: np.ndarray, group: np.ndarray, rows: np.ndarray, tau: float, chunk_rows: int = 96
-) -> tuple[np.ndarray, np.ndarray]:
-    """Edges (i, j) between ``rows`` of the same group with cosine distance ≤ tau (both
-    directions, self-loops included: harmless for connected components).
-
-    Args:
-        hidden: float64[M, H]; row i's vector is ``hidden[src[i]]`` (no (N, H) copy).
-        src: int64[N]. group: int64[N]. rows: int64 rows to link. tau: threshold.
-        chunk_rows: consecutive groups are packed into chunks of about this many rows so
-            each BLAS call amortises its overhead; cross-group pairs are masked out.
-    Zero vectors get no cosine edge.
-    """
-    norm = np.sqrt(np.einsum("ij,ij->i", hidden, hidden))[src]
-    rows = rows[norm[rows] > 0]
-    rows = rows[np.argsort(group[rows], kind="stable")]
-    if rows.size < 2:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    sizes = np.bincount(S.dense(group[rows])[0])
-    us, vs = [], []
-    for block in np.split(rows, _chunks(sizes, chunk_rows)):
-        h = hidden[src[block]] / norm[block, None]
-        g = group[block]
-        i, j = np.nonzero((h @ h.T >= 1.0 - tau) & (g[:, None] == g[None, :]))
-        us.append(block[i])
-        vs.append(block[j])
-    return np.concatenate(us), np.concatenate(vs)
-
-
 def bigpo_clusters(
     st: TurnTable, hidden: np.ndarray, src: np.ndarray, elig: np.ndarray, tau: float, merge_identical_anchor: bool
 ) -> np.ndarray:
     """int64[N] cluster label per row of the canonical table ``st`` (row i's hidden state is
     ``hidden[src[i]]``); only eligible rows are linked, the others stay alone."""
     rows = np.flatnonzero(elig)
-    u, v = cosine_edges(hidden, src, st.group, rows, tau)
+    u, v = screened_edges(hidden, src, st.group, rows, tau, st.anchor_key if merge_identical_anchor else None)
     if merge_identical_anchor and rows.size:
         key, nk = S.dense(st.group[rows], st.anchor_key[rows])
         rep = np.full(nk, -1, dtype=np.int64)
