@@ -109,7 +109,11 @@ class PolicyConfig:
     ``torch.cuda.current_device()``, e.g. the one a distributed launcher set per rank) or
     ``cuda:N``. Only the form is checked here (no torch at parse time); it is resolved by
     ``agentrl.llm.device.resolve_device`` when the policy is loaded, which raises a
-    ``ConfigError`` naming the fix when CUDA is asked for and absent, or N is out of range."""
+    ``ConfigError`` naming the fix when CUDA is asked for and absent, or N is out of range.
+    ``prefix_cache_mb``: memory bound (MiB) of the HF engine's prefix KV cache, which starts
+    each prompt from the keys/values of its longest prefix already computed (the system/task
+    text every turn and every episode of a group repeat; ``agentrl.llm.prefix_cache``);
+    0 turns it off. It changes speed, not what is sampled (logits equal within float rounding)."""
 
     model: str = "smollm2-135m-instruct"
     engine: Literal["hf", "vllm", "vllm_http", "openai_http", "scripted"] = "hf"
@@ -128,11 +132,13 @@ class PolicyConfig:
     window_history: Literal["full", "actions"] = "full"
     num_threads: int = 1
     device: str = "auto"
+    prefix_cache_mb: int = 1024
 
     def __post_init__(self) -> None:
         _check(isinstance(self.device, str) and DEVICE_PATTERN.fullmatch(self.device) is not None,
                f"policy.device={self.device!r} is not a device; use auto, cpu, cuda or cuda:N (N = 0, 1, ...)")
         _check(self.num_threads >= 0, "policy.num_threads must be >= 0 (0 = OMP_NUM_THREADS when set, else all cores)")
+        _check(self.prefix_cache_mb >= 0, "policy.prefix_cache_mb must be >= 0 (MiB of cached prompt keys/values; 0 = off)")
         _check(self.temperature > 0, "policy.temperature must be > 0 (sampling; greedy eval is separate)")
         _check(0 < self.top_p <= 1, "policy.top_p must be in (0, 1]")
         _check(self.max_tokens >= 1 and self.window_k >= 0, "policy.max_tokens must be >= 1 and policy.window_k >= 0")

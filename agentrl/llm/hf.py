@@ -34,6 +34,10 @@ from agentrl.llm.base import (
 from agentrl.llm.constrained import TokenTrie
 from agentrl.llm.grammar import Grammar
 from agentrl.llm.grammar_decode import GrammarLogits, restricted_logprobs
+from agentrl.llm.prefix_cache import PrefixKVCache, supports_prefix_cache
+
+#: Default ``HFEngine(prefix_cache_mb=...)``: 1 GiB of cached keys/values.
+DEFAULT_PREFIX_CACHE_MB = 1024
 
 
 class HFEngine:
@@ -46,8 +50,11 @@ class HFEngine:
         max_context: context length in tokens; default ``config.max_position_embeddings``.
         num_threads: torch intra-op threads (1 on the shared 2-core machine, MODELS.md §2.6);
             0 = ``OMP_NUM_THREADS`` when set, else all cores; None leaves torch's setting.
+        prefix_cache_mb: memory bound (MiB) of the prefix KV cache that lets a prompt start
+            from the keys/values of the longest prefix already computed (``agentrl.llm.prefix_cache``);
+            0 turns it off. Models with sliding-window or hybrid caches always run uncached.
     Raises:
-        ValueError: no EOS id.
+        ValueError: no EOS id, or a negative ``prefix_cache_mb``.
     """
 
     token_faithful = True
@@ -60,6 +67,7 @@ class HFEngine:
         pad_token_id: int | None = None,
         max_context: int | None = None,
         num_threads: int | None = 1,
+        prefix_cache_mb: int = DEFAULT_PREFIX_CACHE_MB,
     ) -> None:
         if eos_token_id is None:
             raise ValueError("HFEngine needs eos_token_id (the token that ends an assistant message)")
@@ -73,6 +81,10 @@ class HFEngine:
         self.max_context = int(max_context or model.config.max_position_embeddings)
         self.policy_version = 0
         self._gate = PauseGate()
+        if prefix_cache_mb < 0:
+            raise ValueError(f"HFEngine prefix_cache_mb must be >= 0 (0 = off), got {prefix_cache_mb}")
+        self.prefix_cache = (PrefixKVCache(prefix_cache_mb << 20)
+                             if prefix_cache_mb and supports_prefix_cache(model) else None)
 
     @classmethod
     def from_pretrained(cls, path: str | Path, *, dtype: str = "float32", device: str | torch.device = "cpu",
@@ -143,6 +155,13 @@ class HFEngine:
         tries = [None if a is None else TokenTrie(a) for a in allowed]
         ids, mask = _left_pad(rows, self.pad_token_id)  # (B, P)
         ids, mask = ids.to(_device(self.model)), mask.to(_device(self.model))  # GPU: inputs on the model's device
+        cached = None
+        if self.prefix_cache is not None:  # start rows from cached prefixes: [pad][cached][pad][new]
+            self.prefix_cache.check_weights(self.model)
+            self.prefix_cache.prefill_shared(rows, self.model, self.pad_token_id, ids.device)
+            cached = self.prefix_cache.plan(rows, budgets, self.max_context, self.pad_token_id, ids.device)
+            if cached is not None:
+                ids, mask = cached.input_ids, cached.attention_mask
         stops = [self.eos_token_id, *sampling.stop_token_ids]
         kwargs = dict(
             input_ids=ids,
@@ -155,6 +174,8 @@ class HFEngine:
             return_dict_in_generate=True,
             do_sample=not sampling.greedy,
         )
+        if cached is not None:
+            kwargs["past_key_values"] = cached.cache
         row_seeded = sampling.row_seeds is not None and not sampling.greedy
         if not sampling.greedy and not row_seeded:  # top_k=0: no top-k cut (the model's generation_config may set one)
             kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
@@ -181,6 +202,9 @@ class HFEngine:
         finally:
             self.model.train(was_training)
         new = out.sequences[:, ids.shape[1] :]  # (B, T)
+        if self.prefix_cache is not None:
+            self.prefix_cache.store(rows, mask, new, [_length(new[b], budgets[b], set(stops)) for b in range(len(rows))],
+                                    out.past_key_values)
         logits = torch.stack(out.logits, dim=1).float()  # (B, T, V) raw
         sampled = logits.log_softmax(-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)  # (B, T)
         for b, trie in enumerate(tries):
@@ -276,6 +300,11 @@ class HFEngine:
             for name, t in state.items():
                 own[name].copy_(t.to(own[name].dtype))
         self.policy_version = int(version)
+
+    def reset_prefix_cache(self) -> None:
+        """Drop every cached prefix (``agentrl.llm.prefix_cache``); collects call it first."""
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
 
     def pause(self, mode: str = "wait") -> None:
         """``wait``/``keep``: new ``generate`` calls block until ``resume``; ``abort``: they raise."""

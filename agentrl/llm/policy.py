@@ -59,7 +59,8 @@ def load_policy(cfg: PolicyConfig) -> Policy:
     device = resolve_device(cfg.device)  # a missing GPU fails here, before any weights or rollouts
     path = resolve_model(cfg.model)
     renderer = ChatRenderer(AutoTokenizer.from_pretrained(path))
-    trainer_side = HFEngine.from_pretrained(path, dtype=cfg.dtype, device=device, num_threads=cfg.num_threads)
+    trainer_side = HFEngine.from_pretrained(path, dtype=cfg.dtype, device=device, num_threads=cfg.num_threads,
+                                           prefix_cache_mb=cfg.prefix_cache_mb)
     if cfg.engine == "hf":
         return Policy(engine=trainer_side, renderer=renderer, model=trainer_side.model,
                       pad_id=trainer_side.pad_token_id)

@@ -187,6 +187,7 @@ def collect(
         ValueError: a plan from ``hooks.next_plan`` for another env or env kwargs.
     """
     n_slots = min(cfg.num_slots or cfg.n_played, cfg.n_played)
+    fresh_prefix_cache(engine)
     own = pool is None
     if own:
         pool = EnvPool(cfg.env_id, n_slots, env_kwargs=cfg.env_kwargs, num_workers=cfg.num_workers,
@@ -268,6 +269,18 @@ def _run(engine, renderer, cfg, pool, n_slots, on_episode, tick, hooks=None, kee
         tick(0, n_turns)
         admit()
     return episodes
+
+
+def fresh_prefix_cache(engine: LLMClient) -> None:
+    """Empty the engine's prefix KV cache, when it has one (``HFEngine.reset_prefix_cache``).
+
+    A collect then depends only on the weights and its own calls, not on what earlier
+    collects left cached (a resumed run samples bit for bit as an uninterrupted one: cached
+    and recomputed keys/values agree only within float rounding).
+    """
+    reset = getattr(engine, "reset_prefix_cache", None)
+    if callable(reset):
+        reset()
 
 
 def _generate(engine: LLMClient, prompts: list, cfg: CollectConfig, rnd: int, allowed: list | None = None,

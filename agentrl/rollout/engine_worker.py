@@ -47,6 +47,7 @@ class EngineSpec:
         device: torch device of the worker's engine (``policy.device`` forms; ``cpu`` here).
         num_threads: torch intra-op threads per worker (1 on shared CPUs).
         max_context: context length in tokens (None: the model's).
+        prefix_cache_mb: the engine's prefix KV cache bound, MiB (0 = off; ``agentrl.llm.prefix_cache``).
     """
 
     model: str
@@ -54,6 +55,7 @@ class EngineSpec:
     device: str = "cpu"
     num_threads: int = 1
     max_context: int | None = None
+    prefix_cache_mb: int = 1024
 
 
 @dataclass(frozen=True)
@@ -153,7 +155,8 @@ class EngineWorker:
         from agentrl.llm.hf import HFEngine
 
         self.engine = HFEngine.from_pretrained(spec.model, dtype=spec.dtype, device=spec.device,
-                                               num_threads=spec.num_threads, max_context=spec.max_context)
+                                               num_threads=spec.num_threads, max_context=spec.max_context,
+                                               prefix_cache_mb=spec.prefix_cache_mb)
         self.renderer = ChatRenderer(AutoTokenizer.from_pretrained(spec.model))
         self.load(state, version)
         self._pool, self._pool_key = None, None

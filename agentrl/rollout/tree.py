@@ -30,7 +30,7 @@ from agentrl.llm.base import LLMClient
 from agentrl.llm.chat import ChatRenderer
 from agentrl.rollout.agent_loop import EpisodeDriver
 from agentrl.rollout.branching import EnvTrace, fork_driver, replay_prefix, snapshot_driver
-from agentrl.rollout.collector import CollectConfig, _generate
+from agentrl.rollout.collector import CollectConfig, _generate, fresh_prefix_cache
 from agentrl.store import TurnStore
 from agentrl.types import Episode, EpisodeStatus
 
@@ -232,6 +232,7 @@ def sample_trees(engine: LLMClient, renderer: ChatRenderer, cc: CollectConfig, t
         ``TreeRollout``; store its episodes with ``add_linked``.
     """
     rng = np.random.default_rng([cc.seed, iteration])
+    fresh_prefix_cache(engine)
     g0, next_id = iteration * cc.n_groups, iteration * tree_episode_stride(cc.n_groups, tc)
     n_slots = cc.num_slots or cc.n_groups * tc.trees * max(1, tc.branches)
     own = pool is None
