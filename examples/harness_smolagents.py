@@ -6,7 +6,8 @@ smolagents runs as installed: ``OpenAIModel`` builds an ``openai.OpenAI`` client
 episode's proxy endpoint), and every call of the agent is a chat completion with
 ``tool_choice: "required"`` and the ``stop`` strings ``["Observation:", "Calling tools:"]``
 — so the model always answers with a tool call, ``act`` or smolagents' own ``final_answer``,
-which ends the run. The proxy needs forced tool calls (grammar-constrained decoding) for it.
+which ends the run. The proxy samples such forced calls under a grammar (the ``grammar``
+extra; docs/proxy.md), with the HF engine.
 
 Run by hand against a proxy (``agentrl proxy serve``, then create an episode)::
 

@@ -8,7 +8,6 @@ token, the verifier's reward, the store round trip, and trains the tiny model on
 
 from __future__ import annotations
 
-import importlib.util
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -21,7 +20,6 @@ SKIP = "needs the harness extra: pip install 'agentrl[harness]'"
 GAMES = {"openai_agents": Game("harness_openai_agents.py", seed=5), "langgraph": Game("harness_langgraph.py", seed=11),
          "anthropic": Game("harness_anthropic.py", seed=1),
          "smolagents": Game("harness_smolagents.py", seed=1, final_tool="final_answer")}
-NO_FORCED_TOOLS = any(importlib.util.find_spec(m) is None for m in ("agentrl.llm.grammar", "llguidance"))
 
 
 @pytest.fixture(scope="module")
@@ -59,12 +57,9 @@ def test_anthropic_sdk_messages_tool_loop(played, renderer, reply_ids, tiny_dir,
     store_and_train(ep, renderer, tiny_dir, tmp_path)
 
 
-@pytest.mark.xfail(NO_FORCED_TOOLS, strict=True,
-                   reason="smolagents sends tool_choice='required' on every call: needs the proxy's forced tool "
-                          "calls (grammar-constrained decoding: agentrl.llm.grammar on llguidance, the grammar "
-                          "extra; issue 24), not in this tree")
 def test_smolagents_tool_calling_agent_forced_tools(played, renderer, reply_ids, tiny_dir, tmp_path):
     pytest.importorskip("smolagents", reason=SKIP)
+    pytest.importorskip("llguidance", reason="forced tool calls need the grammar extra: pip install 'agentrl[grammar]'")
     ep, scripts = _episode(played, reply_ids, "smolagents")
     # smolagents writes its own calls back as text ("Calling tools: [...]", "Observation: ..."): a fork per call
     check_token_exact(ep, scripts, seed=1, dialect="chat", final_tool_calls=1, rewrites=True)
