@@ -101,7 +101,9 @@ def test_stream_and_non_stream_capture_identical(serve, renderer, tiny_engine):
     a, b = turns
     assert texts[0] == texts[1]
     assert np.array_equal(a.prompt_ids, b.prompt_ids) and np.array_equal(a.completion_ids, b.completion_ids)
-    assert np.array_equal(a.completion_logprobs, b.completion_logprobs) and a.completion_ids.size > 0
+    # the second request starts from the engine's prefix KV cache: equal within float rounding, not bit for bit
+    np.testing.assert_allclose(a.completion_logprobs, b.completion_logprobs, rtol=0, atol=1e-5)
+    assert a.completion_ids.size > 0
     assert returned_ids == a.completion_ids.tolist() == streamed_ids
     assert a.info["sampling"] == b.info["sampling"] == {"temperature": 1.0, "top_p": 1.0, "max_tokens": 12,
                                                          "seed": 1234, "greedy": False}
