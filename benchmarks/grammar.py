@@ -12,8 +12,11 @@ masks, in batches of ``--batch``. Measured in one run:
   (``min_new_tokens`` pins the step count), wall time per decoding step, constrained ÷ free;
   plus the grammar's own time per masked token (matcher advance + bitmask + mask apply).
 
-    OMP_NUM_THREADS=1 python benchmarks/grammar.py [--batch 10] [--max-tokens 192] [--temperature 1.0]
+    OMP_NUM_THREADS=1 python benchmarks/grammar.py [--batch 10] [--max-tokens 192] [--temperature 1.0 | --greedy]
         [--out benchmarks/results/grammar.json]
+
+Each run adds its entry (``sampled_t1_max192``, ``greedy_max192`` ...) to the output file; ``--parse-only``
+skips the unconstrained pass (parse rate and exactness only).
 """
 
 from __future__ import annotations
@@ -116,6 +119,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=10)
     ap.add_argument("--max-tokens", type=int, default=192)
     ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--greedy", action="store_true", help="argmax decoding (parse rate and exactness only)")
+    ap.add_argument("--parse-only", action="store_true", help="no unconstrained pass (no overhead ratio)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="benchmarks/results/grammar.json")
     args = ap.parse_args()
@@ -137,18 +142,14 @@ def main() -> None:
     for start in range(0, len(cases), args.batch):
         chunk = cases[start:start + args.batch]
         ids = [renderer.render_ids([Message("user", q)]) for q, *_ in chunk]
-        s = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed + start)
+        s = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed + start,
+                           greedy=args.greedy)
         t0 = time.perf_counter()
         outs = engine.generate(ids, s, grammars=grammars[start:start + args.batch])
         t_con += time.perf_counter() - t0
         n_steps = max(c.token_ids.size for c in outs)
-        engine.model.generation_config.min_new_tokens = n_steps  # same step count, unconstrained
-        try:
-            t0 = time.perf_counter()
-            engine.generate(ids, SamplingParams(temperature=args.temperature, max_tokens=n_steps, seed=args.seed + start))
-            t_free += time.perf_counter() - t0
-        finally:
-            engine.model.generation_config.min_new_tokens = None
+        if not (args.greedy or args.parse_only):  # the same batch unconstrained for the same number of steps
+            t_free += _free_pass(engine, ids, n_steps, args.temperature, args.seed + start)
         steps += n_steps
         print(f"prompts {start}-{start + len(chunk) - 1}: {n_steps} steps, constrained {t_con:.1f} s, "
               f"free {t_free:.1f} s so far", flush=True)
@@ -180,13 +181,14 @@ def main() -> None:
     n_tok = int(sum(t.completion_ids.size for t in turns))
     result = {
         "model": "smollm2-135m-instruct (fp32, HFEngine, 1 torch thread)", "grammar_engine": "llguidance",
-        "prompts": len(cases), "tool_call_prompts": 25, "json_schema_prompts": 25, "temperature": args.temperature,
+        "prompts": len(cases), "tool_call_prompts": 25, "json_schema_prompts": 25,
+        "decoding": "greedy" if args.greedy else f"sampled, T = {args.temperature}",
         "batch": args.batch, "max_tokens": args.max_tokens,
         "parse_rate": ok / len(cases), "parsed": ok,
         "max_abs_logprob_gap_fp32": max(gaps), "max_abs_ratio_minus_1": max(ratios),
         "completion_tokens": n_tok, "mean_completion_tokens": n_tok / len(cases), "decode_steps": steps,
-        "constrained_s_per_step": t_con / steps, "unconstrained_s_per_step": t_free / steps,
-        "overhead_ratio": t_con / t_free,
+        "constrained_s_per_step": t_con / steps, "unconstrained_s_per_step": t_free / steps if t_free else None,
+        "overhead_ratio": t_con / t_free if t_free else None,
         "grammar_ms_per_masked_token": 1e3 * _Timed.spent / max(_Timed.masked, 1),
         "grammar_share_of_constrained_time": _Timed.spent / t_con,
         "tokenizer_init_s": tok_init, "compile_s_per_grammar": compile_s / len(cases),
@@ -197,9 +199,23 @@ def main() -> None:
     import llguidance
 
     result["llguidance"] = getattr(llguidance, "__version__", None) or _version("llguidance")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    out = Path(args.out)  # one entry per decoding mode in the same file
+    out.parent.mkdir(parents=True, exist_ok=True)
+    merged = json.loads(out.read_text()) if out.is_file() else {}
+    merged[("greedy" if args.greedy else f"sampled_t{args.temperature:g}") + f"_max{args.max_tokens}"] = result
+    out.write_text(json.dumps(merged, indent=2) + "\n")
     print(json.dumps(result, indent=2))
+
+
+def _free_pass(engine, ids: list, n_steps: int, temperature: float, seed: int) -> float:
+    """Seconds to decode ``ids`` unconstrained for exactly ``n_steps`` steps (``min_new_tokens``)."""
+    engine.model.generation_config.min_new_tokens = n_steps
+    try:
+        t0 = time.perf_counter()
+        engine.generate(ids, SamplingParams(temperature=temperature, max_tokens=n_steps, seed=seed))
+        return time.perf_counter() - t0
+    finally:
+        engine.model.generation_config.min_new_tokens = None
 
 
 def _version(dist: str) -> str:

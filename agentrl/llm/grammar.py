@@ -63,8 +63,8 @@ class GrammarSpec:
 
     Attributes:
         kind: ``json_schema`` or ``tool_call``.
-        schema: ``json_schema``: the JSON schema as canonical JSON text (sorted keys).
-        tools: ``tool_call``: ``(name, parameters schema as canonical JSON text)`` per allowed
+        schema: ``json_schema``: the JSON schema as compact JSON text (keys in the order sent).
+        tools: ``tool_call``: ``(name, parameters schema as compact JSON text)`` per allowed
             tool, in the order offered.
     Raises:
         ValueError: unknown kind, a schema that is not a JSON object, no tool, or a tool name
@@ -115,7 +115,9 @@ class GrammarSpec:
 
 
 def _canonical(obj: Mapping) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """Compact JSON text, keys in the order sent: llguidance writes an object's properties in
+    schema order, so sorting them would make the model write ``body`` before ``to``."""
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
 
 
 def _json_rule(schema_text: str) -> str:
