@@ -16,7 +16,11 @@ alternate order per config (off first for the first config, on first for the sec
 Usage::
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/engine_speed.py --iterations 2
-    .venv/bin/python benchmarks/engine_speed.py --configs gigpo_textworld --iterations 1 --policy-dtype float32
+    .venv/bin/python benchmarks/engine_speed.py --configs gigpo_textworld --interleaved 2 rollout.groups_per_iteration=2
+
+``--interleaved N`` times rollouts only: N pairs of the first iteration's collect with the
+cache off and on, alternating on one loaded policy and env pool (robust to load changes on a
+shared machine; the update does not depend on the cache).
 """
 
 from __future__ import annotations
@@ -113,22 +117,66 @@ def _steal_share():
     return share
 
 
+def interleaved(name: str, repeats: int, out_dir: Path, extra: list[str]) -> dict:
+    """Rollouts only, the cache off and on alternating on one loaded policy and env pool:
+    ``repeats`` pairs of the config's first-iteration collect (same tasks and seeds), so a
+    load change on a shared machine hits both modes alike. The update does not depend on
+    the cache (``rollout_s`` is the part it changes)."""
+    from dataclasses import replace
+
+    from agentrl.llm.hf import HFEngine
+    from agentrl.llm.policy import load_policy
+    from agentrl.train.steps import collect_iteration, open_pool
+
+    cfg = _cfg(name, 1024, 1, out_dir, extra)
+    policy = load_policy(cfg.policy)
+    on = policy.engine
+    off = HFEngine(on.model, eos_token_id=on.eos_token_id, pad_token_id=on.pad_token_id, num_threads=None,
+                   max_context=on.max_context, prefix_cache_mb=0)
+    rows = []
+    with open_pool(cfg) as pool:
+        for r in range(repeats):
+            for mode in (("off", "on") if r % 2 == 0 else ("on", "off")):
+                engine = on if mode == "on" else off
+                t0 = time.perf_counter()
+                eps = collect_iteration(replace(policy, engine=engine), cfg, 1, pool=pool)
+                rows.append({"repeat": r, "mode": mode, "rollout_s": time.perf_counter() - t0,
+                             "turns": sum(len(e.turns) for e in eps), "episodes": len(eps),
+                             "load": os.getloadavg()[0],
+                             "reused_tokens": on.prefix_cache.reused_tokens if mode == "on" else 0})
+                print(rows[-1], flush=True)
+    t_off = sum(x["rollout_s"] for x in rows if x["mode"] == "off")
+    t_on = sum(x["rollout_s"] for x in rows if x["mode"] == "on")
+    return {"rows": rows, "rollout_ratio": t_off / t_on, "prefilled_tokens_on": on.prefix_cache.prefilled_tokens,
+            "reused_tokens_on": on.prefix_cache.reused_tokens}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--configs", nargs="+", default=["gigpo_textworld", "gigpo_cc3"])
     ap.add_argument("--iterations", type=int, default=2)
     ap.add_argument("--policy-dtype", default="float32", help="policy.dtype for both runs (float32 on AVX2-only CPUs)")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--interleaved", type=int, default=0, metavar="N",
+                    help="instead: N off/on pairs of rollouts only, alternating on one loaded policy")
+    ap.add_argument("overrides", nargs="*", help="config overrides for every run, e.g. rollout.groups_per_iteration=2")
     args = ap.parse_args()
-    extra = [f"policy.dtype={args.policy_dtype}"]
+    extra = [f"policy.dtype={args.policy_dtype}", *args.overrides]
     cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
                 if ln.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
     steal = _steal_share()
     report = {"date": time.strftime("%Y-%m-%d"), "cpu": cpu, "cores": os.cpu_count(),
               "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "load_before": os.getloadavg(),
-              "iterations": args.iterations, "policy_dtype": args.policy_dtype, "configs": {}}
+              "iterations": args.iterations, "policy_dtype": args.policy_dtype, "overrides": args.overrides,
+              "interleaved_pairs": args.interleaved, "configs": {}}
     with tempfile.TemporaryDirectory(prefix="agentrl-engine-speed-") as tmp:
-        for k, name in enumerate(args.configs):
+        for name in args.configs if args.interleaved else ():
+            report["configs"][name] = {"interleaved": interleaved(name, args.interleaved, Path(tmp), extra)}
+            print(f"{name}: rollout off/on {report['configs'][name]['interleaved']['rollout_ratio']:.2f}x", flush=True)
+            report["load_after"], report["cpu_steal_share"] = os.getloadavg(), steal()
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(report, indent=1))
+        for k, name in enumerate(() if args.interleaved else args.configs):
             order = (0, 1024) if k % 2 == 0 else (1024, 0)
             runs = {mb: run(name, mb, args.iterations, Path(tmp), extra) for mb in order}
             off, on = runs[0], runs[1024]
