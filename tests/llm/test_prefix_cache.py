@@ -127,3 +127,18 @@ def test_memory_bound_and_bad_arguments(tiny_dir, tiny_tokenizer):
         HFEngine(eng.model, eos_token_id=eng.eos_token_id, prefix_cache_mb=-1)
     with pytest.raises(ValueError, match="max_bytes"):
         PrefixKVCache(max_bytes=-1)
+
+
+def test_bf16_cached_rows_match_uncached(tiny_dir, tiny_tokenizer):
+    """bf16 models take the same cached path: same tokens, logprobs within bf16 rounding."""
+    torch.set_num_threads(1)
+    on = HFEngine.from_pretrained(tiny_dir, dtype="bfloat16", num_threads=1)
+    off = HFEngine(on.model, eos_token_id=on.eos_token_id, pad_token_id=on.pad_token_id, num_threads=1,
+                   prefix_cache_mb=0)
+    prompts = _group_prompts(tiny_tokenizer)
+    sp = SamplingParams(max_tokens=8, greedy=True)
+    for _ in range(2):  # the second round starts every row from the cache
+        for x, y in zip(on.generate(prompts, sp), off.generate(prompts, sp)):
+            assert np.array_equal(x.token_ids, y.token_ids)
+            assert np.max(np.abs(x.logprobs - y.logprobs)) <= 5e-2
+    assert on.prefix_cache.hits >= 1 and on.prefix_cache.reused_tokens > 0
