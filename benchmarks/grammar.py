@@ -6,6 +6,8 @@ masks, in batches of ``--batch``. Measured in one run:
 
 * parse rate: the completion ended with EOS and parses (``tool_text`` block → JSON with the
   forced name and the schema's required keys; JSON output → ``json.loads`` with the required keys);
+* closed by budget: completions whose shortest way to finish was forced near the end of the
+  budget (``agentrl.llm.grammar_close``; logprob 0 on the forced tokens, both sides);
 * exactness: max |stored − recomputed| logprob when the update rebuilds the masks from the
   stored turns (``grammar_masks`` → ``build_batch`` → ``forward_token_stats``), and the PPO ratio;
 * overhead: the same batches decoded unconstrained for the same number of steps
@@ -32,7 +34,7 @@ import numpy as np
 import torch
 
 from agentrl.llm.base import SamplingParams
-from agentrl.llm.grammar import INFO_DIGEST, INFO_GRAMMAR, GrammarSpec, compiler_for, grammar_masks, mask_digest
+from agentrl.llm.grammar import GrammarSpec, compiler_for, grammar_info, grammar_masks
 from agentrl.llm.grammar_decode import GrammarLogits
 from agentrl.llm.hf import load_hf_policy
 from agentrl.llm.tool_text import tool_call_blocks
@@ -138,7 +140,7 @@ def main() -> None:
     t0 = time.perf_counter()
     grammars = [comp.compile(spec) for _, spec, _, _ in cases]
     compile_s = time.perf_counter() - t0
-    turns, ok, steps, t_con, t_free = [], 0, 0, 0.0, 0.0
+    turns, ok, steps, t_con, t_free, closed = [], 0, 0, 0.0, 0.0, 0
     for start in range(0, len(cases), args.batch):
         chunk = cases[start:start + args.batch]
         ids = [renderer.render_ids([Message("user", q)]) for q, *_ in chunk]
@@ -157,12 +159,15 @@ def main() -> None:
             text = renderer.completion_text(c.token_ids)
             good = c.finish_reason == "stop" and _parses(text, spec, names, req)
             ok += good
+            closed += c.grammar_close_at is not None
             if not good:
                 print("NOT PARSED:", q, repr(text)[:200], flush=True)
+            if c.grammar_close_at is not None:
+                print(f"CLOSED BY BUDGET at {c.grammar_close_at} of {c.token_ids.size}:", repr(text)[-120:], flush=True)
+            info = grammar_info(spec, c)
             turns.append(Turn(run_id="bench", episode_id=len(turns), group_id=0, t=0, observation=q, anchor_obs=q,
                               action=text, action_valid=good, reward=0.0, prompt_ids=p, completion_ids=c.token_ids,
-                              completion_logprobs=c.logprobs, turn_id=len(turns),
-                              info={INFO_GRAMMAR: spec.to_info(), INFO_DIGEST: mask_digest(c.grammar_masks)}))
+                              completion_logprobs=c.logprobs, turn_id=len(turns), info=info))
     t0 = time.perf_counter()
     masks = grammar_masks(turns, renderer)
     rebuild_s = time.perf_counter() - t0
@@ -184,7 +189,7 @@ def main() -> None:
         "prompts": len(cases), "tool_call_prompts": 25, "json_schema_prompts": 25,
         "decoding": "greedy" if args.greedy else f"sampled, T = {args.temperature}",
         "batch": args.batch, "max_tokens": args.max_tokens,
-        "parse_rate": ok / len(cases), "parsed": ok,
+        "parse_rate": ok / len(cases), "parsed": ok, "closed_by_budget": closed,
         "max_abs_logprob_gap_fp32": max(gaps), "max_abs_ratio_minus_1": max(ratios),
         "completion_tokens": n_tok, "mean_completion_tokens": n_tok / len(cases), "decode_steps": steps,
         "constrained_s_per_step": t_con / steps, "unconstrained_s_per_step": t_free / steps if t_free else None,

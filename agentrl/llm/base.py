@@ -82,6 +82,8 @@ class Completion:
             ``top_logprobs=K`` by an engine that supports it; else None.
         grammar_masks: int32[C, W], the grammar bitmask each token was sampled under
             (``generate(grammars=...)``, ``agentrl.llm.grammar``); else None.
+        grammar_close_at: the first position where the budget forced the grammar's closing
+            path (``agentrl.llm.grammar_close``), or None.
     """
 
     token_ids: np.ndarray
@@ -95,6 +97,7 @@ class Completion:
     top_ids: np.ndarray | None = None
     top_logprobs: np.ndarray | None = None
     grammar_masks: np.ndarray | None = None
+    grammar_close_at: int | None = None
 
     def __post_init__(self) -> None:
         self.token_ids = np.asarray(self.token_ids, dtype=np.int32).reshape(-1)

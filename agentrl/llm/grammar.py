@@ -22,7 +22,9 @@ V_tok are never allowed) and the behaviour logprob is the raw-logit log-softmax 
 over them. A turn stores ``info["grammar"]`` (``GrammarSpec.to_info()``) and
 ``info["grammar_digest"]`` (``mask_digest`` of the per-step bitmasks as sampled);
 ``turn_grammar_masks`` replays the stored completion through a fresh matcher and returns the
-same bitmasks as ``TokenMasks`` for ``build_batch(grammar=...)``.
+same bitmasks as ``TokenMasks`` for ``build_batch(grammar=...)``. When the budget forced the
+shortest way to finish (``agentrl.llm.grammar_close``), ``info["grammar_close_at"]`` is the
+first forced position; from there each mask allows only the stored id (logprob 0 both sides).
 
 Representation: the allowed set inside a JSON string is most of the vocabulary (48,769 of
 SmolLM2's 49,152 ids), so a per-position id list would be (C, ~V) int64 — 393 KB a token.
@@ -46,13 +48,14 @@ import numpy as np
 from agentrl.llm.tool_text import CLOSE_TAG, OPEN_TAG
 from agentrl.types import Turn
 
-__all__ = ["KINDS", "INFO_GRAMMAR", "INFO_DIGEST", "GrammarSpec", "Grammar", "GrammarCompiler", "TokenMasks",
-           "allowed_of", "mask_digest", "compiler_for", "turn_grammar_masks", "grammar_masks"]
+__all__ = ["KINDS", "INFO_GRAMMAR", "INFO_DIGEST", "INFO_CLOSE", "GrammarSpec", "Grammar", "GrammarCompiler",
+           "TokenMasks", "allowed_of", "mask_digest", "compiler_for", "grammar_info", "turn_grammar_masks", "grammar_masks"]
 
 #: ``GrammarSpec.kind`` values.
 KINDS = ("json_schema", "tool_call")
-#: ``Turn.info`` keys written by a grammar-constrained turn.
-INFO_GRAMMAR, INFO_DIGEST = "grammar", "grammar_digest"
+#: ``Turn.info`` keys written by a grammar-constrained turn (``grammar_close_at``: only when
+#: the budget forced the closing path, its first position).
+INFO_GRAMMAR, INFO_DIGEST, INFO_CLOSE = "grammar", "grammar_digest", "grammar_close_at"
 _COMPACT = {"whitespace_flexible": False, "key_separator": ": ", "item_separator": ", "}
 _NAME = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 
@@ -179,8 +182,8 @@ class Grammar:
     """A spec compiled for one tokenizer. ``matcher()`` gives a fresh ``llguidance.LLMatcher``;
     ``width`` is W, the int32 words of one bitmask; ``vocab`` is V_tok."""
 
-    def __init__(self, spec: GrammarSpec, tokenizer, lark: str) -> None:
-        self.spec, self._tok, self.lark = spec, tokenizer, lark
+    def __init__(self, spec: GrammarSpec, tokenizer, lark: str, compiler: "GrammarCompiler | None" = None) -> None:
+        self.spec, self._tok, self.lark, self.compiler = spec, tokenizer, lark, compiler
         self.vocab = int(tokenizer.vocab_size)
         self.width = (self.vocab + 31) // 32
 
@@ -201,9 +204,11 @@ class Grammar:
         """Write the matcher's next-token bitmask into ``out`` (int32[W], C-contiguous)."""
         matcher.unsafe_compute_mask_ptr(out.ctypes.data, out.nbytes)
 
-    def masks(self, completion_ids: Sequence[int]) -> TokenMasks:
+    def masks(self, completion_ids: Sequence[int], close_at: int | None = None) -> TokenMasks:
         """Replay ``completion_ids`` (C ids, EOS included when sampled) through a fresh
-        matcher: the bitmask before each token, deduplicated.
+        matcher: the bitmask before each token, deduplicated. From position ``close_at`` on
+        (``Completion.grammar_close_at``: the budget forced the closing path there,
+        ``agentrl.llm.grammar_close``) each mask allows only the stored id.
 
         Raises:
             ValueError: a token the grammar does not allow at its position (the completion was
@@ -216,6 +221,9 @@ class Grammar:
             if not (0 <= tok < self.vocab and (int(buf[tok // 32]) >> (tok % 32)) & 1):
                 raise ValueError(f"completion token {tok} at position {k} is not allowed by the stored "
                                  f"{self.spec.kind} grammar; was it sampled with this grammar and tokenizer?")
+            if close_at is not None and k >= close_at:
+                buf[:] = 0
+                buf.view(np.uint32)[tok // 32] = 1 << (tok % 32)
             index.append(rows.setdefault(buf.tobytes(), len(rows)))
             if k + 1 < len(completion_ids):
                 m.consume_token(tok)
@@ -257,7 +265,7 @@ class GrammarCompiler:
                 err = llguidance.LLMatcher.validate_grammar(lark, self._ll)
                 if err and not err.startswith("WARNING"):
                     raise ValueError(f"the {spec.kind} grammar cannot be built: {err}")
-                hit = self._cache[spec] = Grammar(spec, self._ll, lark)
+                hit = self._cache[spec] = Grammar(spec, self._ll, lark, self)
                 if len(self._cache) > 256:
                     self._cache.pop(next(iter(self._cache)))
             return hit
@@ -276,6 +284,21 @@ def compiler_for(renderer) -> GrammarCompiler:
         return hit
 
 
+def grammar_info(spec: GrammarSpec, completion) -> dict:
+    """The ``Turn.info`` entries of a completion sampled under ``spec`` (an
+    ``agentrl.llm.base.Completion``; ``token_ids`` may have been cut, e.g. by a stop string):
+    ``grammar``, ``grammar_digest`` of its masks, and ``grammar_close_at`` when the budget
+    forced the closing path inside what was kept."""
+    info: dict = {INFO_GRAMMAR: spec.to_info()}
+    n = int(np.asarray(completion.token_ids).size)
+    if completion.grammar_masks is not None:
+        info[INFO_DIGEST] = mask_digest(completion.grammar_masks[:n])
+    close_at = getattr(completion, "grammar_close_at", None)
+    if close_at is not None and close_at < n:
+        info[INFO_CLOSE] = int(close_at)
+    return info
+
+
 def turn_grammar_masks(turn: Turn, compiler: GrammarCompiler) -> TokenMasks | None:
     """The per-position allowed ids of a stored turn, or None when no grammar constrained it.
 
@@ -287,7 +310,9 @@ def turn_grammar_masks(turn: Turn, compiler: GrammarCompiler) -> TokenMasks | No
     stored = turn.info.get(INFO_GRAMMAR)
     if not stored or turn.completion_ids is None or len(turn.completion_ids) == 0:
         return None
-    masks = compiler.compile(GrammarSpec.from_info(stored)).masks(turn.completion_ids)
+    close_at = turn.info.get(INFO_CLOSE)
+    masks = compiler.compile(GrammarSpec.from_info(stored)).masks(
+        turn.completion_ids, None if close_at is None else int(close_at))
     digest = turn.info.get(INFO_DIGEST)
     if digest is not None and mask_digest(masks.rows()) != digest:
         raise ValueError(f"turn {turn.turn_id} (episode {turn.episode_id}, t={turn.t}): the rebuilt grammar masks "

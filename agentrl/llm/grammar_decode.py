@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from agentrl.llm.grammar import Grammar
+from agentrl.llm.grammar_close import MARGIN, WINDOW, closing_path
 
 __all__ = ["unpack_bits", "GrammarLogits", "restricted_logprobs"]
 
@@ -34,21 +35,48 @@ def unpack_bits(bits: torch.Tensor, vocab: int) -> torch.Tensor:
 class GrammarLogits:
     """Logits processor: row b may only sample what its grammar allows next.
 
+    With ``budgets``, a row whose shortest way to finish no longer fits its remaining budget
+    (plus ``grammar_close.MARGIN``) follows that way from then on: one allowed id per step,
+    EOS last (``agentrl.llm.grammar_close``), so it ends well-formed instead of truncated.
+
     Args:
         grammars: per row a compiled ``Grammar`` or None (left alone).
         prompt_width: columns of the (left-padded) prompt in ``input_ids``.
         stops: ids that end a completion (a row is finished once it sampled one).
+        budgets: per row the most new tokens it may sample, or None (no budget-aware closing).
     Attributes:
         masks: per row the list of int32[W] bitmasks, one per step it was constrained at.
+        close_at: per row the first step of the forced closing path, or None.
     Raises:
         ValueError: a grammar does not compile (from ``Grammar.matcher``).
     """
 
-    def __init__(self, grammars: list[Grammar | None], prompt_width: int, stops: set[int]) -> None:
+    def __init__(self, grammars: list[Grammar | None], prompt_width: int, stops: set[int],
+                 budgets: list[int] | None = None) -> None:
         self.grammars, self.width, self.stops = grammars, prompt_width, stops
+        self.budgets = list(budgets) if budgets is not None else [None] * len(grammars)
         self.matchers = [None if g is None else g.matcher() for g in grammars]
         self.masks: list[list[np.ndarray]] = [[] for _ in grammars]
+        self.close_at: list[int | None] = [None] * len(grammars)
+        self._paths: list[list[int] | None] = [None] * len(grammars)
         self._done = [g is None for g in grammars]
+
+    def _next_mask(self, b: int, g: Grammar, m, step: int) -> np.ndarray:
+        """Row b's int32[W] bitmask at ``step``: the grammar's, or one-hot on the closing path."""
+        buf = np.empty(g.width, dtype=np.int32)
+        left = None if self.budgets[b] is None else self.budgets[b] - step  # this step included
+        if self._paths[b] is None and left is not None and left <= WINDOW:
+            path = closing_path(g, m)
+            if path is not None and len(path) + MARGIN >= left:
+                self._paths[b], self.close_at[b] = path, step
+        path = self._paths[b]
+        if path is None or step - self.close_at[b] >= len(path):
+            g.fill(m, buf)
+            return buf
+        tok = path[step - self.close_at[b]]
+        buf[:] = 0
+        buf.view(np.uint32)[tok // 32] = 1 << (tok % 32)
+        return buf
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         step = input_ids.shape[1] - self.width
@@ -60,8 +88,7 @@ class GrammarLogits:
                 if tok in self.stops or not m.consume_token(tok):
                     self._done[b] = True
                     continue
-            buf = np.empty(g.width, dtype=np.int32)
-            g.fill(m, buf)
+            buf = self._next_mask(b, g, m, step)
             self.masks[b].append(buf)
             allowed = unpack_bits(torch.from_numpy(buf).to(scores.device), scores.shape[-1])
             if allowed.any():  # an empty mask (matcher error) would leave nothing to sample

@@ -35,6 +35,7 @@ from agentrl.llm.constrained import TokenTrie
 from agentrl.llm.grammar import Grammar
 from agentrl.llm.grammar_decode import GrammarLogits, restricted_logprobs
 from agentrl.llm.prefix_cache import PrefixKVCache, supports_prefix_cache
+from agentrl.llm.trie_decode import TrieMask, trie_logprobs
 
 #: Default ``HFEngine(prefix_cache_mb=...)``: 1 GiB of cached keys/values.
 DEFAULT_PREFIX_CACHE_MB = 1024
@@ -179,8 +180,8 @@ class HFEngine:
         row_seeded = sampling.row_seeds is not None and not sampling.greedy
         if not sampling.greedy and not row_seeded:  # top_k=0: no top-k cut (the model's generation_config may set one)
             kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
-        procs = [_TrieMask(tries, ids.shape[1], set(stops))] if any(t is not None for t in tries) else []
-        gmask = GrammarLogits(grammars, ids.shape[1], set(stops)) if any(g is not None for g in grammars) else None
+        procs = [TrieMask(tries, ids.shape[1], set(stops))] if any(t is not None for t in tries) else []
+        gmask = GrammarLogits(grammars, ids.shape[1], set(stops), budgets) if any(g is not None for g in grammars) else None
         procs += [gmask] if gmask is not None else []
         if row_seeded:  # each row samples from its own generator: Gumbel-max over the warped scores, argmax
             procs.append(_row_sampler(sampling, len(rows), ids.device))
@@ -209,7 +210,7 @@ class HFEngine:
         sampled = logits.log_softmax(-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)  # (B, T)
         for b, trie in enumerate(tries):
             if trie is not None:
-                sampled[b] = _restricted_logprobs(logits[b], new[b], trie, budgets[b], set(stops))
+                sampled[b] = trie_logprobs(logits[b], new[b], trie, budgets[b], set(stops))
         for b, masks in enumerate(gmask.masks if gmask is not None else ()):
             if grammars[b] is not None:
                 sampled[b] = restricted_logprobs(logits[b], new[b], masks, _length(new[b], budgets[b], set(stops)))
@@ -223,6 +224,7 @@ class HFEngine:
         for b, c in enumerate(outs):
             if grammars[b] is not None:
                 c.grammar_masks = np.stack(gmask.masks[b][:c.token_ids.size]) if c.token_ids.size else None
+                c.grammar_close_at = gmask.close_at[b]
         return outs
 
     def _generate_split(self, rows: list[np.ndarray], sampling: SamplingParams, batches: list[list[int]],
@@ -313,41 +315,6 @@ class HFEngine:
     def resume(self) -> None:
         """Admit requests again."""
         self._gate.resume()
-
-
-class _TrieMask:
-    """Logits processor: row b may only sample the ids its trie allows after its generated
-    prefix (rows without a trie, finished rows and rows off the trie are left alone)."""
-
-    def __init__(self, tries: list[TokenTrie | None], prompt_width: int, stops: set[int]) -> None:
-        self.tries, self.width, self.stops = tries, prompt_width, stops
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        for b, trie in enumerate(self.tries):
-            gen = input_ids[b, self.width :].tolist()
-            if trie is None or any(t in self.stops for t in gen):
-                continue
-            ids = trie.allowed(gen)
-            if ids is None or ids.size == 0:
-                continue
-            idx = torch.from_numpy(ids).to(scores.device)
-            row = torch.full_like(scores[b], float("-inf"))
-            row[idx] = scores[b, idx]
-            scores[b] = row
-        return scores
-
-
-def _restricted_logprobs(logits: torch.Tensor, new: torch.Tensor, trie: TokenTrie, budget: int,
-                         stops: set[int]) -> torch.Tensor:
-    """float32[T] logprobs of one row's sampled ids, renormalised over the trie's allowed ids
-    at each step (raw logits (T, V); positions after the completion ends are left as 0)."""
-    out = torch.zeros(new.shape[0], dtype=torch.float32, device=logits.device)
-    toks = new[:budget].tolist()
-    end = next((k + 1 for k, t in enumerate(toks) if t in stops), len(toks))
-    for k, ids in enumerate(trie.walk(toks[:end])):
-        z = logits[k, torch.from_numpy(ids).to(logits.device)]
-        out[k] = logits[k, toks[k]] - torch.logsumexp(z, dim=0)
-    return out
 
 
 def _length(new: torch.Tensor, budget: int, stops: set[int]) -> int:

@@ -28,7 +28,7 @@ import numpy as np
 
 from agentrl.llm.base import FINISH_ABORT, FINISH_LENGTH, Completion, LLMClient, SamplingParams
 from agentrl.llm.chat import ChatRenderer
-from agentrl.llm.grammar import INFO_DIGEST, INFO_GRAMMAR, compiler_for, mask_digest
+from agentrl.llm.grammar import compiler_for, grammar_info
 from agentrl.proxy.encoder import Encoder
 from agentrl.proxy.engine import EngineWorker, Gate
 from agentrl.proxy.messages import canonical, split_tool_calls
@@ -279,9 +279,7 @@ class ProxyCore:
         if call.stop is not None:
             info["stop"], info["stop_cut_tokens"] = call.stop.stop, call.stop.dropped
         if call.request.grammar is not None:
-            info[INFO_GRAMMAR] = call.request.grammar.to_info()
-            if c.grammar_masks is not None:
-                info[INFO_DIGEST] = mask_digest(c.grammar_masks[:c.token_ids.size])
+            info.update(grammar_info(call.request.grammar, c))
         if plan.token_prefix_ok is not None:
             info["token_prefix_ok"] = plan.token_prefix_ok
             if plan.first_mismatch is not None:

@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import agentrl.llm.hf as hf  # noqa: E402
+import agentrl.llm.trie_decode as trie_decode  # noqa: E402
 from agentrl.llm.base import SamplingParams  # noqa: E402
 from agentrl.llm.chat import ChatRenderer  # noqa: E402
 from agentrl.llm.constrained import TokenTrie, completion_sequences  # noqa: E402
@@ -79,7 +79,7 @@ def test_sampling_masks_equal_update_masks_and_logprobs_match(setup, monkeypatch
     ``allowed_ids`` at that position; masked teacher-forced logprobs equal the stored ones."""
     engine, r, prompts = setup
     seen: dict[tuple[int, int], list[int]] = {}
-    orig = hf._TrieMask.__call__
+    orig = trie_decode.TrieMask.__call__
 
     def record(self, input_ids, scores):
         out = orig(self, input_ids, scores)
@@ -90,7 +90,7 @@ def test_sampling_masks_equal_update_masks_and_logprobs_match(setup, monkeypatch
                 seen[(b, step)] = finite
         return out
 
-    monkeypatch.setattr(hf._TrieMask, "__call__", record)
+    monkeypatch.setattr(trie_decode.TrieMask, "__call__", record)
     acts = [ACTIONS, ACTIONS[:2], ACTIONS[2:], ["look"]]
     seqs = [completion_sequences(a, "tag:action", r.encode, r.eos_token_id) for a in acts]
     outs = engine.generate(prompts, SamplingParams(max_tokens=40, seed=5), allowed=seqs)

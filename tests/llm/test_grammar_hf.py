@@ -14,8 +14,8 @@ import torch
 pytest.importorskip("llguidance", reason="needs the grammar extra: pip install 'agentrl[grammar]'")
 
 from agentrl.llm.base import SamplingParams  # noqa: E402
-from agentrl.llm.grammar import (INFO_DIGEST, INFO_GRAMMAR, GrammarCompiler, GrammarSpec, grammar_masks,  # noqa: E402
-                                 lark_text, mask_digest)
+from agentrl.llm.grammar import (INFO_DIGEST, GrammarCompiler, GrammarSpec, grammar_info,  # noqa: E402
+                                 grammar_masks, lark_text)
 from agentrl.llm.tool_text import tool_call_blocks  # noqa: E402
 from agentrl.types import Message, Turn  # noqa: E402
 
@@ -45,7 +45,7 @@ def _sample(engine, renderer, compiler, spec, n=4, seed=3, temperature=1.0):
                            grammars=[g] * n)
     turns = [Turn(run_id="r", episode_id=i, group_id=0, t=0, observation="", anchor_obs="", action="", action_valid=True, reward=0.0,
                   prompt_ids=prompt, completion_ids=c.token_ids, completion_logprobs=c.logprobs, turn_id=i,
-                  info={INFO_GRAMMAR: spec.to_info(), INFO_DIGEST: mask_digest(c.grammar_masks)})
+                  info=grammar_info(spec, c))
              for i, c in enumerate(outs)]
     return outs, turns
 
@@ -162,5 +162,5 @@ def test_smollm2_forced_tool_and_json_always_parse_and_match(smollm2_engine, smo
         turns.append(Turn(run_id="r", episode_id=len(turns), group_id=0, t=0, observation=q, anchor_obs=q, action=text,
                           action_valid=True, reward=0.0, prompt_ids=p, completion_ids=c.token_ids,
                           completion_logprobs=c.logprobs, turn_id=len(turns),
-                          info={INFO_GRAMMAR: spec.to_info(), INFO_DIGEST: mask_digest(c.grammar_masks)}))
+                          info=grammar_info(spec, c)))
     assert update_logprob_gap(smollm2_engine.model, turns, r, smollm2_tokenizer.eos_token_id) < 1e-4
