@@ -271,7 +271,10 @@ class UpdateConfig:
     defaulting to ``policy.max_tokens``; weight ∝ tokens, N× per episode) |
     ``episode-mean-token-mean`` (every episode the same; inside it every token the same).
     ``kl_coef`` > 0 adds a KL penalty to the frozen reference (``k1`` | ``k2`` | ``k3``).
-    ``pack`` puts prefix-consistent turns of one episode into one sequence. ``critic_lr`` and
+    ``pack`` puts prefix-consistent turns of one episode into one sequence. ``share_prefix``
+    runs the prompt prefix that all rows of a micro-batch share once per micro-batch
+    (``agentrl.update.shared_prefix``: turns of one task; the same logprobs to float rounding,
+    for window prompts that ``pack`` cannot join). ``critic_lr`` and
     ``value_clip`` configure the turn-level critic of turn-PPO.
 
     Rollout (off-policy) correction (``agentrl.update.correction``): ``rollout_correction``
@@ -301,6 +304,7 @@ class UpdateConfig:
                          "episode-mean-token-mean"] = "token-mean"
     sum_norm_tokens: Optional[int] = None
     pack: bool = False
+    share_prefix: bool = False
     gradient_checkpointing: bool = False
     critic_lr: float = 1e-5
     value_clip: Optional[float] = None

@@ -16,6 +16,10 @@ alternate order per config (off first for the first config, on first for the sec
 Usage::
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/engine_speed.py --iterations 2
+    .venv/bin/python benchmarks/engine_speed.py --configs gigpo_textworld --iterations 2 --new update.share_prefix=true
+
+``--new KEY=VALUE ...`` adds overrides to the cached runs only: the new path (prefix KV cache
++ e.g. the update's shared-prefix forward) against the old one in the same process.
     .venv/bin/python benchmarks/engine_speed.py --configs gigpo_textworld --interleaved 2 rollout.groups_per_iteration=2
 
 ``--interleaved N`` times rollouts only: N pairs of the first iteration's collect with the
@@ -159,6 +163,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--interleaved", type=int, default=0, metavar="N",
                     help="instead: N off/on pairs of rollouts only, alternating on one loaded policy")
+    ap.add_argument("--new", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="overrides for the cached ('on') runs only, e.g. update.share_prefix=true: the new path "
+                         "against the old (no cache, defaults)")
     ap.add_argument("overrides", nargs="*", help="config overrides for every run, e.g. rollout.groups_per_iteration=2")
     args = ap.parse_args()
     extra = [f"policy.dtype={args.policy_dtype}", *args.overrides]
@@ -168,6 +175,7 @@ def main() -> None:
     report = {"date": time.strftime("%Y-%m-%d"), "cpu": cpu, "cores": os.cpu_count(),
               "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "load_before": os.getloadavg(),
               "iterations": args.iterations, "policy_dtype": args.policy_dtype, "overrides": args.overrides,
+              "new_path_overrides": args.new,
               "interleaved_pairs": args.interleaved, "configs": {}}
     with tempfile.TemporaryDirectory(prefix="agentrl-engine-speed-") as tmp:
         for name in args.configs if args.interleaved else ():
@@ -178,7 +186,7 @@ def main() -> None:
             args.out.write_text(json.dumps(report, indent=1))
         for k, name in enumerate(() if args.interleaved else args.configs):
             order = (0, 1024) if k % 2 == 0 else (1024, 0)
-            runs = {mb: run(name, mb, args.iterations, Path(tmp), extra) for mb in order}
+            runs = {mb: run(name, mb, args.iterations, Path(tmp), extra + (args.new if mb else [])) for mb in order}
             off, on = runs[0], runs[1024]
             it_off = [a + b for a, b in zip(off["rollout_s"], off["update_s"])]
             it_on = [a + b for a, b in zip(on["rollout_s"], on["update_s"])]

@@ -35,7 +35,7 @@ RESUME_MAY_CHANGE = (
     "policy.num_threads", "policy.device", "policy.max_batch", "policy.prefix_cache_mb",
     "rollout.num_workers", "rollout.step_timeout_s", "rollout.backend",
     "rollout.harness.timeout_s", "rollout.harness.max_parallel",
-    "update.micro_batch", "update.gradient_checkpointing",
+    "update.micro_batch", "update.gradient_checkpointing", "update.share_prefix",
 )
 
 LAUNCHES_DIR, LAUNCHES_LOG = "launches", "launches.jsonl"

@@ -22,6 +22,7 @@ import torch
 
 from agentrl.update.batch import TrainBatch, model_device
 from agentrl.update.bitmask import BatchMasks, masked_logsumexp
+from agentrl.update.shared_prefix import common_prefix, prefix_logits
 
 __all__ = ["TokenStats", "logprobs_from_logits", "entropy_from_logits", "forward_token_stats", "batch_logprobs"]
 
@@ -107,7 +108,8 @@ def _kept_columns(token_mask: torch.Tensor) -> torch.Tensor:
 def forward_token_stats(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
                         temperature: float = 1.0, with_entropy: bool = False,
                         entropy_grad: bool = False, allowed_ids: torch.Tensor | None = None,
-                        token_mask: torch.Tensor | None = None, grammar_mask: BatchMasks | None = None) -> TokenStats:
+                        token_mask: torch.Tensor | None = None, grammar_mask: BatchMasks | None = None,
+                        share_prefix: bool = False) -> TokenStats:
     """One forward pass of a causal LM (HF ``...ForCausalLM`` or peft-wrapped) on a batch.
 
     Args:
@@ -126,6 +128,10 @@ def forward_token_stats(model: torch.nn.Module, input_ids: torch.Tensor, attenti
             (HF ``logits_to_keep``): for multi-turn prompts with short completions this skips
             most of the (T, V) logits — the largest cost of a small-model update. Other
             columns are returned as 0.
+        share_prefix: with ``token_mask``, run the tokens every row shares at the start once
+            and the rows' suffixes on its key/value cache (``agentrl.update.shared_prefix``;
+            the same logprobs to float rounding, less compute when the rows are turns of one
+            task). Off under gradient checkpointing (it drops the cache).
     Returns:
         ``TokenStats`` with (B, T) float32 tensors (gradients flow through ``logprobs``
         when grad mode is on).
@@ -135,8 +141,13 @@ def forward_token_stats(model: torch.nn.Module, input_ids: torch.Tensor, attenti
         ids, allowed, gmask = input_ids, allowed_ids, grammar_mask
     else:  # logits only where a kept token t is predicted (at t - 1), then aligned as a (B, K+1) sequence
         cols = _kept_columns(token_mask)
-        logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
-                       logits_to_keep=cols - 1).logits  # (B, K, V)
+        shared = min(common_prefix(input_ids, attention_mask), int(cols[0]) - 1) if share_prefix and not \
+            getattr(model, "is_gradient_checkpointing", False) else 0
+        if shared >= 1:
+            logits = prefix_logits(model, input_ids, attention_mask, cols - 1, shared)
+        else:
+            logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
+                           logits_to_keep=cols - 1).logits  # (B, K, V)
         logits = torch.cat([logits, logits[:, -1:]], dim=1)  # dummy last step, dropped by the shift
         ids = torch.cat([input_ids[:, :1], input_ids[:, cols]], dim=1)
         allowed = None if allowed_ids is None else torch.cat([allowed_ids[:, :1], allowed_ids[:, cols]], dim=1)

@@ -32,6 +32,7 @@ from agentrl.config import UpdateConfig
 from agentrl.update.batch import TrainBatch, minibatches, model_device
 from agentrl.update.logprobs import forward_token_stats
 from agentrl.update.losses import AGGREGATIONS, KL_ESTIMATORS, LOSSES, ClipSpec, LossScale, PolicyLossInputs
+from agentrl.update.shared_prefix import prefix_order
 
 __all__ = ["UpdateStats", "ReduceGroup", "make_optimizer", "update", "train_on_batch", "sft_update"]
 
@@ -119,7 +120,8 @@ def _micro_step(model: torch.nn.Module, mb: TrainBatch, cfg: UpdateConfig, scale
     policy_loss, agg = LOSSES.get(cfg.loss), AGGREGATIONS.get(cfg.aggregation)
     out = forward_token_stats(model, mb.input_ids, mb.attention_mask, temperature=temperature,
                               with_entropy=True, entropy_grad=cfg.entropy_coef != 0, allowed_ids=mb.allowed_ids,
-                              token_mask=mb.loss_mask > 0, grammar_mask=mb.grammar_mask)  # LM head only where a trained token is predicted
+                              token_mask=mb.loss_mask > 0, grammar_mask=mb.grammar_mask,  # LM head only where a trained token is predicted
+                              share_prefix=cfg.share_prefix)
     m = mb.loss_mask
     x = PolicyLossInputs(out.logprobs, mb.old_logprobs, mb.advantages, m, mb.turn_ids)
     tl = policy_loss(x, ClipSpec(cfg.clip_low, cfg.clip_high, cfg.clip_c))
@@ -181,6 +183,8 @@ def update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Trai
         raise ValueError("aggregation 'seq-mean-token-sum-norm' needs update.sum_norm_tokens (max response tokens)")
     model.train()
     mine = batch if dp is None else batch.select(torch.arange(batch.num_rows)[dp.rank :: dp.world_size])  # may be empty
+    if cfg.share_prefix and mine.num_rows > 1:  # rows of one task side by side: their micro-batches share more
+        mine = mine.select(prefix_order(mine.input_ids, mine.attention_mask))
     norm = cfg.sum_norm_tokens or 1
     scale = LossScale.of(batch.loss_mask, batch.turn_ids, norm) if dp is None else _global_scale(mine, norm, dp)
     scale = scale.with_episodes(batch.loss_mask, batch.token_episode)  # every rank holds the whole minibatch

@@ -25,20 +25,6 @@ LONG = {"type": "object", "properties": {"title": S, "tags": {"type": "array", "
         "required": ["title", "tags", "n", "sub"], "additionalProperties": False}
 
 
-@pytest.fixture(scope="module")
-def renderer(tiny_tokenizer):
-    from agentrl.llm.chat import ChatRenderer
-
-    return ChatRenderer(tiny_tokenizer)
-
-
-@pytest.fixture(scope="module")
-def compiler(renderer):
-    from agentrl.llm.grammar import compiler_for
-
-    return compiler_for(renderer)
-
-
 def _bits(buf):
     return np.unpackbits(np.ascontiguousarray(buf).view(np.uint8), bitorder="little").astype(bool)
 

@@ -24,20 +24,6 @@ ARGS = {"type": "object", "properties": {"unit": {"enum": ["c", "f"]}, "city": {
         "required": ["unit", "city", "ok"], "additionalProperties": False}
 
 
-@pytest.fixture(scope="module")
-def renderer(tiny_tokenizer):
-    from agentrl.llm.chat import ChatRenderer
-
-    return ChatRenderer(tiny_tokenizer)
-
-
-@pytest.fixture(scope="module")
-def compiler(renderer):
-    from agentrl.llm.grammar import compiler_for
-
-    return compiler_for(renderer)
-
-
 def _sample(engine, renderer, compiler, spec, n=4, seed=3, temperature=1.0):
     prompt = renderer.render_ids([Message("user", "weather?")])
     g = compiler.compile(spec)

@@ -1,0 +1,67 @@
+"""One forward of the prompt prefix that every row of a micro-batch shares.
+
+Turns of one task share their first tokens — the system prompt and the task text are the same
+for every turn of an episode and every episode of a group (the window prompts of the
+TextWorld examples: ~74 % of a collect's prompt tokens, ``benchmarks/engine_speed.py``). A
+plain forward runs those tokens through every layer once per row; ``prefix_logits`` runs them
+once for the micro-batch, repeats the resulting key/value cache over the rows
+(``DynamicCache.batch_repeat_interleave``, differentiable, so the gradient of the LoRA layers
+above still gets every row's share) and runs only each row's suffix on top of it. Positions
+continue from the prefix (transformers takes them from the cache length), so each token sees
+the same context at the same position as in the plain forward and the logprobs agree to
+float rounding (tests/update/test_shared_prefix.py: fp32 logprobs and LoRA gradients against
+the plain forward).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+__all__ = ["common_prefix", "prefix_order", "prefix_logits"]
+
+
+def common_prefix(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
+    """Length of the longest prefix that every row of ``input_ids`` (B, T) has, attended.
+
+    Returns:
+        int in [0, T]; 0 for a single row (nothing to share).
+    """
+    if input_ids.shape[0] < 2:
+        return 0
+    same = ((input_ids == input_ids[:1]) & (attention_mask > 0)).all(0)  # (T,)
+    return int(same.long().cumprod(0).sum())
+
+
+def prefix_order(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Row order (B,) int64 that sorts the rows by their attended tokens, lexicographically, so
+    rows with a common prefix (turns of one task) are neighbours and consecutive micro-batches
+    share more of it (on the main job's turns: 46 % of the forward's tokens at 8 rows per
+    micro-batch, against 15 % in shuffled order). Ties keep their order (stable)."""
+    ids = (input_ids * (attention_mask > 0)).cpu().numpy()
+    return torch.from_numpy(np.lexsort(ids.T[::-1]).astype(np.int64))
+
+
+def prefix_logits(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                  keep: torch.Tensor, prefix: int) -> torch.Tensor:
+    """Logits at positions ``keep`` (K,) int64 of a right-padded batch whose rows share their
+    first ``prefix`` tokens: (B, K, V), as ``model(..., logits_to_keep=keep).logits``.
+
+    Args:
+        model: an HF causal LM (or peft-wrapped) that takes ``past_key_values``.
+        input_ids, attention_mask: (B, T) int64, right padded.
+        keep: sorted positions ≥ ``prefix`` whose logits are needed.
+        prefix: shared tokens, 1 ≤ prefix < T (``common_prefix``).
+    Raises:
+        ValueError: ``prefix`` out of range or a kept position inside the prefix.
+    """
+    t = input_ids.shape[1]
+    if not 1 <= prefix < t or int(keep.min()) < prefix:
+        raise ValueError(f"shared prefix {prefix} must be in [1, {t}) and before every kept position "
+                         f"(first {int(keep.min())})")
+    head = model(input_ids=input_ids[:1, :prefix], attention_mask=attention_mask[:1, :prefix], use_cache=True,
+                 logits_to_keep=1)
+    cache = head.past_key_values
+    cache.batch_repeat_interleave(input_ids.shape[0])
+    return model(input_ids=input_ids[:, prefix:], attention_mask=attention_mask, past_key_values=cache,
+                 use_cache=True, logits_to_keep=keep - prefix).logits
