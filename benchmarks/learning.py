@@ -1,4 +1,4 @@
-"""Learning benchmark: held-out success before vs after RL, GRPO vs GiGPO at the same budget.
+"""Learning benchmark: held-out success before vs after RL, every registered estimator at the same budget.
 
 The LEARNING.md setup: SmolLM2-135M-Instruct in bf16, decoding constrained to the
 admissible commands, LoRA on the top 6 layers, TextWorld "cu1" (or "cc3") games, groups of
@@ -9,16 +9,29 @@ env, seed and estimator the script evaluates the packaged model on the held-out 
 everything (success rates, 95 % Wilson intervals, panel hash, wall times, the exact config)
 to ``benchmarks/results/learning.json``.
 
+Any registered estimator can be a cell (``--estimators``): it trains under that same base
+config and budget with its own hyperparameters from its example config, plus what it cannot
+run without on the TextWorld chain setup (``_learning_cells``: Dr.GRPO's aggregation,
+BiPACE's stored hidden states, Tree-GRPO's tree sampler — 2 trees × 2 kept leaves per task —
+RTPO's reverse-turn sampler; turn-PPO's critic is added by the trainer itself). Each row also
+records the run's credit diagnostics (``_learning_diag``: the fraction of training turns with
+advantage exactly 0 from ``metrics.jsonl``; from the run's store, per iteration, the share of
+turns in env-state anchor groups of size >= 2 and the mean group size, and the same for each
+comparison group of the estimator's breakdown terms), the turns trained, and the condition
+(``OMP_NUM_THREADS``, torch threads, load average at the start and the end of the run).
+
 The "before" evaluation does not depend on the estimator: it is computed once per (env,
-panel, seed, hash of the env and policy config) and shared by the estimators of that seed
-(the greedy one once per (env, panel, hash): greedy decoding ignores the seed). Rows are merged into the JSON by (env,
-estimator, seed, iterations, panel), so a grid can be run in pieces; ``--summary`` prints
-the Markdown table of what the JSON holds (per-run rows, then means over seeds).
+panel, seed, hash of the env and policy config — ``policy.return_hidden`` left out) and shared
+by the estimators of that seed (the greedy one once per (env, panel, hash): greedy decoding
+ignores the seed). Rows are merged into the JSON by (env, estimator, seed, iterations, panel),
+so a grid can be run in pieces; ``--summary`` prints the Markdown table of what the JSON holds
+(per-run rows with their diagnostics, then means over seeds). ``--smoke`` checks that cells
+start (1 iteration, 1 task, 3 turns, into the given ``--out``/``--out-dir``).
 
 Usage::
 
     .venv/bin/python benchmarks/learning.py --env cu1 cc3 --seeds 0 1 2 \
-        --estimators grpo gigpo --iterations 8 --panel 24
+        --estimators grpo gigpo hgpo graphgpo --iterations 8 --panel 24 --out-dir /tmp/learning
     .venv/bin/python benchmarks/learning.py --summary
 """
 
@@ -56,8 +69,25 @@ def _cached(path: Path, compute) -> tuple[dict, float]:
     return out, time.perf_counter() - t0
 
 
-def config_for(env: str, estimator: str, seed: int, iterations: int, panel: int, out_dir: Path):
-    """The training config of one grid cell (the example config + the benchmark's budget)."""
+def auto_dtype() -> str:
+    """``bfloat16`` (the example's) where the CPU has AVX-512-BF16 / AMX or a GPU is present,
+    else ``float32`` (bf16 is ~13x slower than fp32 there; as ``scripts/main.sh`` decides)."""
+    import torch
+
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        flags = ""
+    return "bfloat16" if torch.cuda.is_available() or "avx512_bf16" in flags or "amx_bf16" in flags else "float32"
+
+
+def config_for(env: str, estimator: str, seed: int, iterations: int, panel: int, out_dir: Path, smoke: bool = False,
+               dtype: str = "bfloat16"):
+    """The training config of one grid cell: the base config + the benchmark's budget + the
+    estimator's own part (``_learning_cells.estimator_overrides``) in ``policy.dtype`` ``dtype``;
+    ``smoke``: a tiny budget."""
+    from _learning_cells import SMOKE, estimator_overrides
+
     from agentrl.config import load_config
 
     env_id, max_turns = ENVS[env]
@@ -65,19 +95,36 @@ def config_for(env: str, estimator: str, seed: int, iterations: int, panel: int,
                  f"run.iterations={iterations}", "run.eval_every=0", f"run.save_every={iterations}",
                  "run.eval_before=false", f"run.eval_seed={seed}",  # this script evaluates before/after itself
                  f"env.id={env_id}", f"env.max_turns={max_turns}", f"env.eval_panel_size={panel}",
-                 "rollout.groups_per_iteration=6", "rollout.group_size=4", f"algorithm.estimator={estimator}",
-                 "algorithm.kwargs={}", "log.console=false"]
+                 f"policy.dtype={dtype}", "rollout.groups_per_iteration=6", "rollout.group_size=4",
+                 *estimator_overrides(estimator),
+                 "log.console=false"]
+    if smoke:
+        overrides += SMOKE + ["run.save_every=1"]
     return load_config(Path(__file__).parents[1] / "examples" / "gigpo_textworld.yaml", overrides)
 
 
-def run_one(env: str, estimator: str, seed: int, iterations: int, panel: int, out_dir: Path) -> dict:
-    """Before-eval (cached per env/panel/seed), training, after-eval of one (env, estimator, seed)."""
+def _condition() -> dict:
+    """Threads and load now: OMP_NUM_THREADS, torch's intra-op threads, the 1/5/15-min load."""
+    import torch
+
+    return {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "torch_threads": torch.get_num_threads(),
+            "loadavg": list(os.getloadavg()), "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def run_one(env: str, estimator: str, seed: int, iterations: int, panel: int, out_dir: Path,
+            smoke: bool = False, dtype: str = "bfloat16") -> dict:
+    """Before-eval (cached per env/panel/seed), training, after-eval and diagnostics
+    (``_learning_diag.run_diagnostics``) of one (env, estimator, seed)."""
+    from _learning_diag import run_diagnostics
+
     from agentrl.config import to_dict
     from agentrl.train import train
 
-    cfg = config_for(env, estimator, seed, iterations, panel, out_dir)
-    d = to_dict(cfg)  # the cache key: everything the before-eval depends on (env and policy sections)
-    tag = hashlib.sha256(json.dumps({"env": d["env"], "policy": d["policy"]}, sort_keys=True).encode()).hexdigest()[:10]
+    start = _condition()
+    cfg = config_for(env, estimator, seed, iterations, panel, out_dir, smoke, dtype)
+    d = to_dict(cfg)  # the cache key: everything the before-eval depends on (env and policy sections;
+    pol = {k: v for k, v in d["policy"].items() if k != "return_hidden"}  # storing hidden states changes no action)
+    tag = hashlib.sha256(json.dumps({"env": d["env"], "policy": pol}, sort_keys=True).encode()).hexdigest()[:10]
     cache = out_dir / "before"
     greedy_b, s_gb = _cached(cache / f"{env}-p{panel}-{tag}-greedy.json", lambda: _eval(cfg, True))
     sampled_b, s_sb = _cached(cache / f"{env}-p{panel}-{tag}-s{seed}-sampled.json", lambda: _eval(cfg, False))
@@ -87,9 +134,12 @@ def run_one(env: str, estimator: str, seed: int, iterations: int, panel: int, ou
     ckpt = result.run_dir / "checkpoints" / (result.run_dir / "checkpoints" / "latest").read_text().strip()
     after = {"greedy": _eval(cfg, True, ckpt), "sampled": _eval(cfg, False, ckpt)}
     t3 = time.perf_counter()
+    diag = run_diagnostics(result.run_dir, cfg.run.name, estimator, dict(cfg.algorithm.kwargs))
+    turns = diag["logged"]["per_iter"]["rollout/turns"]
     return {"env": env, "estimator": estimator, "seed": seed, "iterations": iterations, "panel": panel,
             "optimizer_steps": result.state.optimizer_steps, "before": {"greedy": greedy_b, "sampled": sampled_b},
-            "after": after,
+            "after": after, "turns_trained": int(sum(t for t in turns if t is not None)),
+            "diagnostics": diag, "condition": {"start": start, "end": _condition()}, "run_dir": str(result.run_dir),
             "seconds": {"eval_before": s_gb + s_sb, "train": t2 - t1, "eval_after": t3 - t2,
                         "total_with_before": (t3 - t1) + s_gb + s_sb},
             "config": to_dict(cfg)}
@@ -107,18 +157,50 @@ def pct(r: dict) -> str:
     return f"{r['success_rate']:.1%} [{lo:.0%}, {hi:.0%}] ({r['successes']}/{r['n']})"
 
 
+def _f(x, fmt: str) -> str:
+    return "–" if x is None or (isinstance(x, float) and x != x) else format(x, fmt)
+
+
+def diag_cells(r: dict) -> list[str]:
+    """The diagnostics columns of one row: zero-advantage share (logged), anchor groups
+    (share of turns in groups >= 2, mean size; from the store), the estimator's own
+    comparison groups per term (share >= 2 / mean size). '–' for rows without diagnostics."""
+    d = r.get("diagnostics")
+    if not d:
+        return ["–", "–", "–"]
+    st = d["store"]["mean"]
+    zero = d["logged"]["mean"].get("adv/zero_frac")
+    a = st.get("anchor", {})
+    terms = "; ".join(f"{name}: {_f(t.get('share_ge2'), '.0%')} / {_f(t.get('mean_size'), '.1f')}"
+                      for name, t in st.get("terms", {}).items()) or "–"
+    return [_f(zero, ".0%"), f"{_f(a.get('share_ge2'), '.0%')} / {_f(a.get('mean_size'), '.2f')}", terms]
+
+
+def condition_cell(r: dict) -> str:
+    """'float32, 1 thr, load 4.1→3.8': dtype, torch threads and 1-min load at start → end of a row."""
+    dtype = r.get("config", {}).get("policy", {}).get("dtype", "?")
+    c = r.get("condition")
+    if not c:
+        return f"{dtype}, –"
+    return (f"{dtype}, {c['start']['torch_threads']} thr, load {c['start']['loadavg'][0]:.1f}→"
+            f"{c['end']['loadavg'][0]:.1f}")
+
+
 def summary(rows: list[dict]) -> str:
-    """Markdown: one line per run, then mean ± sd of the greedy/sampled rise over seeds."""
+    """Markdown: one line per run (with its diagnostics, where recorded), then mean ± sd of
+    the greedy/sampled rise over seeds."""
     import numpy as np
 
     lines = ["| env | estimator | seed | greedy before | greedy after | sampled before | sampled after | "
-             "turns (greedy) | wall (train + after-eval) |", "|---|---|---|---|---|---|---|---|---|"]
+             "turns (greedy) | turns trained | wall (train + after-eval) | condition | zero adv | anchor groups (≥2 / mean size) | "
+             "estimator groups per term (≥2 / mean size) |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["env"], r["estimator"], r["seed"])):
         b, a = r["before"], r["after"]
         wall = r["seconds"]["train"] + r["seconds"]["eval_after"]
         lines.append(f"| {r['env']} | {r['estimator']} | {r['seed']} | {pct(b['greedy'])} | {pct(a['greedy'])} | "
                      f"{pct(b['sampled'])} | {pct(a['sampled'])} | {b['greedy']['mean_turns']:.2f} → "
-                     f"{a['greedy']['mean_turns']:.2f} | {wall:.0f} s |")
+                     f"{a['greedy']['mean_turns']:.2f} | {r.get('turns_trained', '–')} | {wall:.0f} s | {condition_cell(r)} | "
+                     + " | ".join(diag_cells(r)) + " |")
     lines += ["", "| env | estimator | seeds | greedy after (mean) | greedy rise (mean ± sd, points) | "
               "sampled rise (mean ± sd, points) |", "|---|---|---|---|---|---|"]
     cells = sorted({(r["env"], r["estimator"]) for r in rows})
@@ -133,31 +215,43 @@ def summary(rows: list[dict]) -> str:
 
 
 def main() -> None:
+    from agentrl.credit import list_estimators
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--env", nargs="+", choices=sorted(ENVS), default=["cu1"])
-    ap.add_argument("--estimators", nargs="+", default=["grpo", "gigpo"])
+    ap.add_argument("--estimators", nargs="+", default=["grpo", "gigpo"], choices=sorted(list_estimators()),
+                    metavar="NAME", help=f"registered estimators (default: grpo gigpo): {', '.join(sorted(list_estimators()))}")
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--iterations", type=int, default=8)
     ap.add_argument("--panel", type=int, default=24, help="held-out tasks (default: 24)")
     ap.add_argument("--out-dir", default="runs/learning")
     ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto",
+                    help="policy.dtype (default auto: float32 on a CPU without AVX-512-BF16/AMX, else bfloat16)")
+    ap.add_argument("--smoke", action="store_true", help="tiny budget (1 iteration, 1 task, 3 turns): checks that "
+                    "each cell starts; use with an --out and --out-dir outside the tree")
     ap.add_argument("--summary", action="store_true", help="print the Markdown table of --out and exit")
     args = ap.parse_args()
     out = Path(args.out)
+    if args.smoke and out.resolve() == OUT.resolve():
+        ap.error("--smoke writes its rows to --out: give one outside benchmarks/results")
     rows = json.loads(out.read_text())["runs"] if out.is_file() else []
     if args.summary:
         print(summary(rows))
         return
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    dtype = auto_dtype() if args.dtype == "auto" else args.dtype
+    print(f"policy.dtype={dtype}", flush=True)
     for env in args.env:
         for seed in args.seeds:
             for est in args.estimators:
-                row = run_one(env, est, seed, args.iterations, args.panel, Path(args.out_dir))
+                row = run_one(env, est, seed, args.iterations, args.panel, Path(args.out_dir), args.smoke, dtype)
                 rows = merge(rows, row)
                 b, a = row["before"], row["after"]
                 print(f"{env} {est} seed {seed}: greedy {b['greedy']['success_rate']:.1%} -> "
                       f"{a['greedy']['success_rate']:.1%}, sampled {b['sampled']['success_rate']:.1%} -> "
-                      f"{a['sampled']['success_rate']:.1%}, train {row['seconds']['train']:.0f} s", flush=True)
+                      f"{a['sampled']['success_rate']:.1%}, train {row['seconds']['train']:.0f} s, "
+                      f"diagnostics: {' | '.join(diag_cells(row))}", flush=True)
                 out.parent.mkdir(parents=True, exist_ok=True)
                 out.write_text(json.dumps({"runs": rows}, indent=1, default=float))
 

@@ -1,0 +1,71 @@
+"""The per-estimator part of a ``benchmarks/learning.py`` grid cell.
+
+Every cell trains under the same base config (``examples/gigpo_textworld.yaml`` with the
+benchmark's budget: model, LoRA, lr, decoding, prompts, 6 tasks × 4 episodes, iterations).
+On top of that an estimator gets only
+
+* its own hyperparameters (``algorithm.kwargs``) from its example config, where it has one
+  (``EXAMPLES``); ``grpo`` and ``gigpo`` keep ``{}`` (the defaults), as the grid rows already in
+  ``results/learning.json`` were trained with;
+* what it cannot run without (``NEEDS``), which the chain TextWorld setup lacks:
+
+  - ``dr_grpo``: the Dr.GRPO loss aggregation ``seq-mean-token-sum-norm`` (its example config;
+    the method is the mean-only advantage *and* this aggregation);
+  - ``bipace``: ``policy.return_hidden=true`` (it clusters final-layer hidden states);
+  - ``turn_ppo``: nothing to set — the trainer adds the turn-level critic (a copy of the model
+    with a value head, ``update.critic_lr`` 1e-5 by default) because the estimator requires
+    ``value``; it has no example config, so its defaults (γ 0.99, λ 0.9);
+  - ``tree_grpo``: ``rollout.sampler=tree`` with 2 trees per task, 1 expansion round of 2
+    branches, 2 leaves kept per tree (4 leaf trajectories per task, as the 4-episode groups
+    of the chain cells; the example's 2/1/2 trees/rounds/branches with ``leaves`` 2 instead of 3);
+  - ``rtpo``: ``rollout.sampler=rtpo`` with the example's reverse tree (stride 2, 3 siblings,
+    2 branch points) on ``group_size`` 2 base trajectories per task (the example's).
+
+Tree cells therefore play a different number of turns per iteration than the chain cells
+(recorded per run as ``turns``); everything else is the same.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+EXAMPLES_DIR = Path(__file__).parents[1] / "examples"
+
+#: The example config an estimator takes its ``algorithm.kwargs`` from.
+EXAMPLES = {"hgpo": "hgpo_textworld.yaml", "g2po": "g2po_textworld.yaml", "graphgpo": "graphgpo_textworld.yaml",
+            "dr_grpo": "dr_grpo_textworld.yaml", "bipace": "bipace_alfworld.yaml", "rtpo": "rtpo_alfworld.yaml",
+            "tree_grpo": "tree_grpo_webshop.yaml"}
+
+#: Overrides an estimator needs on the TextWorld chain setup (see the module docstring).
+NEEDS = {
+    "dr_grpo": ["update.aggregation=seq-mean-token-sum-norm"],
+    "bipace": ["policy.return_hidden=true"],
+    "tree_grpo": ["rollout.sampler=tree", "rollout.tree.trees=2", "rollout.tree.rounds=1", "rollout.tree.branches=2",
+                  "rollout.tree.leaves=2"],
+    "rtpo": ["rollout.sampler=rtpo", "rollout.group_size=2", "rollout.tree.stride=2", "rollout.tree.siblings=3",
+             "rollout.tree.branch_points=2"],
+}
+
+
+def example_kwargs(estimator: str) -> dict:
+    """The ``algorithm.kwargs`` of ``estimator``'s example config ({} when it has none, or for
+    grpo / gigpo, whose grid rows used the defaults)."""
+    import yaml
+
+    name = EXAMPLES.get(estimator)
+    if name is None:
+        return {}
+    cfg = yaml.safe_load((EXAMPLES_DIR / name).read_text())
+    return dict((cfg.get("algorithm") or {}).get("kwargs") or {})
+
+
+def estimator_overrides(estimator: str) -> list[str]:
+    """Config overrides of one estimator's cell: the estimator, its kwargs, its needs."""
+    import json
+
+    kw = json.dumps(example_kwargs(estimator), separators=(",", ":"))
+    return [f"algorithm.estimator={estimator}", f"algorithm.kwargs={kw}", *NEEDS.get(estimator, [])]
+
+
+#: A tiny budget that only checks a cell starts and finishes (``learning.py --smoke``).
+SMOKE = ["run.iterations=1", "rollout.groups_per_iteration=1", "env.max_turns=3", "env.eval_panel_size=2"]
