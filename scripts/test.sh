@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: set-up (idempotent) then the whole test suite, slow tests included.
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh -m "not slow"` for the fast tier.
+# AGENTRL_TEST_WORKERS=N: pytest-xdist workers for the main suite (default 2; 0 or 1 = serial).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/scripts/setup.sh"
@@ -20,8 +21,16 @@ if [ "$run_vllm" = 1 ]; then
   trap 'kill "$vllm_pid" 2>/dev/null || true' EXIT  # lint or set-up failing below: stop the build too
 fi
 .venv/bin/lint-imports --no-cache
+# The main suite runs on AGENTRL_TEST_WORKERS pytest-xdist processes (default 2, one per core of the
+# CI machine; 0 or 1: serial, in this process). --dist loadfile keeps each test file on one worker,
+# so a module-scoped fixture (a trained run, a built venv, a browser) is built once, not once per worker.
+workers="${AGENTRL_TEST_WORKERS:-2}"
+xdist_args=()
+if [ "$workers" != 0 ] && [ "$workers" != 1 ]; then
+  xdist_args=(-n "$workers" --dist loadfile)
+fi
 rc=0
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@" || rc=$?
+.venv/bin/python -m pytest -q -p no:cacheprovider "${xdist_args[@]}" "$@" || rc=$?
 if [ "$run_vllm" = 1 ]; then
   venv_rc=0
   wait "$vllm_pid" || venv_rc=$?

@@ -1,7 +1,8 @@
 """Shared fixtures: tiny offline tokenizer/model (MODELS.md §2.1–2.2) and the packaged SmolLM2.
 
 The tiny model is built once and cached on disk in ``$TMPDIR/agentrl-test-cache`` (atomic
-rename, so parallel sessions share it); fixtures are session-scoped. SmolLM2 fixtures need
+rename, so parallel sessions and the pytest-xdist workers of scripts/test.sh share it); fixtures are
+session-scoped (once per xdist worker). SmolLM2 fixtures need
 ``agentrl models prepare smollm2`` (scripts/setup.sh runs it); the tokenizer fixture loads
 only the tokenizer.
 """

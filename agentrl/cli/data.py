@@ -80,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
     info = install_prepared(data_name, args.source, replace=args.replace)
     for split in (splits if takes_split else (None,)):  # the installed copy passes the same check
         check(data_dir=info.path, **({"split": split} if split is not None else {}))
-    Console(highlight=False).print(f"prepared {data_name} for {env_id}: {info.files} files "
+    # soft_wrap: the paths are printed whole (a narrow or non-tty console would fold a long path mid-word)
+    Console(highlight=False, soft_wrap=True).print(f"prepared {data_name} for {env_id}: {info.files} files "
                                    f"({info.bytes / 2**20:.1f} MiB) from {info.source} into {info.path}; every run "
                                    f"now finds it there (a data_dir argument or the env's variable still wins)",
                                    markup=False)

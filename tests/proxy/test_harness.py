@@ -67,7 +67,10 @@ CALL = ("from openai import OpenAI; OpenAI(max_retries=0).chat.completions.creat
 ])
 def test_failed_harness_is_flagged(serve, renderer, reply_ids, code, status, words):
     engine = ScriptedEngine([reply_ids("look")], eos_token_id=renderer.eos_token_id)
-    spec = HarnessSpec(command=(sys.executable, "-c", code), env_id="agentrl/Toy-v0", timeout_s=6)
+    # The crashing harnesses exit at once but first import openai (seconds on a loaded machine, e.g. beside
+    # another pytest-xdist worker): their deadline leaves room for that, the hanging one's stays short.
+    timeout_s = 6 if status == EpisodeStatus.TIMEOUT else 25
+    spec = HarnessSpec(command=(sys.executable, "-c", code), env_id="agentrl/Toy-v0", timeout_s=timeout_s)
     with serve(engine) as proxy:
         t0 = time.monotonic()
         ep = run_harness(proxy, spec, seed=0)
