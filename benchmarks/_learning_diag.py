@@ -5,6 +5,8 @@ What the trainer already logs per iteration in ``metrics.jsonl`` is used as is:
 is exactly 0) and ``adv/anchor_singleton_rate`` (fraction whose (group, anchor state) occurs
 once). Added from the run's store, per iteration:
 
+* ``flat_group_share``: share of training turns in task groups whose episodes all have the
+  same return (no outcome contrast: the usual reason an advantage is 0);
 * ``anchor``: the env-state anchor groups, (group, ``anchor_key``) — share of training turns
   in a group of size >= 2 and the mean size of the distinct groups (every estimator; the
   groups GiGPO compares inside);
@@ -49,6 +51,24 @@ def group_stats(codes: np.ndarray, use: np.ndarray) -> dict[str, float]:
             "groups": int(counts.size), "rows": int(c.size), "coverage": c.size / n_use}
 
 
+def flat_group_share(group: np.ndarray, episode: np.ndarray, reward: np.ndarray, use: np.ndarray) -> float:
+    """Fraction of the ``use`` rows whose task group has every episode with the same return
+    (sum of its rewards): no outcome contrast there, so every episode-level term is 0."""
+    group, episode = np.asarray(group, dtype=np.int64), np.asarray(episode, dtype=np.int64)
+    use = np.asarray(use, dtype=bool)
+    if not use.any():
+        return float("nan")
+    eps, inv = np.unique(episode, return_inverse=True)
+    ret = np.bincount(inv.reshape(-1), weights=np.asarray(reward, dtype=np.float64), minlength=eps.size)
+    ep_group = np.zeros(eps.size, dtype=np.int64)
+    ep_group[inv.reshape(-1)] = group
+    flat = {}
+    for g in np.unique(ep_group):
+        r = ret[ep_group == g]
+        flat[int(g)] = bool(np.all(r == r[0]))
+    return float(np.mean([flat[int(g)] for g in group[use]]))
+
+
 def anchor_codes(group: np.ndarray, anchor_key: np.ndarray) -> np.ndarray:
     """One int64 code per distinct (group, anchor_key) pair (the env-state anchor groups)."""
     pairs = np.stack([np.asarray(group, dtype=np.int64), np.asarray(anchor_key, dtype=np.int64)], axis=1)
@@ -86,7 +106,9 @@ def summarise(per_iter: list[dict]) -> dict:
 def iteration_diagnostics(table, advantages: np.ndarray, estimator: str, kwargs: dict) -> dict:
     """Diagnostics of one iteration's ``TurnTable`` and the advantages it was trained on."""
     use = table.episode_ok & table.trainable
-    out = {"zero_frac": zero_fraction(advantages, use), "anchor": group_stats(anchor_codes(table.group, table.anchor_key), use)}
+    out = {"zero_frac": zero_fraction(advantages, use), "flat_group_share": flat_group_share(table.group, table.episode,
+                                                                                            table.reward, use),
+           "anchor": group_stats(anchor_codes(table.group, table.anchor_key), use)}
     from agentrl.credit.registry import get_estimator
 
     if get_estimator(estimator).breakdown is not None:

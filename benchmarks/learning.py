@@ -145,6 +145,39 @@ def run_one(env: str, estimator: str, seed: int, iterations: int, panel: int, ou
             "config": to_dict(cfg)}
 
 
+def unfinished_row(run_dir: Path, env: str, estimator: str, seed: int, iterations: int, panel: int, reason: str) -> dict:
+    """A record of a cell stopped before its after-evaluation: the iterations it logged, its
+    in-training (sampled) success per iteration and its diagnostics, read from ``run_dir``."""
+    import yaml
+    from _learning_diag import run_diagnostics
+
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    from _learning_diag import summarise
+
+    diag = run_diagnostics(run_dir, cfg["run"]["name"], estimator, dict(cfg["algorithm"].get("kwargs") or {}))
+    per = diag["logged"]["per_iter"]
+    st = diag["store"]  # only the iterations that finished (logged): a stopped update leaves its advantages stored
+    st["per_iter"] = [d for d in st["per_iter"] if d["iteration"] <= len(per["rollout/turns"])]
+    st["mean"] = summarise([{k: v for k, v in d.items() if k != "iteration"} for d in st["per_iter"]])
+    return {"env": env, "estimator": estimator, "seed": seed, "iterations": iterations, "panel": panel,
+            "iterations_done": len(per["rollout/turns"]), "reason": reason,
+            "train_success_per_iter": per["rollout/success_rate"], "diagnostics": diag, "run_dir": str(run_dir),
+            "config": cfg}
+
+
+def unfinished_summary(rows: list[dict]) -> str:
+    """Markdown: one line per unfinished cell (no after-evaluation)."""
+    lines = ["| env | estimator | seed | iterations done / planned | training success per iteration (sampled) | "
+             "turns per iteration | zero adv | anchor groups (≥2 / mean size) | estimator groups per term (≥2 / mean size) "
+             "| why not finished |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        succ = " ".join(f"{x:.0%}" for x in r["train_success_per_iter"])
+        turns = " ".join(f"{x:.0f}" for x in r["diagnostics"]["logged"]["per_iter"]["rollout/turns"])
+        lines.append(f"| {r['env']} | {r['estimator']} | {r['seed']} | {r['iterations_done']} / {r['iterations']} | {succ} "
+                     f"| {turns} | " + " | ".join(diag_cells(r)) + f" | {r['reason']} |")
+    return "\n".join(lines)
+
+
 def merge(rows: list[dict], row: dict) -> list[dict]:
     """``rows`` with ``row`` replacing any row of the same (env, estimator, seed, iterations, panel)."""
     key = tuple(row.get(k) for k in KEY)
@@ -164,7 +197,8 @@ def _f(x, fmt: str) -> str:
 def diag_cells(r: dict) -> list[str]:
     """The diagnostics columns of one row: zero-advantage share (logged), anchor groups
     (share of turns in groups >= 2, mean size; from the store), the estimator's own
-    comparison groups per term (share >= 2 / mean size). '–' for rows without diagnostics."""
+    comparison groups per term (share >= 2 / mean size). '–' for rows without diagnostics.
+    The zero-advantage share is followed by the share of turns in flat task groups."""
     d = r.get("diagnostics")
     if not d:
         return ["–", "–", "–"]
@@ -173,7 +207,8 @@ def diag_cells(r: dict) -> list[str]:
     a = st.get("anchor", {})
     terms = "; ".join(f"{name}: {_f(t.get('share_ge2'), '.0%')} / {_f(t.get('mean_size'), '.1f')}"
                       for name, t in st.get("terms", {}).items()) or "–"
-    return [_f(zero, ".0%"), f"{_f(a.get('share_ge2'), '.0%')} / {_f(a.get('mean_size'), '.2f')}", terms]
+    flat = st.get("flat_group_share")
+    return [f"{_f(zero, '.0%')} (flat groups {_f(flat, '.0%')})", f"{_f(a.get('share_ge2'), '.0%')} / {_f(a.get('mean_size'), '.2f')}", terms]
 
 
 def condition_cell(r: dict) -> str:
@@ -231,13 +266,38 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="tiny budget (1 iteration, 1 task, 3 turns): checks that "
                     "each cell starts; use with an --out and --out-dir outside the tree")
     ap.add_argument("--summary", action="store_true", help="print the Markdown table of --out and exit")
+    ap.add_argument("--unfinished", metavar="RUN_DIR", help="record the stopped cell in RUN_DIR (with --env, one "
+                    "--estimators and --seeds, --iterations, --panel, --reason) under 'unfinished' in --out and exit")
+    ap.add_argument("--reason", default="stopped before the after-evaluation")
+    ap.add_argument("--rediagnose", action="store_true", help="recompute the diagnostics of every row of --out whose "
+                    "run folder still exists (after a change to _learning_diag) and exit")
     args = ap.parse_args()
     out = Path(args.out)
     if args.smoke and out.resolve() == OUT.resolve():
         ap.error("--smoke writes its rows to --out: give one outside benchmarks/results")
-    rows = json.loads(out.read_text())["runs"] if out.is_file() else []
+    data = json.loads(out.read_text()) if out.is_file() else {}
+    rows = data.get("runs", [])
     if args.summary:
         print(summary(rows))
+        if data.get("unfinished"):
+            print("\nUnfinished cells (no after-evaluation):\n\n" + unfinished_summary(data["unfinished"]))
+        return
+    if args.rediagnose:
+        from _learning_diag import run_diagnostics
+
+        for r in rows:
+            if r.get("run_dir") and Path(r["run_dir"], "metrics.jsonl").is_file():
+                r["diagnostics"] = run_diagnostics(Path(r["run_dir"]), r["config"]["run"]["name"], r["estimator"],
+                                                   dict(r["config"]["algorithm"]["kwargs"]))
+                print(f"rediagnosed {r['env']} {r['estimator']} seed {r['seed']}: {' | '.join(diag_cells(r))}")
+        out.write_text(json.dumps(data, indent=1, default=float))
+        return
+    if args.unfinished:
+        row = unfinished_row(Path(args.unfinished), args.env[0], args.estimators[0], args.seeds[0], args.iterations,
+                             args.panel, args.reason)
+        data["unfinished"] = merge(data.get("unfinished", []), row)
+        out.write_text(json.dumps(data, indent=1, default=float))
+        print(unfinished_summary(data["unfinished"]))
         return
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     dtype = auto_dtype() if args.dtype == "auto" else args.dtype
@@ -253,7 +313,8 @@ def main() -> None:
                       f"{a['sampled']['success_rate']:.1%}, train {row['seconds']['train']:.0f} s, "
                       f"diagnostics: {' | '.join(diag_cells(row))}", flush=True)
                 out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_text(json.dumps({"runs": rows}, indent=1, default=float))
+                data["runs"] = rows
+                out.write_text(json.dumps(data, indent=1, default=float))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "tests" / "credit")]
 
 from _learning_cells import NEEDS, estimator_overrides, example_kwargs  # noqa: E402
-from _learning_diag import anchor_codes, group_stats, iteration_diagnostics, summarise, zero_fraction  # noqa: E402
+from _learning_diag import anchor_codes, flat_group_share, group_stats, iteration_diagnostics, summarise, zero_fraction  # noqa: E402
 from credit_tables import batch12  # noqa: E402
 
 from agentrl.config import load_config  # noqa: E402
@@ -41,6 +41,15 @@ def test_group_stats_hand_built():
     assert group_stats(np.array([-1, -1]), np.array([True, True]))["coverage"] == 0.0
 
 
+def test_flat_group_share_hand_built():
+    # group 0: episodes 0 (return 1) and 1 (return 0) — contrast; group 1: episodes 2, 3 both return 0 — flat
+    group = np.array([0, 0, 0, 1, 1, 1, 1])
+    episode = np.array([0, 0, 1, 2, 2, 3, 3])
+    reward = np.array([0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    assert flat_group_share(group, episode, reward, np.ones(7, bool)) == pytest.approx(4 / 7)
+    assert flat_group_share(group, episode, reward, np.arange(7) < 3) == 0.0
+
+
 def test_anchor_groups_of_the_section12_batch():
     t = batch12()
     g = group_stats(anchor_codes(t.group, t.anchor_key), np.ones(len(t), bool))
@@ -56,6 +65,7 @@ def test_iteration_diagnostics_gigpo_terms():
     adv[:9] = 1.0
     d = iteration_diagnostics(t, adv, "gigpo", {})
     assert d["zero_frac"] == pytest.approx(0.5)
+    assert d["flat_group_share"] == 0.0  # both §12 groups have a failed and a won episode
     assert d["anchor"]["share_ge2"] == pytest.approx(13 / 18)
     assert set(d["terms"]) == {"episode", "step"}
     assert d["terms"]["step"]["share_ge2"] == pytest.approx(13 / 18)  # GiGPO's step groups are the anchor groups
