@@ -49,7 +49,7 @@ from agentrl.llm.tool_text import CLOSE_TAG, OPEN_TAG
 from agentrl.types import Turn
 
 __all__ = ["KINDS", "INFO_GRAMMAR", "INFO_DIGEST", "INFO_CLOSE", "GrammarSpec", "Grammar", "GrammarCompiler",
-           "TokenMasks", "allowed_of", "mask_digest", "compiler_for", "grammar_info", "turn_grammar_masks", "grammar_masks"]
+           "TokenMasks", "allowed_of", "one_hot_mask", "mask_digest", "compiler_for", "grammar_info", "turn_grammar_masks", "grammar_masks"]
 
 #: ``GrammarSpec.kind`` values.
 KINDS = ("json_schema", "tool_call")
@@ -172,6 +172,13 @@ def allowed_of(mask: np.ndarray, vocab: int) -> np.ndarray:
     return out
 
 
+def one_hot_mask(tok: int, out: np.ndarray) -> np.ndarray:
+    """Write into ``out`` (int32[W]) the bitmask that allows only id ``tok``; returns ``out``."""
+    out[:] = 0
+    out.view(np.uint32)[tok // 32] = 1 << (tok % 32)
+    return out
+
+
 def mask_digest(rows: np.ndarray) -> str:
     """16 hex chars of SHA-256 over int32[C, W] per-position bitmasks (little-endian, in order)."""
     rows = np.ascontiguousarray(rows, dtype="<i4")
@@ -222,8 +229,7 @@ class Grammar:
                 raise ValueError(f"completion token {tok} at position {k} is not allowed by the stored "
                                  f"{self.spec.kind} grammar; was it sampled with this grammar and tokenizer?")
             if close_at is not None and k >= close_at:
-                buf[:] = 0
-                buf.view(np.uint32)[tok // 32] = 1 << (tok % 32)
+                one_hot_mask(tok, buf)
             index.append(rows.setdefault(buf.tobytes(), len(rows)))
             if k + 1 < len(completion_ids):
                 m.consume_token(tok)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from agentrl.llm.grammar import Grammar
+from agentrl.llm.grammar import Grammar, one_hot_mask
 from agentrl.llm.grammar_close import MARGIN, WINDOW, closing_path
 
 __all__ = ["unpack_bits", "GrammarLogits", "restricted_logprobs"]
@@ -73,10 +73,7 @@ class GrammarLogits:
         if path is None or step - self.close_at[b] >= len(path):
             g.fill(m, buf)
             return buf
-        tok = path[step - self.close_at[b]]
-        buf[:] = 0
-        buf.view(np.uint32)[tok // 32] = 1 << (tok % 32)
-        return buf
+        return one_hot_mask(path[step - self.close_at[b]], buf)
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         step = input_ids.shape[1] - self.width
