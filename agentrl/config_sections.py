@@ -113,7 +113,11 @@ class PolicyConfig:
     ``prefix_cache_mb``: memory bound (MiB) of the HF engine's prefix KV cache, which starts
     each prompt from the keys/values of its longest prefix already computed (the system/task
     text every turn and every episode of a group repeat; ``agentrl.llm.prefix_cache``);
-    0 turns it off. It changes speed, not what is sampled (logits equal within float rounding)."""
+    0 turns it off. It changes speed, not what is sampled (logits equal within float rounding).
+    ``decode_attention``: ``grouped`` (default) runs the HF engine's decode steps with
+    ``agentrl.llm.decode_attention`` — grouped-query attention without copying the cache on
+    padded batches — or ``sdpa`` (transformers' stock attention). Speed only, like
+    ``prefix_cache_mb``; longer queries (prefill, the update) always run ``sdpa``."""
 
     model: str = "smollm2-135m-instruct"
     engine: Literal["hf", "vllm", "vllm_http", "openai_http", "scripted"] = "hf"
@@ -133,6 +137,7 @@ class PolicyConfig:
     num_threads: int = 1
     device: str = "auto"
     prefix_cache_mb: int = 1024
+    decode_attention: Literal["grouped", "sdpa"] = "grouped"
 
     def __post_init__(self) -> None:
         _check(isinstance(self.device, str) and DEVICE_PATTERN.fullmatch(self.device) is not None,

@@ -32,6 +32,7 @@ from agentrl.llm.base import (
     context_batches,
 )
 from agentrl.llm.constrained import TokenTrie
+from agentrl.llm.decode_attention import set_decode_attention
 from agentrl.llm.grammar import Grammar
 from agentrl.llm.grammar_decode import GrammarLogits, restricted_logprobs
 from agentrl.llm.prefix_cache import PrefixKVCache, supports_prefix_cache
@@ -54,8 +55,12 @@ class HFEngine:
         prefix_cache_mb: memory bound (MiB) of the prefix KV cache that lets a prompt start
             from the keys/values of the longest prefix already computed (``agentrl.llm.prefix_cache``);
             0 turns it off. Models with sliding-window or hybrid caches always run uncached.
+        decode_attention: ``grouped`` (default) switches an ``sdpa`` model to
+            ``agentrl.llm.decode_attention.grouped_attention`` (decode steps without copying the
+            cache); ``sdpa`` switches it back. The model object is shared with the trainer: its
+            longer forwards run ``sdpa`` either way.
     Raises:
-        ValueError: no EOS id, or a negative ``prefix_cache_mb``.
+        ValueError: no EOS id, a negative ``prefix_cache_mb``, an unknown ``decode_attention``.
     """
 
     token_faithful = True
@@ -69,6 +74,7 @@ class HFEngine:
         max_context: int | None = None,
         num_threads: int | None = 1,
         prefix_cache_mb: int = DEFAULT_PREFIX_CACHE_MB,
+        decode_attention: str = "grouped",
     ) -> None:
         if eos_token_id is None:
             raise ValueError("HFEngine needs eos_token_id (the token that ends an assistant message)")
@@ -86,6 +92,7 @@ class HFEngine:
             raise ValueError(f"HFEngine prefix_cache_mb must be >= 0 (0 = off), got {prefix_cache_mb}")
         self.prefix_cache = (PrefixKVCache(prefix_cache_mb << 20)
                              if prefix_cache_mb and supports_prefix_cache(model) else None)
+        self.attention = set_decode_attention(model, decode_attention)
 
     @classmethod
     def from_pretrained(cls, path: str | Path, *, dtype: str = "float32", device: str | torch.device = "cpu",
@@ -156,13 +163,7 @@ class HFEngine:
         tries = [None if a is None else TokenTrie(a) for a in allowed]
         ids, mask = _left_pad(rows, self.pad_token_id)  # (B, P)
         ids, mask = ids.to(_device(self.model)), mask.to(_device(self.model))  # GPU: inputs on the model's device
-        cached = None
-        if self.prefix_cache is not None:  # start rows from cached prefixes: [pad][cached][pad][new]
-            self.prefix_cache.check_weights(self.model)
-            self.prefix_cache.prefill_shared(rows, self.model, self.pad_token_id, ids.device)
-            cached = self.prefix_cache.plan(rows, budgets, self.max_context, self.pad_token_id, ids.device)
-            if cached is not None:
-                ids, mask = cached.input_ids, cached.attention_mask
+        past = self._cached_prefixes(rows, ids.device)  # keys/values of every prompt but its last token, or None
         stops = [self.eos_token_id, *sampling.stop_token_ids]
         kwargs = dict(
             input_ids=ids,
@@ -175,8 +176,8 @@ class HFEngine:
             return_dict_in_generate=True,
             do_sample=not sampling.greedy,
         )
-        if cached is not None:
-            kwargs["past_key_values"] = cached.cache
+        if past is not None:
+            kwargs["past_key_values"] = past
         row_seeded = sampling.row_seeds is not None and not sampling.greedy
         if not sampling.greedy and not row_seeded:  # top_k=0: no top-k cut (the model's generation_config may set one)
             kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
@@ -226,6 +227,20 @@ class HFEngine:
                 c.grammar_masks = np.stack(gmask.masks[b][:c.token_ids.size]) if c.token_ids.size else None
                 c.grammar_close_at = gmask.close_at[b]
         return outs
+
+    def _cached_prefixes(self, rows: list[np.ndarray], device: torch.device):
+        """The prefix cache's keys/values for ``rows`` laid out as ``_left_pad``'s batch (a
+        ``DynamicCache`` of its first P − 1 columns), or None (no cache, or plain is cheaper)."""
+        if self.prefix_cache is None:
+            return None
+        self.prefix_cache.check_weights(self.model)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            batch = self.prefix_cache.prepare(rows, self.model, self.pad_token_id, device)
+        finally:
+            self.model.train(was_training)
+        return None if batch is None else batch.cache
 
     def _generate_split(self, rows: list[np.ndarray], sampling: SamplingParams, batches: list[list[int]],
                         return_hidden: bool, allowed: list, top_logprobs: int = 0,

@@ -60,7 +60,7 @@ def load_policy(cfg: PolicyConfig) -> Policy:
     path = resolve_model(cfg.model)
     renderer = ChatRenderer(AutoTokenizer.from_pretrained(path))
     trainer_side = HFEngine.from_pretrained(path, dtype=cfg.dtype, device=device, num_threads=cfg.num_threads,
-                                           prefix_cache_mb=cfg.prefix_cache_mb)
+                                           prefix_cache_mb=cfg.prefix_cache_mb, decode_attention=cfg.decode_attention)
     if cfg.engine == "hf":
         return Policy(engine=trainer_side, renderer=renderer, model=trainer_side.model,
                       pad_id=trainer_side.pad_token_id)

@@ -8,14 +8,18 @@ keys/values that ``generate`` computed for each row (its prompt and all but the 
 completion token) and, on the next call, starts each row from the longest cached prefix of
 its prompt, so only the new tokens are prefilled.
 
-Batched layout. Row b reuses ``r_b`` cached tokens and prefills the ``s_b`` others. The
-batch is laid out as ``[pad × (R − r_b)] [cached r_b] [pad × (S − s_b)] [new s_b]`` with
-``R = max r_b``, ``S = max s_b``; the cache holds the first ``R`` columns and the attention
-mask is 0 on every pad. transformers derives position ids from the mask's cumulative sum,
-so every real token keeps the position it had when its keys were computed (the cached keys
-carry their rotary position). Logits therefore equal a full prefill up to float rounding
-(measured within 1e-5 on fp32; tests/llm/test_prefix_cache.py), and the stored logprobs
-still match the update's teacher-forced recompute.
+Ragged prefill. Row b reuses ``r_b`` tokens, from the cache or from an earlier row of the
+same batch (the episodes of a group share their task prompt), and computes the others alone
+(batch 1, no padding), so a batch costs the tokens its rows do not share rather than
+``B × max(new part)``: the main job's rows need 20–160 new tokens each, and a padded batch
+spent 2.5–6× the tokens it needed (benchmarks/RESULTS.md, ``engine_speed.py``). Each row's
+keys/values (its prompt but the last token) are then laid out right-aligned in a left-padded
+batch cache of W − 1 columns (W = the longest prompt, as in a plain batch), and ``generate``
+runs the last column. transformers derives position ids from the mask's cumulative sum, so
+every real token keeps the position its keys were computed at (the cached keys carry their
+rotary position). Logits therefore equal a full prefill up to float rounding (measured within
+1e-5 on fp32; tests/llm/test_prefix_cache.py), and the stored logprobs still match the
+update's teacher-forced recompute.
 
 Validity. Entries are tied to the exact weights: a key of every parameter's storage and
 in-place version counter (``Tensor._version``, bumped by optimizer steps, ``copy_`` and
@@ -37,6 +41,9 @@ import torch
 
 #: Default memory bound of the cached keys/values, bytes.
 DEFAULT_MAX_BYTES = 1 << 30
+#: Cost of a prompt token prefilled alone (batch 1) relative to one in a padded batch: the
+#: ratio measured for SmolLM2-135M fp32 on 1 CPU thread, 100 new tokens (0.59 s vs 7.6 s / 16).
+RAGGED_COST = 1.25
 
 
 @dataclass
@@ -69,19 +76,17 @@ class PrefixKVCache:
     Args:
         max_bytes: memory bound of the stored keys/values (bytes, default 1 GiB); the
             oldest entries go first.
-        min_tokens: a call reuses the cache only when some row saves at least this many
-            prefill tokens (default 16).
     Raises:
-        ValueError: ``max_bytes`` < 0 or ``min_tokens`` < 1.
+        ValueError: ``max_bytes`` < 0.
     Attributes:
         hits, reused_tokens, prefilled_tokens: counters over the cache's life (calls that
             reused a prefix; prompt tokens taken from the cache; prompt tokens prefilled).
     """
 
-    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, min_tokens: int = 16) -> None:
-        if max_bytes < 0 or min_tokens < 1:
-            raise ValueError(f"PrefixKVCache needs max_bytes >= 0 and min_tokens >= 1, got {max_bytes}, {min_tokens}")
-        self.max_bytes, self.min_tokens = int(max_bytes), int(min_tokens)
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        if max_bytes < 0:
+            raise ValueError(f"PrefixKVCache needs max_bytes >= 0 (0 = off), got {max_bytes}")
+        self.max_bytes = int(max_bytes)
         self._entries: OrderedDict[int, _Entry] = OrderedDict()
         self._next = 0
         self._bytes = 0
@@ -104,104 +109,105 @@ class PrefixKVCache:
             self.clear()
             self._weights = key
 
-    def plan(self, rows: Sequence[np.ndarray], budgets: Sequence[int], max_context: int, pad_id: int,
-             device: torch.device) -> CachedBatch | None:
-        """The cached layout for ``rows`` (int64 prompts), or None when reuse does not pay
-        (no row saves ``min_tokens``; the padded suffix is not shorter than the plain batch;
-        the layout plus the largest budget would pass ``max_context`` tokens)."""
-        self.prefilled_tokens += sum(r.size for r in rows)
-        if not self._entries or self.max_bytes == 0:
-            return None
-        best = [self._longest(r) for r in rows]  # (entry key | None, reused length)
-        reuse = [n for _, n in best]
-        if max(reuse) < self.min_tokens:
-            return None
-        width_r = max(reuse)
-        width_s = max(r.size - n for r, n in zip(rows, reuse))
-        plain = max(r.size for r in rows)
-        if width_s > 0.8 * plain or width_r + width_s + max(budgets) > max_context:
-            return None
-        batch = self._layout(rows, best, width_r, width_s, pad_id, device)
-        self.hits += 1
-        self.reused_tokens += batch.reused
-        self.prefilled_tokens -= batch.reused
-        return batch
+    def prepare(self, rows: Sequence[np.ndarray], model: torch.nn.Module, pad_id: int,
+                device: torch.device) -> CachedBatch | None:
+        """Compute, row by row, the keys/values of every prompt but its last token, starting
+        each row from the longest prefix held by the cache or by an earlier row of this batch
+        (so the episodes of a group prefill their shared prompt once); return the batch laid
+        out over them, or None when the plain padded prefill is cheaper: ``RAGGED_COST`` × the tokens
+        left to compute ≥ B × W (e.g. an empty cache and no shared prompts).
 
-    def prefill_shared(self, rows: Sequence[np.ndarray], model: torch.nn.Module, pad_id: int,
-                       device: torch.device) -> int:
-        """Prefill, once each, the prefixes that rows of this batch share with each other and
-        the cache does not hold (e.g. the first turn of a group: every episode of the group
-        has the same prompt), so that ``plan`` then reuses them for every row.
-
-        A row's shared prefix is its longest common prefix with another row of the batch,
-        kept when it passes what the cache already gives that row by ``min_tokens``; a
-        prefix that begins a longer one is served by the longer one. Returns the number of
-        tokens prefilled (0 when nothing is shared).
+        Each row runs alone (batch 1, no padding): a batch costs the tokens its rows do not
+        share, not ``B × (longest new part)``. Call in eval mode, without autograd.
+        Args:
+            rows: B prompts (int64 arrays, each ≥ 1 token).
+        Returns:
+            ``CachedBatch`` with ``input_ids`` / ``attention_mask`` int64[B, W] (W = longest
+            prompt, left padded as a plain batch) and a cache of the first W − 1 columns.
         """
-        if self.max_bytes == 0 or len(rows) < 2:
-            return 0
-        want: dict[tuple, np.ndarray] = {}
-        for i, row in enumerate(rows):
-            shared = max(_lcp(row, other) for j, other in enumerate(rows) if j != i)
-            shared = min(shared, row.size - 1)
-            if shared - self._longest(row)[1] >= self.min_tokens:
-                want.setdefault(tuple(row[:shared].tolist()), row[:shared])
-        keys = sorted(want, key=len, reverse=True)
-        todo = [want[k] for n, k in enumerate(keys) if not any(len(o) > len(k) and o[: len(k)] == k for o in keys[:n])]
-        if not todo:
-            return 0
-        width = max(t.size for t in todo)
-        ids = torch.full((len(todo), width), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(todo), width), dtype=torch.long)
-        for b, t in enumerate(todo):
-            ids[b, width - t.size:] = torch.from_numpy(t)
-            mask[b, width - t.size:] = 1
-        ids, mask = ids.to(device), mask.to(device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # left padding: real tokens keep positions 0..n-1
-        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
-        self.store(todo, mask, torch.zeros((len(todo), 0), dtype=torch.long), [0] * len(todo), out.past_key_values)
-        n = int(sum(t.size for t in todo))
-        self.prefilled_tokens += n
-        return n
+        self.prefilled_tokens += sum(r.size for r in rows)
+        if self.max_bytes == 0:
+            return None
+        sources = self._sources(rows)
+        reused = sum(n for _, n in sources)
+        width = max(r.size for r in rows)
+        todo = sum(r.size - 1 for r in rows) - reused
+        if RAGGED_COST * todo + len(rows) >= len(rows) * width:
+            return None
+        done: list[_Entry] = []
+        for row, (src, n) in zip(rows, sources):
+            done.append(self._extend(row[:-1], src if isinstance(src, _Entry) or src is None else done[src], n,
+                                     model, device))
+        self.hits += reused > 0
+        self.reused_tokens += reused
+        self.prefilled_tokens -= reused
+        return self._layout(rows, done, width, pad_id, device, reused)
 
-    def _longest(self, row: np.ndarray) -> tuple[int | None, int]:
+    def _sources(self, rows: Sequence[np.ndarray]) -> list[tuple[_Entry | int | None, int]]:
+        """Per row, where its keys/values start: (cached entry | index of an earlier row |
+        None, tokens taken from it), the longest match capped at ``row.size − 1``."""
+        out: list[tuple[_Entry | int | None, int]] = []
+        for b, row in enumerate(rows):
+            src, best = self._longest(row)
+            cap = row.size - 1
+            for j in range(b):
+                n = min(cap, rows[j].size - 1, _lcp(rows[j], row))
+                if n > best:
+                    src, best = j, n
+            out.append((src, best))
+        return out
+
+    def _extend(self, ctx: np.ndarray, src: _Entry | None, n: int, model: torch.nn.Module,
+                device: torch.device) -> _Entry:
+        """Keys/values of the tokens ``ctx`` (int64[L]): the first ``n`` copied from ``src``,
+        the other L − n computed by one batch-1 forward on top of them."""
+        if src is not None and n == ctx.size:
+            return _Entry(ctx, [(k[:, :n], v[:, :n]) for k, v in src.kv], 0)
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        if n:
+            for i, (k, v) in enumerate(src.kv):
+                cache.update(k[None, :, :n], v[None, :, :n], i)
+        ids = torch.from_numpy(ctx[n:]).to(device)[None]
+        model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        return _Entry(ctx, [(lay.keys[0], lay.values[0]) for lay in cache.layers], 0)
+
+    def _longest(self, row: np.ndarray) -> tuple[_Entry | None, int]:
         """The entry sharing the longest prefix with ``row`` (capped at ``row.size − 1``: the
         last prompt token is always prefilled, it gives the first logits)."""
         cap = row.size - 1
-        best_key, best_n = None, 0
-        for key, e in self._entries.items():
+        best, best_n = None, 0
+        for e in self._entries.values():
             if min(cap, e.tokens.size) <= best_n:
                 continue
             n = min(cap, _lcp(e.tokens, row))
             if n > best_n:
-                best_key, best_n = key, n
-        return best_key, best_n
+                best, best_n = e, n
+        return best, best_n
 
-    def _layout(self, rows, best, width_r: int, width_s: int, pad_id: int, device) -> CachedBatch:
+    @staticmethod
+    def _layout(rows, done: list[_Entry], width: int, pad_id: int, device, reused: int) -> CachedBatch:
+        """Left-padded ids/mask int64[B, width] and a cache of their first width − 1 columns,
+        row b's keys/values right-aligned in it (every row's last token is the last column)."""
         from transformers import DynamicCache
 
-        b_n, width = len(rows), width_r + width_s
+        b_n = len(rows)
         ids = torch.full((b_n, width), pad_id, dtype=torch.long)
         mask = torch.zeros((b_n, width), dtype=torch.long)
-        some = next(self._entries[k] for k, _ in best if k is not None)
-        layers = []
-        for k0, v0 in some.kv:
-            heads, _, dim = k0.shape
-            layers.append((k0.new_zeros((b_n, heads, width_r, dim)), v0.new_zeros((b_n, heads, width_r, dim))))
-        for b, (row, (key, n)) in enumerate(zip(rows, best)):
-            s = row.size - n
-            ids[b, width_r - n: width_r] = torch.from_numpy(row[:n])
-            ids[b, width - s:] = torch.from_numpy(row[n:])
-            mask[b, width_r - n: width_r] = 1
-            mask[b, width - s:] = 1
-            if n:
-                for (kb, vb), (ke, ve) in zip(layers, self._entries[key].kv):
-                    kb[b, :, width_r - n:] = ke[:, :n]
-                    vb[b, :, width_r - n:] = ve[:, :n]
         cache = DynamicCache()
-        for i, (k, v) in enumerate(layers):
-            cache.update(k.to(device), v.to(device), i)
-        return CachedBatch(ids.to(device), mask.to(device), cache, sum(n for _, n in best))
+        for i, (k0, v0) in enumerate(done[0].kv):
+            heads, _, dim = k0.shape
+            kb, vb = k0.new_zeros((b_n, heads, width - 1, dim)), v0.new_zeros((b_n, heads, width - 1, dim))
+            for b, e in enumerate(done):
+                if e.tokens.size:
+                    kb[b, :, width - 1 - e.tokens.size:] = e.kv[i][0]
+                    vb[b, :, width - 1 - e.tokens.size:] = e.kv[i][1]
+            cache.update(kb, vb, i)
+        for b, row in enumerate(rows):
+            ids[b, width - row.size:] = torch.from_numpy(row)
+            mask[b, width - row.size:] = 1
+        return CachedBatch(ids.to(device), mask.to(device), cache, reused)
 
     # ------------------------------------------------------------------ storing
     def store(self, rows: Sequence[np.ndarray], mask: torch.Tensor, new: torch.Tensor, lengths: Sequence[int],

@@ -48,6 +48,7 @@ class EngineSpec:
         num_threads: torch intra-op threads per worker (1 on shared CPUs).
         max_context: context length in tokens (None: the model's).
         prefix_cache_mb: the engine's prefix KV cache bound, MiB (0 = off; ``agentrl.llm.prefix_cache``).
+        decode_attention: ``grouped | sdpa`` (``agentrl.llm.decode_attention``).
     """
 
     model: str
@@ -56,6 +57,7 @@ class EngineSpec:
     num_threads: int = 1
     max_context: int | None = None
     prefix_cache_mb: int = 1024
+    decode_attention: str = "grouped"
 
 
 @dataclass(frozen=True)
@@ -156,7 +158,8 @@ class EngineWorker:
 
         self.engine = HFEngine.from_pretrained(spec.model, dtype=spec.dtype, device=spec.device,
                                                num_threads=spec.num_threads, max_context=spec.max_context,
-                                               prefix_cache_mb=spec.prefix_cache_mb)
+                                               prefix_cache_mb=spec.prefix_cache_mb,
+                                               decode_attention=spec.decode_attention)
         self.renderer = ChatRenderer(AutoTokenizer.from_pretrained(spec.model))
         self.load(state, version)
         self._pool, self._pool_key = None, None

@@ -74,7 +74,7 @@ def open_engines(cfg: Config, policy: Policy) -> EngineWorkers:
                           "(or rollout.engines: 0 to sample with the in-process engine)")
     spec = EngineSpec(model=str(resolve_model(cfg.policy.model)), dtype=cfg.policy.dtype, device=cfg.policy.device,
                       num_threads=cfg.policy.num_threads, max_context=policy.engine.max_context,
-                      prefix_cache_mb=cfg.policy.prefix_cache_mb)
+                      prefix_cache_mb=cfg.policy.prefix_cache_mb, decode_attention=cfg.policy.decode_attention)
     # a data-parallel run's trainer is sharded: start the workers from rank 0's synced engine copy
     weights = inference_state_dict(policy.model) if policy.shares_weights else dict(policy.engine.model.state_dict())
     return open_engine_workers(cfg.rollout.backend, cfg.rollout.engines, spec, weights, policy.engine.policy_version)

@@ -57,6 +57,7 @@ def test_override_creates_optional_section_and_sets_defaults() -> None:
     (["polcy.temperature=1"], r"unknown config key 'polcy'; did you mean 'policy'\?"),
     (["policy.lora.rnak=4"], r"'policy\.lora\.rnak'; did you mean 'policy\.lora\.rank'\?"),
     (["update.aggregation=token_mean"], r"update\.aggregation: 'token_mean' is not allowed.*did you mean 'token-mean'"),
+    (["policy.decode_attention=grouping"], r"policy\.decode_attention: 'grouping' is not allowed.*did you mean 'grouped'"),
 ])
 def test_misspelt_keys_and_choices_suggest_the_closest(overrides: list[str], match: str) -> None:
     with pytest.raises(ConfigError, match=match):

@@ -47,9 +47,11 @@ def test_identical_group_prompts_prefill_once_and_match_uncached(engines, tiny_t
     got = on.generate([prompt] * 4, sp)  # turn 0 of a group: 4 identical prompts
     _same(got, off.generate([prompt] * 4, sp))
     cache = on.prefix_cache
-    # the shared prompt was prefilled once (all but its last token), then each row prefilled 1 token
-    assert cache.hits == 1 and cache.reused_tokens == 4 * (len(prompt) - 1)
+    # the first row prefilled the prompt but its last token, the other 3 took those from it,
+    # and every row prefilled its last token: each prompt token counted once, reused or prefilled
+    assert cache.hits == 1 and cache.reused_tokens == 3 * (len(prompt) - 1)
     assert cache.prefilled_tokens == (len(prompt) - 1) + 4
+    assert cache.reused_tokens + cache.prefilled_tokens == 4 * len(prompt)
 
 
 def test_later_turns_reuse_the_shared_prefix_and_match_uncached(engines, tiny_tokenizer):
@@ -61,6 +63,32 @@ def test_later_turns_reuse_the_shared_prefix_and_match_uncached(engines, tiny_to
     before = on.prefix_cache.reused_tokens
     _same(on.generate(turn2, sp), off.generate(turn2, sp))
     assert on.prefix_cache.reused_tokens - before >= sum(len(p) - 1 for p in prompts)  # each row from its last prompt
+
+
+def test_rows_prefill_alone_only_the_tokens_they_do_not_share(engines, tiny_tokenizer):
+    """One row with a long new tail and three with 2-token tails: each row computes its own
+    new tokens at batch 1 (not 4 × the longest tail, as a padded batch would), and generate
+    then runs only the last prompt column."""
+    on, off = engines
+    prompts = _group_prompts(tiny_tokenizer)
+    sp = SamplingParams(max_tokens=6, seed=4)
+    on.generate(prompts, sp)  # fills the cache with every prompt (+ completion)
+    tail = tiny_tokenizer.encode(" a long new observation of the room" * 8, add_special_tokens=False)
+    turn2 = [prompts[0] + tail] + [p + [5, 6] for p in prompts[1:]]
+    seen: list[tuple[int, int]] = []
+    hook = on.model.register_forward_pre_hook(lambda m, a, k: seen.append(tuple(k["input_ids"].shape)), with_kwargs=True)
+    reused0 = on.prefix_cache.reused_tokens
+    try:
+        got = on.generate(turn2, sp)
+    finally:
+        hook.remove()
+    _same(got, off.generate(turn2, sp))
+    reused = on.prefix_cache.reused_tokens - reused0
+    assert reused >= sum(len(p) for p in prompts)  # every row from its whole previous prompt
+    alone = sum(n for b, n in seen if b == 1)
+    assert alone == sum(len(t) - 1 for t in turn2) - reused  # the tokens not reused, each computed once
+    assert alone <= len(tail) - 1 + 3  # padded: 4 × (len(tail) - 1)
+    assert {s for s in seen if s[0] != 1} == {(4, 1)}  # generate: the last prompt column, then decode steps
 
 
 def test_logprobs_equal_teacher_forced_recompute(engines, tiny_tokenizer):
