@@ -19,7 +19,12 @@ Usage::
     .venv/bin/python benchmarks/engine_speed.py --configs gigpo_textworld --iterations 2 --new update.share_prefix=true
 
 ``--new KEY=VALUE ...`` adds overrides to the cached runs only: the new path (prefix KV cache
-+ e.g. the update's shared-prefix forward) against the old one in the same process.
++ e.g. the update's shared-prefix forward) against the old one in the same process;
+``--old KEY=VALUE ...`` to the uncached runs only (the old path where the example config
+now turns the new one on)::
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/engine_speed.py --iterations 1 \
+        --old update.share_prefix=false policy.decode_attention=sdpa
     .venv/bin/python benchmarks/engine_speed.py --configs gigpo_textworld --interleaved 2 rollout.groups_per_iteration=2
 
 ``--interleaved N`` times rollouts only: N pairs of the first iteration's collect with the
@@ -121,13 +126,15 @@ def _steal_share():
     return share
 
 
-def interleaved(name: str, repeats: int, out_dir: Path, extra: list[str]) -> dict:
+def interleaved(name: str, repeats: int, out_dir: Path, extra: list[str], old: list[str] = ()) -> dict:
     """Rollouts only, the cache off and on alternating on one loaded policy and env pool:
     ``repeats`` pairs of the config's first-iteration collect (same tasks and seeds), so a
     load change on a shared machine hits both modes alike. The update does not depend on
-    the cache (``rollout_s`` is the part it changes)."""
+    the cache (``rollout_s`` is the part it changes). ``old`` may hold
+    ``policy.decode_attention=sdpa``: the shared model then switches attention per mode."""
     from dataclasses import replace
 
+    from agentrl.llm.decode_attention import set_decode_attention
     from agentrl.llm.hf import HFEngine
     from agentrl.llm.policy import load_policy
     from agentrl.train.steps import collect_iteration, open_pool
@@ -142,6 +149,8 @@ def interleaved(name: str, repeats: int, out_dir: Path, extra: list[str]) -> dic
         for r in range(repeats):
             for mode in (("off", "on") if r % 2 == 0 else ("on", "off")):
                 engine = on if mode == "on" else off
+                old_attention = "policy.decode_attention=sdpa" in old and mode == "off"
+                set_decode_attention(on.model, "sdpa" if old_attention else cfg.policy.decode_attention)
                 t0 = time.perf_counter()
                 eps = collect_iteration(replace(policy, engine=engine), cfg, 1, pool=pool)
                 rows.append({"repeat": r, "mode": mode, "rollout_s": time.perf_counter() - t0,
@@ -166,6 +175,9 @@ def main() -> None:
     ap.add_argument("--new", nargs="*", default=[], metavar="KEY=VALUE",
                     help="overrides for the cached ('on') runs only, e.g. update.share_prefix=true: the new path "
                          "against the old (no cache, defaults)")
+    ap.add_argument("--old", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="overrides for the uncached ('off') runs only, e.g. update.share_prefix=false "
+                         "policy.decode_attention=sdpa: the old path where the example now turns the new one on")
     ap.add_argument("overrides", nargs="*", help="config overrides for every run, e.g. rollout.groups_per_iteration=2")
     args = ap.parse_args()
     extra = [f"policy.dtype={args.policy_dtype}", *args.overrides]
@@ -175,18 +187,18 @@ def main() -> None:
     report = {"date": time.strftime("%Y-%m-%d"), "cpu": cpu, "cores": os.cpu_count(),
               "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "load_before": os.getloadavg(),
               "iterations": args.iterations, "policy_dtype": args.policy_dtype, "overrides": args.overrides,
-              "new_path_overrides": args.new,
+              "new_path_overrides": args.new, "old_path_overrides": args.old,
               "interleaved_pairs": args.interleaved, "configs": {}}
     with tempfile.TemporaryDirectory(prefix="agentrl-engine-speed-") as tmp:
         for name in args.configs if args.interleaved else ():
-            report["configs"][name] = {"interleaved": interleaved(name, args.interleaved, Path(tmp), extra)}
+            report["configs"][name] = {"interleaved": interleaved(name, args.interleaved, Path(tmp), extra, args.old)}
             print(f"{name}: rollout off/on {report['configs'][name]['interleaved']['rollout_ratio']:.2f}x", flush=True)
             report["load_after"], report["cpu_steal_share"] = os.getloadavg(), steal()
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(report, indent=1))
         for k, name in enumerate(() if args.interleaved else args.configs):
             order = (0, 1024) if k % 2 == 0 else (1024, 0)
-            runs = {mb: run(name, mb, args.iterations, Path(tmp), extra + (args.new if mb else [])) for mb in order}
+            runs = {mb: run(name, mb, args.iterations, Path(tmp), extra + (args.new if mb else args.old)) for mb in order}
             off, on = runs[0], runs[1024]
             it_off = [a + b for a, b in zip(off["rollout_s"], off["update_s"])]
             it_on = [a + b for a, b in zip(on["rollout_s"], on["update_s"])]
