@@ -161,8 +161,8 @@ class PrefixKVCache:
                 device: torch.device) -> _Entry:
         """Keys/values of the tokens ``ctx`` (int64[L]): the first ``n`` copied from ``src``,
         the other L − n computed by one batch-1 forward on top of them."""
-        if src is not None and n == ctx.size:
-            return _Entry(ctx, [(k[:, :n], v[:, :n]) for k, v in src.kv], 0)
+        if n == ctx.size:  # all from ``src`` (or a 1-token prompt: nothing before its last token)
+            return _Entry(ctx, [] if src is None else [(k[:, :n], v[:, :n]) for k, v in src.kv], 0)
         from transformers import DynamicCache
 
         cache = DynamicCache()
@@ -196,7 +196,7 @@ class PrefixKVCache:
         ids = torch.full((b_n, width), pad_id, dtype=torch.long)
         mask = torch.zeros((b_n, width), dtype=torch.long)
         cache = DynamicCache()
-        for i, (k0, v0) in enumerate(done[0].kv):
+        for i, (k0, v0) in enumerate(next(e for e in done if e.kv).kv):
             heads, _, dim = k0.shape
             kb, vb = k0.new_zeros((b_n, heads, width - 1, dim)), v0.new_zeros((b_n, heads, width - 1, dim))
             for b, e in enumerate(done):

@@ -89,6 +89,10 @@ def test_rows_prefill_alone_only_the_tokens_they_do_not_share(engines, tiny_toke
     assert alone == sum(len(t) - 1 for t in turn2) - reused  # the tokens not reused, each computed once
     assert alone <= len(tail) - 1 + 3  # padded: 4 × (len(tail) - 1)
     assert {s for s in seen if s[0] != 1} == {(4, 1)}  # generate: the last prompt column, then decode steps
+    mixed = [turn2[1], [turn2[2][-1]], turn2[3]]  # a 1-token prompt beside cached ones
+    hits = on.prefix_cache.hits
+    _same(on.generate(mixed, sp), off.generate(mixed, sp))
+    assert on.prefix_cache.hits == hits + 1  # it took the cached (ragged) path
 
 
 def test_logprobs_equal_teacher_forced_recompute(engines, tiny_tokenizer):
