@@ -287,12 +287,14 @@ def test_sandbox_dies_with_a_killed_caller():
     def caller_pids() -> list[int]:  # slot index = the first lock free machine-wide: another test worker's
         return [p for i in range(64) for p in uid_pids(BASE_UID + 40 + i)]  # sandbox may hold index 0
 
-    deadline = time.monotonic() + 60
-    while not caller_pids() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert caller_pids(), "the sandboxed program never started"
-    proc.kill()
-    proc.wait()
+    try:
+        deadline = time.monotonic() + 60
+        while not caller_pids() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert caller_pids(), "the sandboxed program never started"
+    finally:  # a failed wait must not leave the caller (and its sandbox) running
+        proc.kill()
+        proc.wait()
     deadline = time.monotonic() + 5
     while caller_pids() and time.monotonic() < deadline:
         time.sleep(0.05)
