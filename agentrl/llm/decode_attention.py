@@ -11,9 +11,10 @@ columns (0.95 s → 0.38 s with this function; ``benchmarks/RESULTS.md``).
 ``grouped_attention`` instead folds the query heads that share a key/value head into the
 query-length axis — queries ``(B, H_kv, groups·q, D)`` against keys ``(B, H_kv, L, D)`` —
 and computes ``softmax(Q Kᵀ · scale + mask) V`` with two matmuls: no copy of the cache. It
-serves queries of at most ``MAX_QUERY`` tokens (decode steps, the last prompt column); any
-other call (prefill, the update's forward, dropout, position biases, models without
-grouped heads) goes to transformers' ``sdpa_attention_forward`` unchanged, with the same
+serves float32 queries of at most ``MAX_QUERY`` tokens (decode steps, the last prompt column);
+any other call (prefill, the update's forward, bf16/fp16 — whose scores sdpa keeps in float32 —
+dropout, position biases, models without grouped heads) goes to transformers'
+``sdpa_attention_forward`` unchanged, with the same
 masks (the implementation registers ``sdpa``'s mask builder). Outputs equal ``sdpa``'s to
 float rounding (logits within 3e-5 on SmolLM2 fp32; tests/llm/test_decode_attention.py).
 """
@@ -47,7 +48,8 @@ def grouped_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     groups = int(getattr(module, "num_key_value_groups", 1))
     b, h, q, d = query.shape
     # without a mask, a multi-token query means transformers' upper-left causal case (no cache): sdpa's
-    if (groups == 1 or q > MAX_QUERY or (q > 1 and attention_mask is None) or dropout
+    # bf16/fp16: sdpa's kernels keep the scores in float32, two half-precision matmuls would not
+    if (groups == 1 or q > MAX_QUERY or (q > 1 and attention_mask is None) or query.dtype != torch.float32 or dropout
             or kwargs.get("position_bias") is not None or kwargs.get("cache") is not None):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)

@@ -57,6 +57,10 @@ def test_longer_queries_and_ungrouped_heads_go_to_sdpa_unchanged():
         module, query, key, value = _qkv(q=q, length=MAX_QUERY + 3)
         assert torch.equal(grouped_attention(module, query, key, value, None)[0],
                            _sdpa(module, query, key, value, None)[0])
+    module, query, key, value = _qkv(q=1)
+    mask = torch.ones(3, 1, 1, key.shape[2], dtype=torch.bool)
+    half = [t.to(torch.bfloat16) for t in (query, key, value)]  # bf16: sdpa's float32 scores, unchanged
+    assert torch.equal(grouped_attention(module, *half, mask)[0], _sdpa(module, *half, mask)[0])
     plain = SimpleNamespace(num_key_value_groups=1, is_causal=True)
     _, q1, k1, v1 = _qkv(groups=1, q=1)
     assert torch.equal(grouped_attention(plain, q1, k1, v1, None)[0], _sdpa(plain, q1, k1, v1, None)[0])
