@@ -114,7 +114,7 @@ class PolicyConfig:
     each prompt from the keys/values of its longest prefix already computed (the system/task
     text every turn and every episode of a group repeat; ``agentrl.llm.prefix_cache``);
     0 turns it off. It changes speed, not what is sampled (logits equal within float rounding).
-    ``decode_attention``: ``grouped`` (default) runs the HF engine's decode steps with
+    ``decode_attention``: ``grouped`` (default) runs the HF engine's float32 decode steps with
     ``agentrl.llm.decode_attention`` — grouped-query attention without copying the cache on
     padded batches — or ``sdpa`` (transformers' stock attention). Speed only, like
     ``prefix_cache_mb``; longer queries (prefill, the update) always run ``sdpa``."""
