@@ -237,7 +237,7 @@ class HFEngine:
         was_training = self.model.training
         self.model.eval()
         try:
-            batch = self.prefix_cache.prepare(rows, self.model, self.pad_token_id, device)
+            batch = self.prefix_cache.prepare(rows, self.model, device)
         finally:
             self.model.train(was_training)
         return None if batch is None else batch.cache

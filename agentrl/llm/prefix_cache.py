@@ -55,17 +55,14 @@ class _Entry:
 
 @dataclass
 class CachedBatch:
-    """A batch laid out over cached prefixes (see the module docstring).
+    """The keys/values of a batch laid out over cached prefixes (see the module docstring).
 
     Attributes:
-        input_ids: int64[B, R + S], the full rows (cached tokens included; pads = pad id).
-        attention_mask: int64[B, R + S], 1 on real tokens.
-        cache: a transformers ``DynamicCache`` holding the first R columns.
-        reused: int, total cached tokens reused over the batch (the tokens not prefilled).
+        cache: a transformers ``DynamicCache`` of the first W − 1 columns of the batch that
+            ``HFEngine``'s left padding builds (W = the longest prompt).
+        reused: int, total prompt tokens taken from the cache or an earlier row (not prefilled).
     """
 
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor
     cache: object
     reused: int
 
@@ -109,7 +106,7 @@ class PrefixKVCache:
             self.clear()
             self._weights = key
 
-    def prepare(self, rows: Sequence[np.ndarray], model: torch.nn.Module, pad_id: int,
+    def prepare(self, rows: Sequence[np.ndarray], model: torch.nn.Module,
                 device: torch.device) -> CachedBatch | None:
         """Compute, row by row, the keys/values of every prompt but its last token, starting
         each row from the longest prefix held by the cache or by an earlier row of this batch
@@ -122,8 +119,8 @@ class PrefixKVCache:
         Args:
             rows: B prompts (int64 arrays, each ≥ 1 token).
         Returns:
-            ``CachedBatch`` with ``input_ids`` / ``attention_mask`` int64[B, W] (W = longest
-            prompt, left padded as a plain batch) and a cache of the first W − 1 columns.
+            ``CachedBatch``: a cache of the first W − 1 columns of the left-padded batch
+            (W = the longest prompt).
         """
         self.prefilled_tokens += sum(r.size for r in rows)
         if self.max_bytes == 0:
@@ -141,7 +138,7 @@ class PrefixKVCache:
         self.hits += reused > 0
         self.reused_tokens += reused
         self.prefilled_tokens -= reused
-        return self._layout(rows, done, width, pad_id, device, reused)
+        return CachedBatch(self._layout(done, width), reused)
 
     def _sources(self, rows: Sequence[np.ndarray]) -> list[tuple[_Entry | int | None, int]]:
         """Per row, where its keys/values start: (cached entry | index of an earlier row |
@@ -187,14 +184,12 @@ class PrefixKVCache:
         return best, best_n
 
     @staticmethod
-    def _layout(rows, done: list[_Entry], width: int, pad_id: int, device, reused: int) -> CachedBatch:
-        """Left-padded ids/mask int64[B, width] and a cache of their first width − 1 columns,
-        row b's keys/values right-aligned in it (every row's last token is the last column)."""
+    def _layout(done: list[_Entry], width: int):
+        """A ``DynamicCache`` of width − 1 columns, row b's keys/values right-aligned in it
+        (as left padding puts every row's last prompt token in the last column)."""
         from transformers import DynamicCache
 
-        b_n = len(rows)
-        ids = torch.full((b_n, width), pad_id, dtype=torch.long)
-        mask = torch.zeros((b_n, width), dtype=torch.long)
+        b_n = len(done)
         cache = DynamicCache()
         for i, (k0, v0) in enumerate(next(e for e in done if e.kv).kv):
             heads, _, dim = k0.shape
@@ -204,10 +199,7 @@ class PrefixKVCache:
                     kb[b, :, width - 1 - e.tokens.size:] = e.kv[i][0]
                     vb[b, :, width - 1 - e.tokens.size:] = e.kv[i][1]
             cache.update(kb, vb, i)
-        for b, row in enumerate(rows):
-            ids[b, width - row.size:] = torch.from_numpy(row)
-            mask[b, width - row.size:] = 1
-        return CachedBatch(ids.to(device), mask.to(device), cache, reused)
+        return cache
 
     # ------------------------------------------------------------------ storing
     def store(self, rows: Sequence[np.ndarray], mask: torch.Tensor, new: torch.Tensor, lengths: Sequence[int],
