@@ -25,7 +25,11 @@ panel, seed, hash of the env and policy config — ``policy.return_hidden`` left
 by the estimators of that seed (the greedy one once per (env, panel, hash): greedy decoding
 ignores the seed). Rows are merged into the JSON by (env, estimator, seed, iterations, panel),
 so a grid can be run in pieces; ``--summary`` prints the Markdown table of what the JSON holds
-(per-run rows with their diagnostics, then means over seeds). ``--smoke`` checks that cells
+(per-run rows with their diagnostics, then means over seeds). ``--group-size G`` trains groups
+of G episodes per task on 24 // G tasks per iteration (the same 24 episodes; rows keyed by group
+size too); ``--paired BASELINE`` prints each estimator's paired difference from BASELINE over the
+seeds and panel tasks both evaluated (``_learning_paired``: per-task outcomes, two-level bootstrap
+interval, anchor-group statistics). ``--smoke`` checks that cells
 start (1 iteration, 1 task, 3 turns, into the given ``--out``/``--out-dir``).
 
 Usage::
@@ -33,6 +37,9 @@ Usage::
     .venv/bin/python benchmarks/learning.py --env cu1 cc3 --seeds 0 1 2 \
         --estimators grpo gigpo hgpo graphgpo --iterations 8 --panel 24 --out-dir /tmp/learning
     .venv/bin/python benchmarks/learning.py --summary
+    .venv/bin/python benchmarks/learning.py --env cc3 --group-size 8 --seeds 0 1 2 \
+        --estimators grpo gigpo --out-dir /tmp/learning      # the paired comparison's cells
+    .venv/bin/python benchmarks/learning.py --paired grpo
 """
 
 from __future__ import annotations
@@ -45,9 +52,12 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from _learning_paired import group_size_of, paired_summary
+
 ENVS = {"cu1": ("agentrl/TextWorld-CU1-v0", 8), "cc3": ("agentrl/TextWorld-CC3-v0", 10)}
 OUT = Path(__file__).parent / "results" / "learning.json"
-KEY = ("env", "estimator", "seed", "iterations", "panel")
+KEY = ("env", "estimator", "seed", "iterations", "panel", "group_size")
+EPISODES = 24  #: episodes per iteration of every cell: groups_per_iteration = EPISODES // group size
 
 
 def _eval(cfg, greedy: bool, checkpoint=None) -> dict:
@@ -82,20 +92,29 @@ def auto_dtype() -> str:
 
 
 def config_for(env: str, estimator: str, seed: int, iterations: int, panel: int, out_dir: Path, smoke: bool = False,
-               dtype: str = "bfloat16"):
+               dtype: str = "bfloat16", group_size: int = 4):
     """The training config of one grid cell: the base config + the benchmark's budget + the
     estimator's own part (``_learning_cells.estimator_overrides``) in ``policy.dtype`` ``dtype``;
-    ``smoke``: a tiny budget."""
+    ``smoke``: a tiny budget. ``group_size`` episodes per task, ``EPISODES // group_size``
+    tasks per iteration (the same episodes per iteration for every group size).
+
+    Raises:
+        ValueError: ``group_size`` does not divide ``EPISODES``.
+    """
     from _learning_cells import SMOKE, estimator_overrides
 
     from agentrl.config import load_config
 
     env_id, max_turns = ENVS[env]
-    overrides = [f"run.name=learning-{env}-{estimator}-s{seed}", f"run.out_dir={out_dir}", f"run.seed={seed}",
+    if group_size < 2 or EPISODES % group_size:
+        raise ValueError(f"--group-size {group_size}: it must be >= 2 and divide the {EPISODES} episodes of an iteration "
+                         "(2, 3, 4, 6, 8, 12, 24)")
+    tag = "" if group_size == 4 else f"-g{group_size}"
+    overrides = [f"run.name=learning-{env}-{estimator}-s{seed}{tag}", f"run.out_dir={out_dir}", f"run.seed={seed}",
                  f"run.iterations={iterations}", "run.eval_every=0", f"run.save_every={iterations}",
                  "run.eval_before=false", f"run.eval_seed={seed}",  # this script evaluates before/after itself
                  f"env.id={env_id}", f"env.max_turns={max_turns}", f"env.eval_panel_size={panel}",
-                 f"policy.dtype={dtype}", "rollout.groups_per_iteration=6", "rollout.group_size=4",
+                 f"policy.dtype={dtype}", f"rollout.groups_per_iteration={EPISODES // group_size}", f"rollout.group_size={group_size}",
                  *estimator_overrides(estimator),
                  "log.console=false"]
     if smoke:
@@ -112,16 +131,16 @@ def _condition() -> dict:
 
 
 def run_one(env: str, estimator: str, seed: int, iterations: int, panel: int, out_dir: Path,
-            smoke: bool = False, dtype: str = "bfloat16") -> dict:
+            smoke: bool = False, dtype: str = "bfloat16", group_size: int = 4) -> dict:
     """Before-eval (cached per env/panel/seed), training, after-eval and diagnostics
-    (``_learning_diag.run_diagnostics``) of one (env, estimator, seed)."""
+    (``_learning_diag.run_diagnostics``) of one (env, estimator, seed, group size)."""
     from _learning_diag import run_diagnostics
 
     from agentrl.config import to_dict
     from agentrl.train import train
 
     start = _condition()
-    cfg = config_for(env, estimator, seed, iterations, panel, out_dir, smoke, dtype)
+    cfg = config_for(env, estimator, seed, iterations, panel, out_dir, smoke, dtype, group_size)
     d = to_dict(cfg)  # the cache key: everything the before-eval depends on (env and policy sections;
     pol = {k: v for k, v in d["policy"].items() if k != "return_hidden"}  # storing hidden states changes no action)
     tag = hashlib.sha256(json.dumps({"env": d["env"], "policy": pol}, sort_keys=True).encode()).hexdigest()[:10]
@@ -137,7 +156,7 @@ def run_one(env: str, estimator: str, seed: int, iterations: int, panel: int, ou
     diag = run_diagnostics(result.run_dir, cfg.run.name, estimator, dict(cfg.algorithm.kwargs))
     turns = diag["logged"]["per_iter"]["rollout/turns"]
     return {"env": env, "estimator": estimator, "seed": seed, "iterations": iterations, "panel": panel,
-            "optimizer_steps": result.state.optimizer_steps, "before": {"greedy": greedy_b, "sampled": sampled_b},
+            "group_size": group_size, "optimizer_steps": result.state.optimizer_steps, "before": {"greedy": greedy_b, "sampled": sampled_b},
             "after": after, "turns_trained": int(sum(t for t in turns if t is not None)),
             "diagnostics": diag, "condition": {"start": start, "end": _condition()}, "run_dir": str(result.run_dir),
             "seconds": {"eval_before": s_gb + s_sb, "train": t2 - t1, "eval_after": t3 - t2,
@@ -145,7 +164,8 @@ def run_one(env: str, estimator: str, seed: int, iterations: int, panel: int, ou
             "config": to_dict(cfg)}
 
 
-def unfinished_row(run_dir: Path, env: str, estimator: str, seed: int, iterations: int, panel: int, reason: str) -> dict:
+def unfinished_row(run_dir: Path, env: str, estimator: str, seed: int, iterations: int, panel: int, reason: str,
+                   group_size: int = 4) -> dict:
     """A record of a cell stopped before its after-evaluation: the iterations it logged, its
     in-training (sampled) success per iteration and its diagnostics, read from ``run_dir``."""
     import yaml
@@ -160,7 +180,7 @@ def unfinished_row(run_dir: Path, env: str, estimator: str, seed: int, iteration
     st["per_iter"] = [d for d in st["per_iter"] if d["iteration"] <= len(per["rollout/turns"])]
     st["mean"] = summarise([{k: v for k, v in d.items() if k != "iteration"} for d in st["per_iter"]])
     return {"env": env, "estimator": estimator, "seed": seed, "iterations": iterations, "panel": panel,
-            "iterations_done": len(per["rollout/turns"]), "reason": reason,
+            "group_size": group_size, "iterations_done": len(per["rollout/turns"]), "reason": reason,
             "train_success_per_iter": per["rollout/success_rate"], "diagnostics": diag, "run_dir": str(run_dir),
             "config": cfg}
 
@@ -179,9 +199,20 @@ def unfinished_summary(rows: list[dict]) -> str:
 
 
 def merge(rows: list[dict], row: dict) -> list[dict]:
-    """``rows`` with ``row`` replacing any row of the same (env, estimator, seed, iterations, panel)."""
-    key = tuple(row.get(k) for k in KEY)
-    return [r for r in rows if tuple(r.get(k) for k in KEY) != key] + [row]
+    """``rows`` with ``row`` replacing any row of the same (env, estimator, seed, iterations, panel,
+    group size)."""
+    return [r for r in rows if row_key(r) != row_key(row)] + [row]
+
+
+def row_key(row: dict) -> tuple:
+    """A row's ``KEY`` values (group size 4 for rows written before ``--group-size``)."""
+    return tuple(group_size_of(row) if k == "group_size" else row.get(k) for k in KEY)
+
+
+def label(row: dict) -> str:
+    """The estimator column: the name, plus the group size where it is not the default 4."""
+    g = group_size_of(row)
+    return row["estimator"] if g == 4 else f"{row['estimator']} (groups of {g})"
 
 
 def pct(r: dict) -> str:
@@ -229,18 +260,18 @@ def summary(rows: list[dict]) -> str:
     lines = ["| env | estimator | seed | greedy before | greedy after | sampled before | sampled after | "
              "turns (greedy) | turns trained | wall (train + after-eval) | condition | zero adv | anchor groups (≥2 / mean size) | "
              "estimator groups per term (≥2 / mean size) |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in sorted(rows, key=lambda r: (r["env"], r["estimator"], r["seed"])):
+    for r in sorted(rows, key=lambda r: (r["env"], label(r), r["seed"])):
         b, a = r["before"], r["after"]
         wall = r["seconds"]["train"] + r["seconds"]["eval_after"]
-        lines.append(f"| {r['env']} | {r['estimator']} | {r['seed']} | {pct(b['greedy'])} | {pct(a['greedy'])} | "
+        lines.append(f"| {r['env']} | {label(r)} | {r['seed']} | {pct(b['greedy'])} | {pct(a['greedy'])} | "
                      f"{pct(b['sampled'])} | {pct(a['sampled'])} | {b['greedy']['mean_turns']:.2f} → "
                      f"{a['greedy']['mean_turns']:.2f} | {r.get('turns_trained', '–')} | {wall:.0f} s | {condition_cell(r)} | "
                      + " | ".join(diag_cells(r)) + " |")
     lines += ["", "| env | estimator | seeds | greedy after (mean) | greedy rise (mean ± sd, points) | "
               "sampled rise (mean ± sd, points) |", "|---|---|---|---|---|---|"]
-    cells = sorted({(r["env"], r["estimator"]) for r in rows})
+    cells = sorted({(r["env"], label(r)) for r in rows})
     for env, est in cells:
-        rs = [r for r in rows if r["env"] == env and r["estimator"] == est]
+        rs = [r for r in rows if r["env"] == env and label(r) == est]
         g = np.array([100 * (r["after"]["greedy"]["success_rate"] - r["before"]["greedy"]["success_rate"]) for r in rs])
         s = np.array([100 * (r["after"]["sampled"]["success_rate"] - r["before"]["sampled"]["success_rate"]) for r in rs])
         after = np.mean([r["after"]["greedy"]["success_rate"] for r in rs])
@@ -265,7 +296,11 @@ def main() -> None:
                     help="policy.dtype (default auto: float32 on a CPU without AVX-512-BF16/AMX, else bfloat16)")
     ap.add_argument("--smoke", action="store_true", help="tiny budget (1 iteration, 1 task, 3 turns): checks that "
                     "each cell starts; use with an --out and --out-dir outside the tree")
+    ap.add_argument("--group-size", type=int, default=4, help=f"episodes per task (default 4); {EPISODES} // it "
+                    "tasks per iteration, so every group size plays the same episodes")
     ap.add_argument("--summary", action="store_true", help="print the Markdown table of --out and exit")
+    ap.add_argument("--paired", metavar="BASELINE", help="print every estimator's paired difference from BASELINE "
+                    "(same env, group size, seeds and tasks; _learning_paired) and exit")
     ap.add_argument("--unfinished", metavar="RUN_DIR", help="record the stopped cell in RUN_DIR (with --env, one "
                     "--estimators and --seeds, --iterations, --panel, --reason) under 'unfinished' in --out and exit")
     ap.add_argument("--reason", default="stopped before the after-evaluation")
@@ -277,6 +312,9 @@ def main() -> None:
         ap.error("--smoke writes its rows to --out: give one outside benchmarks/results")
     data = json.loads(out.read_text()) if out.is_file() else {}
     rows = data.get("runs", [])
+    if args.paired:
+        print(paired_summary(rows, args.paired))
+        return
     if args.summary:
         print(summary(rows))
         if data.get("unfinished"):
@@ -294,7 +332,7 @@ def main() -> None:
         return
     if args.unfinished:
         row = unfinished_row(Path(args.unfinished), args.env[0], args.estimators[0], args.seeds[0], args.iterations,
-                             args.panel, args.reason)
+                             args.panel, args.reason, args.group_size)
         data["unfinished"] = merge(data.get("unfinished", []), row)
         out.write_text(json.dumps(data, indent=1, default=float))
         print(unfinished_summary(data["unfinished"]))
@@ -305,7 +343,8 @@ def main() -> None:
     for env in args.env:
         for seed in args.seeds:
             for est in args.estimators:
-                row = run_one(env, est, seed, args.iterations, args.panel, Path(args.out_dir), args.smoke, dtype)
+                row = run_one(env, est, seed, args.iterations, args.panel, Path(args.out_dir), args.smoke, dtype,
+                              args.group_size)
                 rows = merge(rows, row)
                 b, a = row["before"], row["after"]
                 print(f"{env} {est} seed {seed}: greedy {b['greedy']['success_rate']:.1%} -> "

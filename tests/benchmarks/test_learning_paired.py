@@ -1,0 +1,100 @@
+"""``benchmarks/_learning_paired.py`` and ``learning.py``'s group-size cells: paired differences
+of hand-built grid rows (per-task outcomes), their bootstrap interval, pairing rules, and the
+config of a groups-of-8 cell (pure functions, no model, no files)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "benchmarks")]
+
+from _learning_paired import pair_rows, paired_difference, paired_summary  # noqa: E402
+from learning import EPISODES, config_for, merge, row_key  # noqa: E402
+
+TASKS = ["t0", "t1", "t2", "t3"]
+
+
+def _eval(solved: set[str], tasks=TASKS) -> dict:
+    return {"outcomes": [[t, 1.0 if t in solved else 0.0] for t in tasks], "successes": len(solved & set(tasks)),
+            "success_rate": len(solved & set(tasks)) / len(tasks)}
+
+
+def _row(est: str, seed: int, greedy: set[str], sampled: set[str] | None = None, dtype="float32", **kw) -> dict:
+    r = {"env": "cu1", "estimator": est, "seed": seed, "iterations": 8, "panel": 4,
+         "after": {"greedy": _eval(greedy), "sampled": _eval(sampled if sampled is not None else greedy)},
+         "config": {"policy": {"dtype": dtype}}}
+    r.update(kw)
+    return r
+
+
+def test_paired_difference_hand_built():
+    pairs = [(_row("gigpo", 0, {"t0", "t1"}), _row("grpo", 0, {"t1", "t2"})),   # per task +1, 0, -1, 0: 0 points
+             (_row("gigpo", 1, set(TASKS)), _row("grpo", 1, {"t0", "t3"}))]     # 0, +1, +1, 0: +50 points
+    d = paired_difference(pairs, "greedy", draws=2000)
+    assert d["per_seed"] == [0.0, 50.0] and d["mean"] == 25.0
+    assert (d["wins"], d["losses"], d["tasks"]) == (3, 1, [4, 4])
+    lo, hi = d["ci95"]
+    # resampled tasks of seed 0 alone reach -50 points: the interval holds task spread, not only the 2 seed means
+    assert -100.0 <= lo < 0.0 < 25.0 < hi <= 100.0
+    assert paired_difference(pairs, "greedy", draws=2000) == d  # seeded: reproducible
+
+
+def test_identical_differences_give_a_point_interval():
+    pairs = [(_row("gigpo", s, set(TASKS)), _row("grpo", s, set())) for s in (0, 1, 2)]
+    d = paired_difference(pairs, draws=500)
+    assert d["mean"] == 100.0 and d["ci95"] == [100.0, 100.0] and d["wins"] == 12 and d["losses"] == 0
+
+
+def test_one_seed_has_no_interval_and_rates_only_rows_have_none():
+    one = [(_row("gigpo", 0, {"t0"}), _row("grpo", 0, set()))]
+    assert paired_difference(one)["ci95"] is None and paired_difference(one)["mean"] == 25.0
+    old = _row("grpo", 1, {"t0"})
+    old["after"]["greedy"] = {"success_rate": 0.5, "successes": 2}  # a row written before outcomes were kept
+    d = paired_difference(one + [(_row("gigpo", 1, {"t0"}), old)])
+    assert d["per_seed"] == [25.0, -25.0] and d["ci95"] is None and d["wins"] is None
+
+
+def test_pairing_rules():
+    rows = [_row("grpo", 0, set()), _row("grpo", 1, set()), _row("gigpo", 0, {"t0"}), _row("gigpo", 2, {"t0"}),
+            _row("hgpo", 0, {"t0"}, dtype="bfloat16"),            # no bf16 baseline: unpaired
+            _row("gigpo", 0, {"t1"}, group_size=8)]              # no groups-of-8 baseline: unpaired
+    got = pair_rows(rows, "grpo")
+    assert list(got) == [("cu1", 4, 8, 4, "float32")]
+    assert [(r["seed"], b["seed"]) for r, b in got[("cu1", 4, 8, 4, "float32")]["gigpo"]] == [(0, 0)]
+    table = paired_summary(rows, "grpo").splitlines()
+    assert len(table) == 3 and "| cu1 | float32 | 4 | gigpo | 0 | +25.0 |" in table[2]
+
+
+def test_bad_outcomes_are_refused():
+    a, b = _row("gigpo", 0, {"t0"}), _row("grpo", 0, set())
+    with pytest.raises(ValueError, match="mode must be"):
+        paired_difference([(a, b)], "best")
+    a["after"]["greedy"]["successes"] = 3
+    with pytest.raises(ValueError, match="successes"):
+        paired_difference([(a, b)])
+    c = _row("gigpo", 0, {"t0"})
+    c["after"]["greedy"] = _eval({"x"}, ["x", "y"])
+    with pytest.raises(ValueError, match="share no evaluated task"):
+        paired_difference([(c, b)])
+
+
+def test_group_size_cells_play_the_same_episodes(tmp_path):
+    for g in (4, 8):
+        cfg = config_for("cc3", "gigpo", 0, 8, 24, tmp_path, dtype="float32", group_size=g)
+        assert cfg.rollout.group_size == g and cfg.rollout.groups_per_iteration * g == EPISODES
+    assert config_for("cc3", "grpo", 1, 8, 24, tmp_path, group_size=8).run.name == "learning-cc3-grpo-s1-g8"
+    assert config_for("cc3", "grpo", 1, 8, 24, tmp_path).run.name == "learning-cc3-grpo-s1"
+    for bad in (1, 5):
+        with pytest.raises(ValueError, match="divide the 24 episodes"):
+            config_for("cc3", "grpo", 0, 8, 24, tmp_path, group_size=bad)
+    assert not list(tmp_path.iterdir())
+
+
+def test_rows_without_group_size_are_groups_of_4():
+    old, new4, new8 = _row("grpo", 0, set()), _row("grpo", 0, {"t0"}, group_size=4), _row("grpo", 0, set(), group_size=8)
+    assert row_key(old) == row_key(new4) != row_key(new8)
+    assert merge([old, new8], new4) == [new8, new4]
