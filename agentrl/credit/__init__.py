@@ -24,6 +24,7 @@ from agentrl.credit.breakdown import Breakdown, Term, breakdown_estimators, expl
 from agentrl.credit import bipace, g2po, gigpo, graphgpo, grpo, hgpo, rtpo, tree_grpo, turn_ppo  # noqa: F401  (register)
 from agentrl.credit.ppo_token import TokenGAE, token_gae
 from agentrl.credit.rtpo import rtpo_update_order
+from agentrl.credit.success import check_success_reward
 from agentrl.credit.tree_grpo import TreeNodeAdvantages, tree_grpo_nodes
 from agentrl.credit.turn_ppo import TurnGAE, turn_gae_returns
 
@@ -37,6 +38,7 @@ __all__ = [
     "TokenGAE",
     "TreeNodeAdvantages",
     "TurnGAE",
+    "check_success_reward",
     "compute_advantages",
     "estimator_params",
     "get_estimator",

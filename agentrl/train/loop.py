@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from agentrl.config import Config, ConfigError, to_dict
-from agentrl.credit import compute_advantages, get_estimator
+from agentrl.credit import check_success_reward, compute_advantages, get_estimator
 from agentrl.credit.stats import advantage_stats
 from agentrl.dist import DistContext, distribute_policy, engine_copy
 from agentrl.env.panels import Panel
@@ -152,7 +152,8 @@ def chain_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
                                      engines=parts.chain_engines(cfg))
     t1 = time.perf_counter()
     if parts.is_main:
-        add_linked(parts.store, episodes, run_id=cfg.run.name)  # tree branches after their parents
+        add_linked(parts.store, episodes, run_id=cfg.run.name)  # tree branches after their parents (stored first)
+        check_success_reward(cfg.algorithm.estimator, cfg.algorithm.kwargs, episodes)
         table = parts.store.table(run_id=cfg.run.name, episode_ids=[e.episode_id for e in episodes])
         if parts.critic is not None:  # turn-PPO: V(s_t) per turn before the estimator runs
             table, all_turns = with_values(parts.critic, table, episodes, parts.policy.pad_id, cfg.update.micro_batch)

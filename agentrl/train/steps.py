@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from agentrl.config import Config, ConfigError
-from agentrl.credit import compute_advantages, update_groups
+from agentrl.credit import check_success_reward, compute_advantages, update_groups
 from agentrl.dist import DistContext, inference_state
 from agentrl.eval import env_kwargs, loop_config
 from agentrl.llm.base import SamplingParams
@@ -260,6 +260,7 @@ def rtpo_iteration(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config
 
     def update_fn(rnd: RtpoRound) -> None:
         add_linked(store, list(rnd.new_episodes), run_id=cfg.run.name)
+        check_success_reward(est, cfg.algorithm.kwargs, rnd.new_episodes)
         table = store.table(run_id=cfg.run.name, episode_ids=[e.episode_id for e in rnd.episodes])
         adv = compute_advantages(table, est, **cfg.algorithm.kwargs)
         new = np.isin(table.turn_id, [t.turn_id for e in rnd.new_episodes for t in e.turns])
