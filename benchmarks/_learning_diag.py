@@ -7,6 +7,9 @@ once). Added from the run's store, per iteration:
 
 * ``flat_group_share``: share of training turns in task groups whose episodes all have the
   same return (no outcome contrast: the usual reason an advantage is 0);
+* ``signs``: whether the advantage's sign follows the outcome (``outcome_signs``: share of the
+  nonzero advantages of below-group-mean episodes that are positive, and of above-mean ones
+  that are negative);
 * ``anchor``: the env-state anchor groups, (group, ``anchor_key``) — share of training turns
   in a group of size >= 2 and the mean size of the distinct groups (every estimator; the
   groups GiGPO compares inside);
@@ -51,22 +54,47 @@ def group_stats(codes: np.ndarray, use: np.ndarray) -> dict[str, float]:
             "groups": int(counts.size), "rows": int(c.size), "coverage": c.size / n_use}
 
 
+def _returns_vs_group(group: np.ndarray, episode: np.ndarray, reward: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: its episode's return (sum of the episode's rewards) and the mean return of the
+    episodes of its task group, both (N,) float64."""
+    group, episode = np.asarray(group, dtype=np.int64), np.asarray(episode, dtype=np.int64)
+    eps, inv = np.unique(episode, return_inverse=True)
+    inv = inv.reshape(-1)
+    ret = np.bincount(inv, weights=np.asarray(reward, dtype=np.float64), minlength=eps.size)
+    ep_group = np.zeros(eps.size, dtype=np.int64)
+    ep_group[inv] = group
+    gs, ginv = np.unique(ep_group, return_inverse=True)
+    gmean = np.bincount(ginv, weights=ret, minlength=gs.size) / np.bincount(ginv, minlength=gs.size)
+    return ret[inv], gmean[ginv][inv]
+
+
 def flat_group_share(group: np.ndarray, episode: np.ndarray, reward: np.ndarray, use: np.ndarray) -> float:
     """Fraction of the ``use`` rows whose task group has every episode with the same return
     (sum of its rewards): no outcome contrast there, so every episode-level term is 0."""
-    group, episode = np.asarray(group, dtype=np.int64), np.asarray(episode, dtype=np.int64)
     use = np.asarray(use, dtype=bool)
     if not use.any():
         return float("nan")
-    eps, inv = np.unique(episode, return_inverse=True)
-    ret = np.bincount(inv.reshape(-1), weights=np.asarray(reward, dtype=np.float64), minlength=eps.size)
-    ep_group = np.zeros(eps.size, dtype=np.int64)
-    ep_group[inv.reshape(-1)] = group
-    flat = {}
-    for g in np.unique(ep_group):
-        r = ret[ep_group == g]
-        flat[int(g)] = bool(np.all(r == r[0]))
-    return float(np.mean([flat[int(g)] for g in group[use]]))
+    group = np.asarray(group, dtype=np.int64)
+    ret, _ = _returns_vs_group(group, episode, reward)
+    spread = {int(g): bool(np.any(ret[group == g] != ret[group == g][0])) for g in np.unique(group)}
+    return float(np.mean([not spread[int(g)] for g in group[use]]))
+
+
+def outcome_signs(group: np.ndarray, episode: np.ndarray, reward: np.ndarray, advantages: np.ndarray,
+                  use: np.ndarray) -> dict[str, float]:
+    """Does the advantage's sign follow the episode's outcome? Over the ``use`` rows with a
+    nonzero advantage whose episode's return differs from its group's mean:
+    ``below_positive`` — share of the rows of below-mean episodes (failures, on 0/1 rewards)
+    with advantage > 0; ``above_negative`` — share of the rows of above-mean episodes with
+    advantage < 0. Step-level terms can rightly do either (a good step in a failed episode),
+    but a large ``below_positive`` reinforces failed episodes' actions. NaN when no row counts."""
+    a = np.asarray(advantages, dtype=np.float64)
+    ret, gmean = _returns_vs_group(group, episode, reward)
+    keep = np.asarray(use, dtype=bool) & (a != 0)
+    below, above = keep & (ret < gmean), keep & (ret > gmean)
+    nan = float("nan")
+    return {"below_positive": float(np.mean(a[below] > 0)) if below.any() else nan,
+            "above_negative": float(np.mean(a[above] < 0)) if above.any() else nan}
 
 
 def anchor_codes(group: np.ndarray, anchor_key: np.ndarray) -> np.ndarray:
@@ -108,7 +136,8 @@ def iteration_diagnostics(table, advantages: np.ndarray, estimator: str, kwargs:
     use = table.episode_ok & table.trainable
     out = {"zero_frac": zero_fraction(advantages, use), "flat_group_share": flat_group_share(table.group, table.episode,
                                                                                             table.reward, use),
-           "anchor": group_stats(anchor_codes(table.group, table.anchor_key), use)}
+           "anchor": group_stats(anchor_codes(table.group, table.anchor_key), use),
+           "signs": outcome_signs(table.group, table.episode, table.reward, advantages, use)}
     from agentrl.credit.registry import get_estimator
 
     if get_estimator(estimator).breakdown is not None:

@@ -189,7 +189,7 @@ def unfinished_summary(rows: list[dict]) -> str:
     """Markdown: one line per unfinished cell (no after-evaluation)."""
     lines = ["| env | estimator | seed | iterations done / planned | training success per iteration (sampled) | "
              "turns per iteration | zero adv | anchor groups (≥2 / mean size) | estimator groups per term (≥2 / mean size) "
-             "| why not finished |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| A > 0 in failed / A < 0 in succeeded | why not finished |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         succ = " ".join(f"{x:.0%}" for x in r["train_success_per_iter"])
         turns = " ".join(f"{x:.0f}" for x in r["diagnostics"]["logged"]["per_iter"]["rollout/turns"])
@@ -228,18 +228,22 @@ def _f(x, fmt: str) -> str:
 def diag_cells(r: dict) -> list[str]:
     """The diagnostics columns of one row: zero-advantage share (logged), anchor groups
     (share of turns in groups >= 2, mean size; from the store), the estimator's own
-    comparison groups per term (share >= 2 / mean size). '–' for rows without diagnostics.
+    comparison groups per term (share >= 2 / mean size), the outcome signs (share of the nonzero
+    advantages of below-group-mean episodes that are > 0 / of above-mean ones that are < 0).
+    '–' for rows without diagnostics.
     The zero-advantage share is followed by the share of turns in flat task groups."""
     d = r.get("diagnostics")
     if not d:
-        return ["–", "–", "–"]
+        return ["–", "–", "–", "–"]
     st = d["store"]["mean"]
     zero = d["logged"]["mean"].get("adv/zero_frac")
     a = st.get("anchor", {})
     terms = "; ".join(f"{name}: {_f(t.get('share_ge2'), '.0%')} / {_f(t.get('mean_size'), '.1f')}"
                       for name, t in st.get("terms", {}).items()) or "–"
     flat = st.get("flat_group_share")
-    return [f"{_f(zero, '.0%')} (flat groups {_f(flat, '.0%')})", f"{_f(a.get('share_ge2'), '.0%')} / {_f(a.get('mean_size'), '.2f')}", terms]
+    sg = st.get("signs", {})
+    return [f"{_f(zero, '.0%')} (flat groups {_f(flat, '.0%')})", f"{_f(a.get('share_ge2'), '.0%')} / {_f(a.get('mean_size'), '.2f')}", terms,
+            f"{_f(sg.get('below_positive'), '.0%')} / {_f(sg.get('above_negative'), '.0%')}"]
 
 
 def condition_cell(r: dict) -> str:
@@ -259,7 +263,8 @@ def summary(rows: list[dict]) -> str:
 
     lines = ["| env | estimator | seed | greedy before | greedy after | sampled before | sampled after | "
              "turns (greedy) | turns trained | wall (train + after-eval) | condition | zero adv | anchor groups (≥2 / mean size) | "
-             "estimator groups per term (≥2 / mean size) |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "estimator groups per term (≥2 / mean size) | A > 0 in failed / A < 0 in succeeded |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["env"], label(r), r["seed"])):
         b, a = r["before"], r["after"]
         wall = r["seconds"]["train"] + r["seconds"]["eval_after"]

@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "tests" / "credit")]
 
 from _learning_cells import NEEDS, estimator_overrides, example_kwargs  # noqa: E402
-from _learning_diag import anchor_codes, flat_group_share, group_stats, iteration_diagnostics, summarise, zero_fraction  # noqa: E402
+from _learning_diag import (  # noqa: E402
+    anchor_codes, flat_group_share, group_stats, iteration_diagnostics, outcome_signs, summarise, zero_fraction)
 from credit_tables import batch12  # noqa: E402
 
 from agentrl.config import load_config  # noqa: E402
@@ -92,3 +93,17 @@ def test_every_estimator_has_a_valid_cell_config(tmp_path):
     assert set(NEEDS) <= set(list_estimators())
     assert example_kwargs("grpo") == {} and example_kwargs("bipace")["tau"] == 0.05
     assert not list(tmp_path.iterdir())
+
+
+def test_outcome_signs_hand_built():
+    # group 0: episode 0 wins (return 1), episode 1 fails — mean 0.5; group 1: both fail (flat, not counted)
+    group = np.array([0, 0, 0, 0, 0, 1, 1])
+    episode = np.array([0, 0, 1, 1, 1, 2, 3])
+    reward = np.array([0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    adv = np.array([0.5, -0.2, 0.3, -0.4, 0.0, 0.7, -0.7])
+    s = outcome_signs(group, episode, reward, adv, np.ones(7, bool))
+    # failed episode 1: nonzero rows +0.3, -0.4 (the 0 is not counted) → 1/2 positive; winner: -0.2 of 2 → 1/2
+    assert s == {"below_positive": 0.5, "above_negative": 0.5}
+    s = outcome_signs(group, episode, reward, adv, np.array([True, False, True, True, True, True, True]))
+    assert s["above_negative"] == 0.0 and s["below_positive"] == 0.5
+    assert all(np.isnan(v) for v in outcome_signs(group[5:], episode[5:], reward[5:], adv[5:], np.ones(2, bool)).values())
