@@ -277,10 +277,13 @@ class UpdateConfig:
     ``episode-mean-token-mean`` (every episode the same; inside it every token the same).
     ``kl_coef`` > 0 adds a KL penalty to the frozen reference (``k1`` | ``k2`` | ``k3``).
     ``pack`` puts prefix-consistent turns of one episode into one sequence. ``share_prefix``
-    runs the prompt prefix that all rows of a micro-batch share once per micro-batch
-    (``agentrl.update.shared_prefix``: turns of one task; the same logprobs to float rounding,
-    for window prompts that ``pack`` cannot join). ``critic_lr`` and
-    ``value_clip`` configure the turn-level critic of turn-PPO.
+    runs identical rows of a micro-batch once and the prompt prefix that all its rows share once
+    per micro-batch (``agentrl.update.shared_prefix``: turns of one task; the same logprobs and
+    gradients to float rounding, for window prompts that ``pack`` cannot join). ``critic_lr``,
+    ``critic_top_n_layers`` and ``value_clip`` configure the turn-level critic of turn-PPO
+    (``critic_top_n_layers`` n: only the top n transformer layers, the final norm and the
+    value head train — the layers below run without autograd state, so a critic step costs
+    about what a LoRA-on-the-top-n policy step does; null: the whole copy trains).
 
     Rollout (off-policy) correction (``agentrl.update.correction``): ``rollout_correction``
     ``none`` (default: π_old = the engine's behaviour logprobs, no weight) | ``tis`` | ``mis``
@@ -312,6 +315,7 @@ class UpdateConfig:
     share_prefix: bool = False
     gradient_checkpointing: bool = False
     critic_lr: float = 1e-5
+    critic_top_n_layers: Optional[int] = None
     value_clip: Optional[float] = None
     rollout_correction: Literal["none", "tis", "mis", "icepop"] = "none"
     correction_level: Literal["token", "sequence"] = "token"
@@ -328,6 +332,8 @@ class UpdateConfig:
         _check(self.kl_coef >= 0, "update.kl_coef must be >= 0 (0 = no reference model)")
         _check(self.sum_norm_tokens is None or self.sum_norm_tokens >= 1, "update.sum_norm_tokens must be >= 1 or null")
         _check(self.value_clip is None or self.value_clip > 0, "update.value_clip must be > 0 or null")
+        _check(self.critic_top_n_layers is None or self.critic_top_n_layers >= 1,
+               "update.critic_top_n_layers must be >= 1 (the critic's top layers that train) or null (all of them)")
         _check(self.correction_high > 1, f"update.correction_high must be > 1 (the cap C of tis/mis, the upper bound "
                f"β of icepop; ρ = 1 is on-policy), got {self.correction_high}")
         _check(0 < self.correction_low < 1, f"update.correction_low must be in (0, 1) (the lower bound α of icepop), "

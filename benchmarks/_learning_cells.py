@@ -12,9 +12,12 @@ On top of that an estimator gets only
   - ``dr_grpo``: the Dr.GRPO loss aggregation ``seq-mean-token-sum-norm`` (its example config;
     the method is the mean-only advantage *and* this aggregation);
   - ``bipace``: ``policy.return_hidden=true`` (it clusters final-layer hidden states);
-  - ``turn_ppo``: nothing to set — the trainer adds the turn-level critic (a copy of the model
-    with a value head, ``update.critic_lr`` 1e-5 by default) because the estimator requires
-    ``value``; it has no example config, so its defaults (γ 0.99, λ 0.9);
+  - ``turn_ppo``: the trainer adds the turn-level critic (a copy of the model with a value
+    head, ``update.critic_lr`` 1e-5 by default) because the estimator requires ``value``; the
+    cell trains only its top 6 layers (``update.critic_top_n_layers=6``, the layers the
+    policy's LoRA covers): the whole-copy critic took > 20 min for its first step alone on
+    one core (full backward through 30 layers), which no 8-iteration cell can afford here.
+    It has no example config, so its defaults (γ 0.99, λ 0.9);
   - ``tree_grpo``: ``rollout.sampler=tree`` with 2 trees per task, 1 expansion round of 2
     branches, 2 leaves kept per tree (4 leaf trajectories per task, as the 4-episode groups
     of the chain cells; the example's 2/1/2 trees/rounds/branches with ``leaves`` 2 instead of 3);
@@ -40,6 +43,7 @@ EXAMPLES = {"hgpo": "hgpo_textworld.yaml", "g2po": "g2po_textworld.yaml", "graph
 NEEDS = {
     "dr_grpo": ["update.aggregation=seq-mean-token-sum-norm"],
     "bipace": ["policy.return_hidden=true"],
+    "turn_ppo": ["update.critic_top_n_layers=6"],
     "tree_grpo": ["rollout.sampler=tree", "rollout.tree.trees=2", "rollout.tree.rounds=1", "rollout.tree.branches=2",
                   "rollout.tree.leaves=2"],
     "rtpo": ["rollout.sampler=rtpo", "rollout.group_size=2", "rollout.tree.stride=2", "rollout.tree.siblings=3",

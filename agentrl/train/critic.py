@@ -34,7 +34,8 @@ class Critic:
 
 def make_critic(cfg: Config, device: torch.device | str | None = None) -> Critic:
     """A fresh critic: the policy's model loaded again (``policy.model``, ``policy.dtype``)
-    plus a zero-initialised value head, backbone and head on ``device`` (default
+    plus a zero-initialised value head (only its top ``update.critic_top_n_layers`` layers,
+    norm and head train when that is set), backbone and head on ``device`` (default
     ``policy.device``, resolved like the policy's, so both live on the same device; pass
     the policy model's device to be explicit).
 
@@ -49,8 +50,9 @@ def make_critic(cfg: Config, device: torch.device | str | None = None) -> Critic
     target = resolve_device(cfg.policy.device if device is None else device)
     backbone = AutoModelForCausalLM.from_pretrained(resolve_model(cfg.policy.model),
                                                     dtype=getattr(torch, cfg.policy.dtype))
-    model = TurnCritic(backbone).to(target)
-    return Critic(model, torch.optim.AdamW(model.parameters(), lr=cfg.update.critic_lr))
+    model = TurnCritic(backbone, top_n_layers=cfg.update.critic_top_n_layers).to(target)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    return Critic(model, torch.optim.AdamW(trained, lr=cfg.update.critic_lr))
 
 
 def _all_turns_batch(table: TurnTable, episodes: list[Episode], pad_id: int) -> TrainBatch:

@@ -26,17 +26,37 @@ class TurnCritic(nn.Module):
     Args:
         backbone: an HF causal LM (its ``base_model`` gives the last hidden state after the
             final norm) or a bare HF ``...Model``; ``config.hidden_size`` sets the head width.
+        top_n_layers: train only the top n decoder layers (``backbone.layers``), the final
+            norm and the head; the embeddings and the layers below are frozen
+            (``requires_grad`` False). None: every parameter trains.
+    Raises:
+        ValueError: ``top_n_layers`` < 1, above the number of layers, or the backbone has no
+            ``layers`` list (set ``update.critic_top_n_layers: null``).
     Shape:
         forward(input_ids (B, T) int64, attention_mask (B, T), rows (K,) int64,
         positions (K,) int64) → values (K,) float32.
     """
 
-    def __init__(self, backbone: nn.Module) -> None:
+    def __init__(self, backbone: nn.Module, top_n_layers: int | None = None) -> None:
         super().__init__()
         self.backbone = getattr(backbone, "base_model", backbone)
         self.head = nn.Linear(self.backbone.config.hidden_size, 1)
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
+        if top_n_layers is not None:
+            self._freeze_below(top_n_layers)
+
+    def _freeze_below(self, n: int) -> None:
+        layers = getattr(self.backbone, "layers", None)
+        if not isinstance(layers, nn.ModuleList):
+            raise ValueError(f"{type(self.backbone).__name__} has no `layers` list to keep the top {n} of; "
+                             "set update.critic_top_n_layers: null (train the whole critic)")
+        if not 1 <= n <= len(layers):
+            raise ValueError(f"update.critic_top_n_layers={n} but the critic has {len(layers)} layers")
+        trained = {id(p) for m in [*layers[len(layers) - n:], getattr(self.backbone, "norm", nn.Identity())]
+                   for p in m.parameters()}
+        for p in self.backbone.parameters():
+            p.requires_grad_(id(p) in trained)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, rows: torch.Tensor,
                 positions: torch.Tensor) -> torch.Tensor:

@@ -51,3 +51,36 @@ def test_critic_update_microbatch_equivalence_and_learning() -> None:
     losses = [critic_update(critic, opt, batch).loss for _ in range(30)]
     assert losses[-1] < 0.2 * losses[0]
     assert critic_update(critic, opt, batch).explained_var > 0.5
+
+
+def test_top_n_layers_critic_trains_only_its_top_layers_norm_and_head() -> None:
+    import pytest
+
+    critic = TurnCritic(tiny_model(1), top_n_layers=1)
+    torch.nn.init.normal_(critic.head.weight, std=0.5)
+    layers = critic.backbone.layers
+    assert len(layers) >= 2
+    trained = {n for n, p in critic.named_parameters() if p.requires_grad}
+    top = {f"backbone.layers.{len(layers) - 1}.{n}" for n, _ in layers[-1].named_parameters()}
+    assert trained == top | {"backbone.norm.weight", "head.weight", "head.bias"}
+    prompts, comps, lps, adv = random_turns(4, (3, 2))
+    batch = build_batch(prompts, comps, lps, adv, pad_id=PAD)
+    batch = batch.with_(returns=torch.tensor(np.random.default_rng(0).normal(size=len(prompts)), dtype=torch.float32))
+    before = {n: p.detach().clone() for n, p in critic.named_parameters()}
+    opt = make_optimizer(critic, 1e-2)
+    critic_update(critic, opt, batch, micro_batch=2)
+    moved = {n for n, p in critic.named_parameters() if not torch.equal(p, before[n])}
+    assert moved and moved <= trained and "backbone.embed_tokens.weight" not in moved
+    for bad in (0, len(layers) + 1):
+        with pytest.raises(ValueError, match="critic_top_n_layers"):
+            TurnCritic(tiny_model(1), top_n_layers=bad)
+
+
+def test_critic_top_n_layers_config() -> None:
+    import pytest
+
+    from agentrl.config import ConfigError, UpdateConfig
+
+    assert UpdateConfig(critic_top_n_layers=6).critic_top_n_layers == 6 and UpdateConfig().critic_top_n_layers is None
+    with pytest.raises(ConfigError, match="critic_top_n_layers must be >= 1"):
+        UpdateConfig(critic_top_n_layers=0)
