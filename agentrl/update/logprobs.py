@@ -22,7 +22,7 @@ import torch
 
 from agentrl.update.batch import TrainBatch, model_device
 from agentrl.update.bitmask import BatchMasks, masked_logsumexp
-from agentrl.update.shared_prefix import common_prefix, prefix_logits
+from agentrl.update.shared_prefix import common_prefix, duplicate_rows, prefix_logits
 
 __all__ = ["TokenStats", "logprobs_from_logits", "entropy_from_logits", "forward_token_stats", "batch_logprobs"]
 
@@ -128,14 +128,29 @@ def forward_token_stats(model: torch.nn.Module, input_ids: torch.Tensor, attenti
             (HF ``logits_to_keep``): for multi-turn prompts with short completions this skips
             most of the (T, V) logits — the largest cost of a small-model update. Other
             columns are returned as 0.
-        share_prefix: with ``token_mask``, run the tokens every row shares at the start once
-            and the rows' suffixes on its key/value cache (``agentrl.update.shared_prefix``;
-            the same logprobs to float rounding, less compute when the rows are turns of one
-            task). Off under gradient checkpointing (it drops the cache).
+        share_prefix: with ``token_mask``, run identical rows once (``duplicate_rows``: their
+            stats are gathered back, so each copy's loss still reaches the shared forward's
+            gradient), then the tokens every row shares at the start once and the rows'
+            suffixes on its key/value cache (``agentrl.update.shared_prefix``; the same
+            logprobs to float rounding, less compute when the rows are turns of one task).
+            The prefix part is off under gradient checkpointing (it drops the cache); rows
+            with grammar bitmasks are not deduplicated.
     Returns:
         ``TokenStats`` with (B, T) float32 tensors (gradients flow through ``logprobs``
         when grad mode is on).
     """
+    dup = duplicate_rows(input_ids, attention_mask, allowed_ids) if share_prefix and token_mask is not None \
+        and grammar_mask is None else None
+    if dup is not None:  # one forward per distinct row; a kept column of any copy is kept
+        first, inverse = dup
+        keep = torch.zeros((first.numel(), token_mask.shape[1]), dtype=torch.long, device=token_mask.device)
+        keep = keep.index_add_(0, inverse, token_mask.long()) > 0
+        sub = forward_token_stats(model, input_ids[first], attention_mask[first], temperature=temperature,
+                                  with_entropy=with_entropy, entropy_grad=entropy_grad,
+                                  allowed_ids=None if allowed_ids is None else allowed_ids[first],
+                                  token_mask=keep, share_prefix=True)
+        return TokenStats(logprobs=sub.logprobs[inverse],
+                          entropy=None if sub.entropy is None else sub.entropy[inverse])
     if token_mask is None:
         logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
         ids, allowed, gmask = input_ids, allowed_ids, grammar_mask

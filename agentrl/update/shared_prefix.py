@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["common_prefix", "prefix_order", "prefix_logits"]
+__all__ = ["common_prefix", "prefix_order", "prefix_logits", "duplicate_rows"]
 
 
 def common_prefix(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
@@ -31,6 +31,41 @@ def common_prefix(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
         return 0
     same = ((input_ids == input_ids[:1]) & (attention_mask > 0)).all(0)  # (T,)
     return int(same.long().cumprod(0).sum())
+
+
+def duplicate_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   allowed_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Rows of a micro-batch that are identical — same attended tokens, same mask and, with
+    constrained decoding, the same allowed ids at every position — so one forward serves all.
+
+    Turns repeat whole: every episode of a group starts from the same prompt, and episodes
+    that took the same first actions reach the same window prompts and often sample the same
+    completion (15–33 % of the rows of a micro-batch of 8 sorted turns on the TextWorld cu1
+    learning runs).
+
+    Args:
+        input_ids, attention_mask: (B, T) int64. allowed_ids: optional (B, T, A) int64.
+    Returns:
+        ``(first, inverse)``: (U,) int64 the first row of each distinct row, in row order,
+        and (B,) int64 the index into ``first`` of every row (``rows[i] == rows[first[inverse[i]]]``);
+        None when every row is distinct (or B < 2).
+    """
+    b = input_ids.shape[0]
+    if b < 2:
+        return None
+    key = [input_ids * (attention_mask > 0), attention_mask]
+    if allowed_ids is not None:
+        key.append(allowed_ids.reshape(b, -1))
+    _, inverse = torch.unique(torch.cat(key, dim=1), dim=0, return_inverse=True)
+    n = int(inverse.max()) + 1
+    if n == b:
+        return None
+    first = torch.full((n,), b, dtype=torch.long, device=inverse.device).scatter_reduce(
+        0, inverse, torch.arange(b, device=inverse.device), reduce="amin")
+    order = torch.argsort(first)  # distinct rows in their order of first appearance
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(n, device=order.device)
+    return first[order], rank[inverse]
 
 
 def prefix_order(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

@@ -12,7 +12,7 @@ import torch
 
 from agentrl.config import LoraSpec, UpdateConfig
 from agentrl.update import build_batch, forward_token_stats, make_optimizer, prepare_policy, update
-from agentrl.update.shared_prefix import common_prefix, prefix_logits, prefix_order
+from agentrl.update.shared_prefix import common_prefix, duplicate_rows, prefix_logits, prefix_order
 from update_fixtures import PAD, VOCAB, tiny_model
 
 CFG = UpdateConfig(lr=1e-3, grad_clip=0.0, micro_batch=4, share_prefix=False)
@@ -107,6 +107,69 @@ def test_update_step_equals_the_plain_step(changes) -> None:
         results.append((stats, {n: p.detach().clone() for n, p in model.named_parameters()}))
     (s0, p0), (s1, p1) = results
     assert s0.clip_frac > 0 and s0.tokens == s1.tokens
+    for f in ("loss", "pg_loss", "clip_frac", "approx_kl", "entropy", "grad_norm"):
+        assert abs(getattr(s0, f) - getattr(s1, f)) < 1e-5 * max(1.0, abs(getattr(s0, f))), f
+    for n in p0:
+        assert torch.allclose(p0[n], p1[n], atol=1e-6), n
+
+
+def test_duplicate_rows_by_hand() -> None:
+    ids = torch.tensor([[5, 6, 7, 0], [5, 6, 8, 9], [5, 6, 7, 3], [4, 6, 7, 0], [5, 6, 8, 9]])
+    attn = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 1, 0], [1, 1, 1, 1]])
+    first, inverse = duplicate_rows(ids, attn)  # row 2 equals row 0 once its pad column is ignored
+    assert first.tolist() == [0, 1, 3] and inverse.tolist() == [0, 1, 0, 2, 1]
+    allowed = torch.full((5, 4, 2), -1)
+    allowed[2, 1] = torch.tensor([6, 9])  # row 2 was constrained differently: no longer a copy of row 0
+    first, inverse = duplicate_rows(ids, attn, allowed)
+    assert first.tolist() == [0, 1, 2, 3] and inverse.tolist() == [0, 1, 2, 3, 1]
+    assert duplicate_rows(ids[:2], attn[:2]) is None and duplicate_rows(ids[:1], attn[:1]) is None
+
+
+def _with_copies(seed: int = 0):
+    """Window turns where rows 0 and 3 and rows 1, 4 and 6 are the same turn (an identical
+    first prompt and completion in several episodes), each with its own advantage."""
+    prompts, comps, adv = _window_turns(seed, rows=4)
+    pick = [0, 1, 2, 0, 1, 3, 1]
+    return [prompts[k] for k in pick], [comps[k] for k in pick], np.random.default_rng(seed + 7).normal(size=7)
+
+
+def test_identical_rows_run_once_with_the_plain_forwards_logprobs_and_gradients() -> None:
+    model = prepare_policy(tiny_model(0), CFG, LoraSpec(rank=4, alpha=8.0, top_n_layers=1))
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.2, generator=torch.Generator().manual_seed(1))
+    b = _batch(model, turns=_with_copies)
+    rows_seen = []
+    hook = model.get_base_model().model.embed_tokens.register_forward_hook(
+        lambda mod, args, out: rows_seen.append(args[0].shape[0]))
+    out = {}
+    for share in (False, True):
+        rows_seen.clear()
+        model.zero_grad(set_to_none=True)
+        stats = forward_token_stats(model, b.input_ids, b.attention_mask, token_mask=b.loss_mask > 0,
+                                    share_prefix=share, with_entropy=True)
+        (stats.logprobs * b.loss_mask * b.advantages[:, None]).sum().backward()
+        out[share] = stats, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, list(rows_seen)
+    hook.remove()
+    (s0, g0, r0), (s1, g1, r1) = out[False], out[True]
+    assert r0 == [7] and r1 == [1, 4]  # plain: 7 rows; shared: the prefix once, then the 4 distinct rows
+    m = b.loss_mask.bool()
+    assert float((s0.logprobs[m] - s1.logprobs[m]).detach().abs().max()) < 1e-5
+    assert float((s0.entropy[m] - s1.entropy[m]).abs().max()) < 1e-5
+    for n in g0:  # every copy's advantage reaches the gradient of the one forward
+        assert torch.allclose(g0[n], g1[n], atol=1e-6, rtol=1e-4), f"{n}: {(g0[n] - g1[n]).abs().max()}"
+
+
+def test_update_step_with_identical_rows_equals_the_plain_step() -> None:
+    results = []
+    for share in (False, True):
+        cfg = dataclasses.replace(CFG, share_prefix=share, micro_batch=7)
+        model = prepare_policy(tiny_model(0), cfg)
+        batch = _batch(model, turns=_with_copies)
+        stats = update(model, make_optimizer(model, cfg.lr), batch, cfg)
+        results.append((stats, {n: p.detach().clone() for n, p in model.named_parameters()}))
+    (s0, p0), (s1, p1) = results
     for f in ("loss", "pg_loss", "clip_frac", "approx_kl", "entropy", "grad_norm"):
         assert abs(getattr(s0, f) - getattr(s1, f)) < 1e-5 * max(1.0, abs(getattr(s0, f))), f
     for n in p0:
