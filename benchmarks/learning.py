@@ -304,6 +304,8 @@ def main() -> None:
     ap.add_argument("--group-size", type=int, default=4, help=f"episodes per task (default 4); {EPISODES} // it "
                     "tasks per iteration, so every group size plays the same episodes")
     ap.add_argument("--summary", action="store_true", help="print the Markdown table of --out and exit")
+    ap.add_argument("--merge", nargs="+", metavar="JSON", help="merge the rows of these --out files (cells run in "
+                    "parallel processes, each with its own --out) into --out and exit")
     ap.add_argument("--paired", metavar="BASELINE", help="print every estimator's paired difference from BASELINE "
                     "(same env, group size, seeds and tasks; _learning_paired) and exit")
     ap.add_argument("--unfinished", metavar="RUN_DIR", help="record the stopped cell in RUN_DIR (with --env, one "
@@ -317,6 +319,15 @@ def main() -> None:
         ap.error("--smoke writes its rows to --out: give one outside benchmarks/results")
     data = json.loads(out.read_text()) if out.is_file() else {}
     rows = data.get("runs", [])
+    if args.merge:
+        for f in args.merge:
+            other = json.loads(Path(f).read_text())
+            for key in ("runs", "unfinished"):
+                for row in other.get(key, []):
+                    data[key] = merge(data.get(key, []), row)
+                    print(f"merged {key[:-1] if key == 'runs' else key} {row['env']} {label(row)} seed {row['seed']} from {f}")
+        out.write_text(json.dumps(data, indent=1, default=float))
+        return
     if args.paired:
         print(paired_summary(rows, args.paired))
         return
