@@ -98,3 +98,19 @@ def test_rows_without_group_size_are_groups_of_4():
     old, new4, new8 = _row("grpo", 0, set()), _row("grpo", 0, {"t0"}, group_size=4), _row("grpo", 0, set(), group_size=8)
     assert row_key(old) == row_key(new4) != row_key(new8)
     assert merge([old, new8], new4) == [new8, new4]
+
+
+def test_merge_takes_the_rows_of_parallel_cells(tmp_path, monkeypatch):
+    import json
+
+    import learning
+
+    base, other = tmp_path / "base.json", tmp_path / "other.json"
+    old, new, extra = _row("grpo", 0, set()), _row("grpo", 0, {"t0"}), _row("gigpo", 1, {"t1"})
+    base.write_text(json.dumps({"runs": [old]}))
+    other.write_text(json.dumps({"runs": [new, extra], "unfinished": [_row("turn_ppo", 0, set())]}))
+    monkeypatch.setattr(sys, "argv", ["learning.py", "--out", str(base), "--merge", str(other)])
+    learning.main()
+    got = json.loads(base.read_text())
+    assert got["runs"] == [new, extra]  # the same key is replaced, a new one added
+    assert [r["estimator"] for r in got["unfinished"]] == ["turn_ppo"]
