@@ -335,6 +335,9 @@ def main() -> None:
         print(summary(rows))
         if data.get("unfinished"):
             print("\nUnfinished cells (no after-evaluation):\n\n" + unfinished_summary(data["unfinished"]))
+        for r in data.get("superseded", []):  # runs a fix made obsolete, kept with their cause
+            print(f"\nSuperseded: {r['env']} {label(r)} seed {r['seed']}: greedy {pct(r['before']['greedy'])} -> "
+                  f"{pct(r['after']['greedy'])}; {r.get('superseded_because', '')}")
         return
     if args.rediagnose:
         from _learning_diag import run_diagnostics
