@@ -23,7 +23,7 @@ comparison group of the estimator's breakdown terms), the turns trained, and the
 The "before" evaluation does not depend on the estimator: it is computed once per (env,
 panel, seed, hash of the env and policy config — ``policy.return_hidden`` left out) and shared
 by the estimators of that seed (the greedy one once per (env, panel, hash): greedy decoding
-ignores the seed). Rows are merged into the JSON by (env, estimator, seed, iterations, panel),
+ignores the seed). Rows are merged into the JSON by (env, estimator, seed, iterations, panel, group size, dtype),
 so a grid can be run in pieces; ``--summary`` prints the Markdown table of what the JSON holds
 (per-run rows with their diagnostics, then means over seeds). ``--group-size G`` trains groups
 of G episodes per task on 24 // G tasks per iteration (the same 24 episodes; rows keyed by group
@@ -52,11 +52,11 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from _learning_paired import group_size_of, paired_summary
+from _learning_paired import dtype_of, group_size_of, paired_summary
 
 ENVS = {"cu1": ("agentrl/TextWorld-CU1-v0", 8), "cc3": ("agentrl/TextWorld-CC3-v0", 10)}
 OUT = Path(__file__).parent / "results" / "learning.json"
-KEY = ("env", "estimator", "seed", "iterations", "panel", "group_size")
+KEY = ("env", "estimator", "seed", "iterations", "panel", "group_size", "dtype")
 EPISODES = 24  #: episodes per iteration of every cell: groups_per_iteration = EPISODES // group size
 
 
@@ -200,19 +200,23 @@ def unfinished_summary(rows: list[dict]) -> str:
 
 def merge(rows: list[dict], row: dict) -> list[dict]:
     """``rows`` with ``row`` replacing any row of the same (env, estimator, seed, iterations, panel,
-    group size)."""
+    group size, dtype)."""
     return [r for r in rows if row_key(r) != row_key(row)] + [row]
 
 
 def row_key(row: dict) -> tuple:
-    """A row's ``KEY`` values (group size 4 for rows written before ``--group-size``)."""
-    return tuple(group_size_of(row) if k == "group_size" else row.get(k) for k in KEY)
+    """A row's ``KEY`` values (group size 4 for rows written before ``--group-size``; the dtype is
+    ``policy.dtype`` of the row's config, so a float32 re-run never replaces a bf16 row)."""
+    derived = {"group_size": group_size_of, "dtype": dtype_of}
+    return tuple(derived[k](row) if k in derived else row.get(k) for k in KEY)
 
 
 def label(row: dict) -> str:
-    """The estimator column: the name, plus the group size where it is not the default 4."""
-    g = group_size_of(row)
-    return row["estimator"] if g == 4 else f"{row['estimator']} (groups of {g})"
+    """The estimator column: the name, plus the group size where it is not the default 4 and the
+    dtype where it is not float32 (the means over seeds never mix dtypes)."""
+    g, dtype = group_size_of(row), dtype_of(row)
+    extra = ([f"groups of {g}"] if g != 4 else []) + ([dtype] if dtype != "float32" else [])
+    return row["estimator"] + (f" ({', '.join(extra)})" if extra else "")
 
 
 def pct(r: dict) -> str:

@@ -114,3 +114,12 @@ def test_merge_takes_the_rows_of_parallel_cells(tmp_path, monkeypatch):
     got = json.loads(base.read_text())
     assert got["runs"] == [new, extra]  # the same key is replaced, a new one added
     assert [r["estimator"] for r in got["unfinished"]] == ["turn_ppo"]
+
+
+def test_a_float32_rerun_does_not_replace_a_bf16_row():
+    from learning import label
+
+    bf16, fp32 = _row("grpo", 0, set(), dtype="bfloat16"), _row("grpo", 0, {"t0"})
+    assert row_key(bf16) != row_key(fp32) and merge([bf16], fp32) == [bf16, fp32]
+    assert label(bf16) == "grpo (bfloat16)" and label(fp32) == "grpo"
+    assert label(_row("grpo", 0, set(), dtype="bfloat16", group_size=8)) == "grpo (groups of 8, bfloat16)"
