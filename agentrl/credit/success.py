@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentrl.credit.registry import estimator_params
-from agentrl.types import Episode
+from agentrl.types import Episode, EpisodeStatus
 
 __all__ = ["check_success_reward"]
 
@@ -40,7 +40,8 @@ def check_success_reward(name: str, kwargs: Mapping[str, Any], episodes: Sequenc
     if "success_reward" not in params:
         return
     target = float(kwargs.get("success_reward", params["success_reward"]))
-    wins = sorted({ep.return_ for ep in episodes if ep.success and ep.return_ is not None})
+    wins = sorted({ep.return_ for ep in episodes
+                   if ep.success and ep.status == EpisodeStatus.OK and ep.return_ is not None})
     bad = [r for r in wins if r != target]
     if bad:
         raise ValueError(f"{name}: won episodes return {', '.join(f'{r:g}' for r in bad[:3])} but "

@@ -33,6 +33,11 @@ def test_a_win_paid_1_is_refused_under_the_default_and_accepted_when_set():
     check_success_reward("grpo", {}, eps)  # no success_reward hyperparameter: nothing to check
     check_success_reward("g2po", {}, [_episode(2, [0.0, None], True), eps[1]])  # unscored: skipped
     check_success_reward("g2po", {}, [_episode(3, [0.0, 10.0], True)])  # the reference's ALFWorld reward
+    from dataclasses import replace
+
+    from agentrl.types import EpisodeStatus
+    failed = replace(_episode(4, [0.0, 1.0], True), status=EpisodeStatus.ENV_ERROR)
+    check_success_reward("g2po", {}, [failed])  # a failed episode takes part in no credit (P5): not checked
 
 
 def test_the_winning_turn_is_credited_once_success_reward_matches():
