@@ -79,7 +79,7 @@ def test_logprobs_and_gradients_equal_the_plain_forward(lora) -> None:
     assert float((lp0[m] - lp1[m]).abs().max()) < 1e-5 and float(lp0[m].abs().min()) > 0
     assert g0.keys() == g1.keys() and len(g0) > 0
     for n in g0:
-        assert torch.allclose(g0[n], g1[n], atol=1e-6, rtol=1e-4), f"{n}: {(g0[n] - g1[n]).abs().max()}"
+        assert torch.allclose(g0[n], g1[n], atol=1e-5, rtol=1e-4), f"{n}: {(g0[n] - g1[n]).abs().max()}"
     if lora is None:  # the prefix's own layers (embedding, bottom layer) get their gradient too
         assert float(g1["model.embed_tokens.weight"].abs().sum()) > 0
 
