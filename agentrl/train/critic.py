@@ -63,11 +63,13 @@ def _all_turns_batch(table: TurnTable, episodes: list[Episode], pad_id: int) -> 
 
 
 def with_values(critic: Critic, table: TurnTable, episodes: list[Episode], pad_id: int,
-                micro_batch: int) -> tuple[TurnTable, TrainBatch]:
+                micro_batch: int, share_prefix: bool = False) -> tuple[TurnTable, TrainBatch]:
     """``table`` with ``value`` (float64[N], V(s_t) per row) and ``bootstrap_value`` (0) set,
-    and the batch of all its turns (row i = table row i) for the critic step."""
+    and the batch of all its turns (row i = table row i) for the critic step.
+    ``share_prefix`` (``update.share_prefix``): distinct prompts once, shared prefixes once
+    (``agentrl.update.critic``; the same values to float rounding)."""
     batch = _all_turns_batch(table, episodes, pad_id)
-    values = turn_values(critic.model, batch, micro_batch=micro_batch).double().numpy()
+    values = turn_values(critic.model, batch, micro_batch=micro_batch, share_prefix=share_prefix).double().numpy()
     return replace(table, value=values, bootstrap_value=np.zeros(len(table))), batch
 
 
@@ -79,5 +81,6 @@ def critic_step(critic: Critic, cfg: Config, table: TurnTable, batch: TrainBatch
     target = batch.with_(returns=torch.as_tensor(gae.returns, dtype=torch.float32),
                          old_values=torch.as_tensor(table.value, dtype=torch.float32))
     return [critic_update(critic.model, critic.optimizer, target, micro_batch=cfg.update.micro_batch,
-                          grad_clip=cfg.update.grad_clip, value_clip=cfg.update.value_clip)
+                          grad_clip=cfg.update.grad_clip, value_clip=cfg.update.value_clip,
+                          share_prefix=cfg.update.share_prefix)
             for _ in range(cfg.update.epochs)]

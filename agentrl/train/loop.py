@@ -156,7 +156,8 @@ def chain_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
         check_success_reward(cfg.algorithm.estimator, cfg.algorithm.kwargs, episodes)
         table = parts.store.table(run_id=cfg.run.name, episode_ids=[e.episode_id for e in episodes])
         if parts.critic is not None:  # turn-PPO: V(s_t) per turn before the estimator runs
-            table, all_turns = with_values(parts.critic, table, episodes, parts.policy.pad_id, cfg.update.micro_batch)
+            table, all_turns = with_values(parts.critic, table, episodes, parts.policy.pad_id, cfg.update.micro_batch,
+                                           cfg.update.share_prefix)
         adv = compute_advantages(table, cfg.algorithm.estimator, **cfg.algorithm.kwargs)
         parts.store.set_advantages(cfg.run.name, table.turn_id, adv, iteration=it + 1,  # 1-based, as everywhere
                                    estimator=cfg.algorithm.estimator)
@@ -189,7 +190,7 @@ def iteration_metrics(out: IterationResult) -> dict[str, float]:
             m[f"update/{key}"] = float(np.mean([getattr(s, key) for s in out.stats]))
         m["update/steps"] = float(len(out.stats))
     for cs in out.critic_stats[-1:]:
-        m.update({"critic/loss": cs.loss, "critic/explained_var": cs.explained_var})
+        m.update({"critic/loss": cs.loss, "critic/grad_norm": cs.grad_norm, "critic/explained_var": cs.explained_var})
     m.update({f"time/{k}_s": v for k, v in out.seconds.items()})
     m.update(out.extra)
     if "rollout" in out.seconds and "async/wait_s" not in out.extra:  # async: "rollout" is the wait

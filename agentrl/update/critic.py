@@ -5,6 +5,16 @@ V(s_n), is read at the **last prompt token** of that turn (``TrainBatch.turn_val
 i.e. from the full context before the turn's response (ALGORITHMS.md §10.3, PROPOSED).
 The critic is trained on the turn returns of ``agentrl.credit``'s turn-level GAE with an
 MSE loss, optionally clipped around the rollout-time values (PPO value clipping).
+
+A value depends on the turn's prompt only, so the critic never runs the completion tokens: it
+runs each turn's prompt, cut at its last token (``value_rows``). With ``share_prefix`` (the
+trainer passes ``update.share_prefix``) it also runs each **distinct** prompt once — every
+episode of a group starts from the same prompt, and window prompts repeat whenever a state and
+its last actions do — and the prompt prefix that a micro-batch of lexicographically sorted
+prompts shares once, on whose key/value cache the rows' suffixes run
+(``agentrl.update.shared_prefix``). The loss is still summed over every turn (each copy's return
+reaches the one forward's gradient), so the values, the loss and the gradients equal the plain
+path's to float rounding (tests/update/test_critic_prefix.py).
 """
 
 from __future__ import annotations
@@ -15,9 +25,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from agentrl.update.batch import TrainBatch, minibatches, model_device
+import numpy as np
 
-__all__ = ["TurnCritic", "critic_loss", "turn_values", "CriticStats", "critic_update"]
+from agentrl.update.batch import TrainBatch, minibatches, model_device
+from agentrl.update.shared_prefix import common_prefix, prefix_order
+
+__all__ = ["TurnCritic", "critic_loss", "turn_values", "CriticStats", "critic_update", "ValueRows", "value_rows"]
 
 
 class TurnCritic(nn.Module):
@@ -64,6 +77,93 @@ class TurnCritic(nn.Module):
         h = hidden[rows, positions]  # (K, H)
         return self.head(h.to(self.head.weight.dtype)).float().squeeze(-1)
 
+    def prompt_values(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, last: torch.Tensor,
+                      share_prefix: bool = False) -> torch.Tensor:
+        """Values of B prompts, read at each one's last token.
+
+        Args:
+            input_ids, attention_mask: (B, T) int64, right padded.
+            last: (B,) int64, position of each row's last prompt token.
+            share_prefix: run the tokens every row shares at the start once and the rows'
+                suffixes on its key/value cache (off under gradient checkpointing, which drops
+                the cache); each row keeps at least its last token in the suffix.
+        Returns:
+            (B,) float32 values (in the autograd graph when grad mode is on).
+        """
+        b = input_ids.shape[0]
+        shared = min(common_prefix(input_ids, attention_mask), int(last.min())) if share_prefix and not \
+            getattr(self.backbone, "is_gradient_checkpointing", False) else 0
+        if shared >= 1:
+            head = self.backbone(input_ids=input_ids[:1, :shared], attention_mask=attention_mask[:1, :shared],
+                                 use_cache=True)
+            cache = head.past_key_values
+            cache.batch_repeat_interleave(b)
+            hidden = self.backbone(input_ids=input_ids[:, shared:], attention_mask=attention_mask,
+                                   past_key_values=cache, use_cache=True).last_hidden_state
+            return self._head(hidden, last - shared)
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+        return self._head(hidden, last)
+
+    def _head(self, hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        h = hidden[torch.arange(hidden.shape[0], device=hidden.device), positions]  # (B, H)
+        return self.head(h.to(self.head.weight.dtype)).float().squeeze(-1)
+
+
+@dataclass(frozen=True, eq=False)
+class ValueRows:
+    """The prompts a batch's turns are valued on (U of them for N turns).
+
+    Attributes:
+        input_ids, attention_mask: (U, L) int64, each turn's row cut after its last prompt
+            token (``TrainBatch.turn_value_pos``), right padded with 0.
+        last: (U,) int64 position of each prompt's last token (its length − 1).
+        turn_prompt: (N,) int64, the prompt of every turn of the batch.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    last: torch.Tensor
+    turn_prompt: torch.Tensor
+
+    @property
+    def num_prompts(self) -> int:
+        return int(self.last.shape[0])
+
+    def chunk(self, idx: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Prompts ``idx`` (k,) as ``(input_ids, attention_mask, last)`` on ``device``, padding
+        trimmed to the longest of them."""
+        length = int(self.last[idx].max()) + 1
+        return (self.input_ids[idx, :length].to(device), self.attention_mask[idx, :length].to(device),
+                self.last[idx].to(device))
+
+
+def value_rows(batch: TrainBatch, distinct: bool = False) -> ValueRows:
+    """Each turn's prompt (its row up to ``turn_value_pos``), for the critic.
+
+    Args:
+        batch: any ``TrainBatch`` (packed rows hold several turns: each gets its own prompt).
+        distinct: keep one copy of identical prompts, sorted lexicographically so that
+            consecutive prompts share their start (``prefix_order``); False: one prompt per
+            turn, in turn order.
+    Returns:
+        ``ValueRows`` with U ≤ N prompts (U = N when not ``distinct``).
+    """
+    pos = batch.turn_value_pos.long()
+    n, length = batch.num_turns, int(pos.max()) + 1 if batch.num_turns else 1
+    cols = torch.arange(length)
+    mask = (cols[None, :] <= pos[:, None]).long()  # (N, L)
+    ids = batch.input_ids[batch.turn_row, :length] * mask
+    if not distinct:
+        return ValueRows(ids, mask, pos.clone(), torch.arange(n))
+    keys = np.concatenate([ids.numpy(), pos.numpy()[:, None]], axis=1)
+    _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    first = torch.from_numpy(first.astype(np.int64))
+    order = prefix_order(ids[first], mask[first])  # distinct prompts, sorted
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(order.numel())
+    keep = first[order]
+    return ValueRows(ids[keep], mask[keep], pos[keep].clone(), rank[torch.from_numpy(inverse.reshape(-1).astype(np.int64))])
+
 
 def critic_loss(values: torch.Tensor, returns: torch.Tensor, old_values: torch.Tensor | None = None,
                 value_clip: float | None = None) -> torch.Tensor:
@@ -77,20 +177,20 @@ def critic_loss(values: torch.Tensor, returns: torch.Tensor, old_values: torch.T
 
 
 @torch.no_grad()
-def turn_values(critic: TurnCritic, batch: TrainBatch, micro_batch: int = 4) -> torch.Tensor:
-    """V(s_n) for every turn of ``batch``: (N,) float32, ``micro_batch`` rows per forward."""
+def turn_values(critic: TurnCritic, batch: TrainBatch, micro_batch: int = 4, share_prefix: bool = False) -> torch.Tensor:
+    """V(s_n) for every turn of ``batch``: (N,) float32, ``micro_batch`` prompts per forward
+    (``share_prefix``: distinct prompts only, shared prefixes once — see the module docstring)."""
     was_training = critic.training
     critic.eval()
-    out = torch.zeros(batch.num_turns, dtype=torch.float32)
+    rows = value_rows(batch, distinct=share_prefix)
+    out = torch.zeros(rows.num_prompts, dtype=torch.float32)
     device = model_device(critic)
     try:
-        for rows in minibatches(batch.num_rows, micro_batch):
-            mb = batch.select(rows).to(device)
-            keep = torch.isin(batch.turn_row, rows)
-            out[keep] = critic(mb.input_ids, mb.attention_mask, mb.turn_row, mb.turn_value_pos).float().cpu()
+        for idx in minibatches(rows.num_prompts, micro_batch):
+            out[idx] = critic.prompt_values(*rows.chunk(idx, device), share_prefix=share_prefix).float().cpu()
     finally:
         critic.train(was_training)
-    return out
+    return out[rows.turn_prompt]
 
 
 @dataclass(frozen=True)
@@ -105,9 +205,12 @@ class CriticStats:
 
 
 def critic_update(critic: TurnCritic, optimizer: torch.optim.Optimizer, batch: TrainBatch, *,
-                  micro_batch: int = 4, grad_clip: float = 1.0, value_clip: float | None = None) -> CriticStats:
+                  micro_batch: int = 4, grad_clip: float = 1.0, value_clip: float | None = None,
+                  share_prefix: bool = False) -> CriticStats:
     """One optimizer step of the critic on ``batch.returns`` (mean over all N turns of the
-    minibatch; micro-batches accumulate with the global turn count, like ``update``).
+    minibatch; micro-batches of ``micro_batch`` prompts accumulate with the global turn count,
+    like ``update``). ``share_prefix``: each distinct prompt runs once, its loss summed over the
+    turns that have it, and shared prefixes once (the same loss and gradients to float rounding).
 
     Raises:
         ValueError: ``batch.returns`` is missing (compute turn-level GAE returns first).
@@ -118,13 +221,18 @@ def critic_update(critic: TurnCritic, optimizer: torch.optim.Optimizer, batch: T
     optimizer.zero_grad(set_to_none=True)
     n, total, preds = batch.num_turns, 0.0, torch.zeros(batch.num_turns)
     device = model_device(critic)
-    for rows in minibatches(batch.num_rows, micro_batch):
-        mb = batch.select(rows).to(device)
-        v = critic(mb.input_ids, mb.attention_mask, mb.turn_row, mb.turn_value_pos)
-        loss = critic_loss(v, mb.returns, mb.old_values, value_clip).sum() / n
+    rows = value_rows(batch, distinct=share_prefix)
+    local = torch.full((rows.num_prompts,), -1, dtype=torch.int64)
+    for idx in minibatches(rows.num_prompts, micro_batch):
+        v = critic.prompt_values(*rows.chunk(idx, device), share_prefix=share_prefix)  # (k,)
+        local[idx] = torch.arange(idx.numel())
+        turns = torch.nonzero(torch.isin(rows.turn_prompt, idx)).squeeze(-1)  # every turn valued on these prompts
+        at = local[rows.turn_prompt[turns]].to(device)
+        old = None if batch.old_values is None else batch.old_values[turns].to(device)
+        loss = critic_loss(v[at], batch.returns[turns].to(device), old, value_clip).sum() / n
         loss.backward()
         total += float(loss.detach())
-        preds[torch.isin(batch.turn_row, rows)] = v.detach().float().cpu()
+        preds[turns] = v.detach()[at].float().cpu()
     params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else math.inf)) if params else 0.0
     optimizer.step()

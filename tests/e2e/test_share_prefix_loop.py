@@ -13,14 +13,14 @@ torch = pytest.importorskip("torch")
 from agentrl.config import config_from_dict  # noqa: E402
 
 
-def _cfg(tiny_dir, out_dir, share: bool, dtype: str):
+def _cfg(tiny_dir, out_dir, share: bool, dtype: str, estimator: str = "grpo"):
     return config_from_dict({
         "run": {"name": "sp", "out_dir": str(out_dir), "iterations": 1, "eval_every": 0, "save_every": 1, "seed": 3},
         "env": {"id": "agentrl/Toy-v0", "max_turns": 16, "split": "train", "eval_split": "eval", "eval_panel_size": 2},
         "policy": {"model": str(tiny_dir), "max_tokens": 8, "action_format": "whole", "action_constraint": "admissible",
                    "dtype": dtype},
         "rollout": {"groups_per_iteration": 2, "group_size": 4, "num_workers": 1},
-        "algorithm": {"estimator": "grpo"},
+        "algorithm": {"estimator": estimator},
         "update": {"lr": 1e-2, "micro_batch": 8, "epochs": 1, "share_prefix": share},
         "log": {"console": False}})
 
@@ -54,3 +54,42 @@ def test_shared_forward_steps_like_the_plain_forward_through_the_loop(tiny_dir, 
     for key in ("update/loss", "update/grad_norm", "update/entropy"):
         a, b = logged[False][key], logged[True][key]
         assert a != 0 and abs(a - b) <= rtol * abs(a), (key, a, b)
+
+
+def test_turn_ppo_critic_shares_prompts_through_the_loop(tiny_dir, tmp_path, monkeypatch):
+    """turn-PPO with ``update.share_prefix``: the critic values each distinct prompt once (the
+    groups' turn-0 prompts are identical) and its step logs the same loss, gradient norm and
+    explained variance as the plain path; the stored advantages are the same."""
+    import json
+
+    import numpy as np
+
+    from agentrl.store import TurnStore
+    from agentrl.train import train
+    from agentrl.update import critic
+
+    seen = []
+    real = critic.value_rows
+
+    def counting(batch, distinct=False):
+        got = real(batch, distinct)
+        seen.append((batch.num_turns, got.num_prompts))
+        return got
+
+    monkeypatch.setattr(critic, "value_rows", counting)
+    logged, adv = {}, {}
+    for share in (False, True):
+        result = train(_cfg(tiny_dir, tmp_path / str(share), share, "float32", "turn_ppo"), resume=False)
+        logged[share] = json.loads((result.run_dir / "metrics.jsonl").read_text().splitlines()[0])
+        with TurnStore(result.store_path, readonly=True) as store:
+            adv[share] = np.array([a.value for a in store.advantages(result.run_id, estimator="turn_ppo")])
+    n_turns = adv[False].size
+    assert n_turns >= 8 and np.abs(adv[False]).max() > 0 and np.allclose(adv[False], adv[True], atol=1e-6)
+    plain, shared = seen[:2], seen[2:]  # (value pass, critic step) per run
+    assert plain == [(n_turns, n_turns)] * 2
+    assert all(n == n_turns and u <= n_turns - 6 for n, u in shared)  # 2 groups x 3 repeated first prompts at least
+    for key in ("critic/loss", "critic/grad_norm"):
+        a, b = logged[False][key], logged[True][key]
+        assert a != 0 and abs(a - b) <= 1e-5 * abs(a), (key, a, b)
+    # the head starts at 0, so the first values are 0 on both paths (explained variance 0)
+    assert logged[False]["critic/explained_var"] == logged[True]["critic/explained_var"] == 0.0
