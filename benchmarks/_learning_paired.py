@@ -1,7 +1,7 @@
 """Paired comparison of learning-grid rows: estimator vs a baseline on the same seeds and tasks.
 
 Two rows of ``results/learning.json`` are a pair when they share env, group size, iterations,
-panel and seed and differ only in the estimator. The "before" evaluation is the same model on
+panel (size and content hash), dtype and seed and differ only in the estimator. The "before" evaluation is the same model on
 the same panel for both (greedy decoding: identical outcomes), so the difference of the
 "after" success rates is the difference of the rises. Each after-evaluation stores its
 per-task outcomes (``EvalResult.outcomes``: ``[task_id, return]``, success = return > 0 for the
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["dtype_of", "group_size_of", "pair_rows", "paired_difference", "paired_summary"]
+__all__ = ["dtype_of", "env_cell", "group_size_of", "panel_of", "pair_rows", "paired_difference", "paired_summary"]
 
 
 def group_size_of(row: dict) -> int:
@@ -46,11 +46,25 @@ def dtype_of(row: dict) -> str:
     return str(row.get("config", {}).get("policy", {}).get("dtype", "?"))
 
 
+def panel_of(row: dict) -> str:
+    """The first 12 hex digits of the held-out panel's sha256 (from the row's after-evaluation;
+    '' where a row has none, e.g. an unfinished cell). Two panels of one size can differ — the
+    panels of repeated tasks that issue 21 replaced (‡ in RESULTS.md) against today's distinct
+    tasks — and their rows are then neither merged, paired nor averaged together."""
+    return str(row.get("after", {}).get("greedy", {}).get("panel_sha256", ""))[:12]
+
+
+def env_cell(env: str, panel: str) -> str:
+    """'cu1 (panel df032635)': the env and the first 8 hex digits of its panel ('cu1' alone for
+    a row without a panel hash)."""
+    return f"{env} (panel {panel[:8]})" if panel else env
+
+
 def pair_rows(rows: list[dict], baseline: str) -> dict[tuple, dict[str, list[tuple[dict, dict]]]]:
-    """{(env, group size, iterations, panel, dtype): {estimator: [(row, baseline row), ...] by
-    seed}} for every estimator with at least one seed shared with ``baseline``."""
+    """{(env, group size, iterations, panel, dtype, panel hash): {estimator: [(row, baseline row),
+    ...] by seed}} for every estimator with at least one seed shared with ``baseline``."""
     def cond(r):
-        return r["env"], group_size_of(r), r["iterations"], r["panel"], dtype_of(r)
+        return r["env"], group_size_of(r), r["iterations"], r["panel"], dtype_of(r), panel_of(r)
 
     base = {(cond(r), r["seed"]): r for r in rows if r["estimator"] == baseline}
     out: dict[tuple, dict[str, list]] = {}
@@ -130,7 +144,7 @@ def paired_summary(rows: list[dict], baseline: str = "grpo") -> str:
     lines = [f"| env | dtype | group size | estimator − {baseline} | seeds | greedy Δ per seed (points) | greedy Δ [95 % CI] | "
              "sampled Δ [95 % CI] | greedy tasks won / lost | anchor groups (≥2 / mean size) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    for (env, g, _, _, dtype), by_est in sorted(pair_rows(rows, baseline).items()):
+    for (env, g, _, _, dtype, panel), by_est in sorted(pair_rows(rows, baseline).items()):
         for est, pairs in sorted(by_est.items()):
             gd, sd = paired_difference(pairs, "greedy"), paired_difference(pairs, "sampled")
             anchors = [_anchor(r) for r, _ in pairs]
@@ -138,6 +152,6 @@ def paired_summary(rows: list[dict], baseline: str = "grpo") -> str:
             size = [m for _, m in anchors if m is not None]
             anchor = f"{np.mean(share):.0%} / {np.mean(size):.2f}" if share and size else "–"
             won = f"{gd['wins']} / {gd['losses']}" if gd["wins"] is not None else "– (rates only)"
-            lines.append(f"| {env} | {dtype} | {g} | {est} | {', '.join(str(r['seed']) for r, _ in pairs)} | "
+            lines.append(f"| {env_cell(env, panel)} | {dtype} | {g} | {est} | {', '.join(str(r['seed']) for r, _ in pairs)} | "
                          f"{', '.join(f'{x:+.1f}' for x in gd['per_seed'])} | {fmt(gd)} | {fmt(sd)} | {won} | {anchor} |")
     return "\n".join(lines)

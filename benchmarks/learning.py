@@ -23,7 +23,7 @@ comparison group of the estimator's breakdown terms), the turns trained, and the
 The "before" evaluation does not depend on the estimator: it is computed once per (env,
 panel, seed, hash of the env and policy config — ``policy.return_hidden`` left out) and shared
 by the estimators of that seed (the greedy one once per (env, panel, hash): greedy decoding
-ignores the seed). Rows are merged into the JSON by (env, estimator, seed, iterations, panel, group size, dtype),
+ignores the seed). Rows are merged into the JSON by (env, estimator, seed, iterations, panel, group size, dtype, panel hash),
 so a grid can be run in pieces; ``--summary`` prints the Markdown table of what the JSON holds
 (per-run rows with their diagnostics, then means over seeds). ``--group-size G`` trains groups
 of G episodes per task on 24 // G tasks per iteration (the same 24 episodes; rows keyed by group
@@ -52,11 +52,11 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from _learning_paired import dtype_of, group_size_of, paired_summary
+from _learning_paired import dtype_of, env_cell, group_size_of, paired_summary, panel_of
 
 ENVS = {"cu1": ("agentrl/TextWorld-CU1-v0", 8), "cc3": ("agentrl/TextWorld-CC3-v0", 10)}
 OUT = Path(__file__).parent / "results" / "learning.json"
-KEY = ("env", "estimator", "seed", "iterations", "panel", "group_size", "dtype")
+KEY = ("env", "estimator", "seed", "iterations", "panel", "group_size", "dtype", "panel_sha")
 EPISODES = 24  #: episodes per iteration of every cell: groups_per_iteration = EPISODES // group size
 
 
@@ -200,14 +200,16 @@ def unfinished_summary(rows: list[dict]) -> str:
 
 def merge(rows: list[dict], row: dict) -> list[dict]:
     """``rows`` with ``row`` replacing any row of the same (env, estimator, seed, iterations, panel,
-    group size, dtype)."""
+    group size, dtype, panel hash)."""
     return [r for r in rows if row_key(r) != row_key(row)] + [row]
 
 
 def row_key(row: dict) -> tuple:
     """A row's ``KEY`` values (group size 4 for rows written before ``--group-size``; the dtype is
-    ``policy.dtype`` of the row's config, so a float32 re-run never replaces a bf16 row)."""
-    derived = {"group_size": group_size_of, "dtype": dtype_of}
+    ``policy.dtype`` of the row's config, so a float32 re-run never replaces a bf16 row; the panel
+    hash is the after-evaluation's, so a run on today's panel never replaces one on an older panel
+    of the same size)."""
+    derived = {"group_size": group_size_of, "dtype": dtype_of, "panel_sha": panel_of}
     return tuple(derived[k](row) if k in derived else row.get(k) for k in KEY)
 
 
@@ -276,16 +278,16 @@ def summary(rows: list[dict]) -> str:
                      f"{pct(b['sampled'])} | {pct(a['sampled'])} | {b['greedy']['mean_turns']:.2f} → "
                      f"{a['greedy']['mean_turns']:.2f} | {r.get('turns_trained', '–')} | {wall:.0f} s | {condition_cell(r)} | "
                      + " | ".join(diag_cells(r)) + " |")
-    lines += ["", "| env | estimator | seeds | greedy after (mean) | greedy rise (mean ± sd, points) | "
+    lines += ["", "| env (panel) | estimator | seeds | greedy after (mean) | greedy rise (mean ± sd, points) | "
               "sampled rise (mean ± sd, points) |", "|---|---|---|---|---|---|"]
-    cells = sorted({(r["env"], label(r)) for r in rows})
-    for env, est in cells:
-        rs = [r for r in rows if r["env"] == env and label(r) == est]
+    cells = sorted({(r["env"], panel_of(r), label(r)) for r in rows})  # never a mean over two panels
+    for env, panel, est in cells:
+        rs = [r for r in rows if r["env"] == env and panel_of(r) == panel and label(r) == est]
         g = np.array([100 * (r["after"]["greedy"]["success_rate"] - r["before"]["greedy"]["success_rate"]) for r in rs])
         s = np.array([100 * (r["after"]["sampled"]["success_rate"] - r["before"]["sampled"]["success_rate"]) for r in rs])
         after = np.mean([r["after"]["greedy"]["success_rate"] for r in rs])
         sd = (lambda x: f"{x.std(ddof=1):.1f}" if x.size > 1 else "–")
-        lines.append(f"| {env} | {est} | {len(rs)} | {after:.1%} | {g.mean():+.1f} ± {sd(g)} | {s.mean():+.1f} ± {sd(s)} |")
+        lines.append(f"| {env_cell(env, panel)} | {est} | {len(rs)} | {after:.1%} | {g.mean():+.1f} ± {sd(g)} | {s.mean():+.1f} ± {sd(s)} |")
     return "\n".join(lines)
 
 

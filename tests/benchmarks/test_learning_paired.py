@@ -63,8 +63,8 @@ def test_pairing_rules():
             _row("hgpo", 0, {"t0"}, dtype="bfloat16"),            # no bf16 baseline: unpaired
             _row("gigpo", 0, {"t1"}, group_size=8)]              # no groups-of-8 baseline: unpaired
     got = pair_rows(rows, "grpo")
-    assert list(got) == [("cu1", 4, 8, 4, "float32")]
-    assert [(r["seed"], b["seed"]) for r, b in got[("cu1", 4, 8, 4, "float32")]["gigpo"]] == [(0, 0)]
+    assert list(got) == [("cu1", 4, 8, 4, "float32", "")]
+    assert [(r["seed"], b["seed"]) for r, b in got[("cu1", 4, 8, 4, "float32", "")]["gigpo"]] == [(0, 0)]
     table = paired_summary(rows, "grpo").splitlines()
     assert len(table) == 3 and "| cu1 | float32 | 4 | gigpo | 0 | +25.0 |" in table[2]
 
@@ -123,3 +123,29 @@ def test_a_float32_rerun_does_not_replace_a_bf16_row():
     assert row_key(bf16) != row_key(fp32) and merge([bf16], fp32) == [bf16, fp32]
     assert label(bf16) == "grpo (bfloat16)" and label(fp32) == "grpo"
     assert label(_row("grpo", 0, set(), dtype="bfloat16", group_size=8)) == "grpo (groups of 8, bfloat16)"
+
+
+def test_rows_of_another_panel_are_neither_replaced_paired_nor_averaged():
+    """A run on today's panel must not replace a row of an older panel of the same size (the ‡
+    panels of repeated tasks), nor pair with it, nor share its mean."""
+    from learning import summary
+
+    def on(row, sha):
+        for mode in ("greedy", "sampled"):
+            row["after"][mode]["panel_sha256"] = sha
+        return row
+
+    extra = {"before": {m: {**_eval(set()), "wilson": [0.0, 0.5], "n": 4, "mean_turns": 8.0} for m in ("greedy", "sampled")},
+             "seconds": {"train": 1.0, "eval_after": 1.0}}
+    old = on(_row("grpo", 0, set(), **extra), "aaaa" * 16)
+    new = on(_row("grpo", 0, {"t0", "t1"}, **extra), "bbbb" * 16)
+    gigpo_new = on(_row("gigpo", 0, {"t0", "t1", "t2"}, **extra), "bbbb" * 16)
+    for r in (old, new, gigpo_new):
+        for m in ("greedy", "sampled"):
+            r["after"][m].update(wilson=[0.0, 1.0], n=4, mean_turns=4.0)
+    assert row_key(old) != row_key(new) and merge([old], new) == [old, new]
+    got = pair_rows([old, new, gigpo_new], "grpo")
+    assert [(r["estimator"], b["after"]["greedy"]["success_rate"]) for r, b in
+            next(iter(got.values()))["gigpo"]] == [("gigpo", 0.5)]  # paired with the same panel's baseline
+    means = [x for x in summary([old, new, gigpo_new]).splitlines() if x.startswith("| cu1 (panel")]
+    assert "| cu1 (panel aaaaaaaa) | grpo | 1 | 0.0% |" in means[0] and "| cu1 (panel bbbbbbbb) | grpo | 1 | 50.0% |" in means[2]
