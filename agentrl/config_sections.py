@@ -279,7 +279,9 @@ class UpdateConfig:
     ``pack`` puts prefix-consistent turns of one episode into one sequence. ``share_prefix``
     runs identical rows of a micro-batch once and the prompt prefix that all its rows share once
     per micro-batch (``agentrl.update.shared_prefix``: turns of one task; the same logprobs and
-    gradients to float rounding, for window prompts that ``pack`` cannot join). ``critic_lr``,
+    gradients to float rounding, for window prompts that ``pack`` cannot join); for turn-PPO's
+    critic it also runs each distinct prompt of the whole batch once (``micro_batch`` then counts
+    distinct prompts; ``agentrl.update.critic``). ``critic_lr``,
     ``critic_top_n_layers`` and ``value_clip`` configure the turn-level critic of turn-PPO
     (``critic_top_n_layers`` n: only the top n transformer layers, the final norm and the
     value head train — the layers below run without autograd state, so a critic step costs

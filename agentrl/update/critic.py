@@ -46,8 +46,10 @@ class TurnCritic(nn.Module):
         ValueError: ``top_n_layers`` < 1, above the number of layers, or the backbone has no
             ``layers`` list (set ``update.critic_top_n_layers: null``).
     Shape:
-        forward(input_ids (B, T) int64, attention_mask (B, T), rows (K,) int64,
-        positions (K,) int64) → values (K,) float32.
+        prompt_values(input_ids (B, T) int64, attention_mask (B, T), last (B,) int64) →
+        values (B,) float32 — what ``turn_values`` and ``critic_update`` call, on prompts
+        (``value_rows``); forward(input_ids (B, T) int64, attention_mask (B, T), rows (K,)
+        int64, positions (K,) int64) → values (K,) float32 reads K values anywhere in a batch.
     """
 
     def __init__(self, backbone: nn.Module, top_n_layers: int | None = None) -> None:
@@ -141,7 +143,8 @@ def value_rows(batch: TrainBatch, distinct: bool = False) -> ValueRows:
     """Each turn's prompt (its row up to ``turn_value_pos``), for the critic.
 
     Args:
-        batch: any ``TrainBatch`` (packed rows hold several turns: each gets its own prompt).
+        batch: a ``TrainBatch`` on the CPU (packed rows hold several turns: each gets its own
+            prompt, so a packed batch saves the critic nothing).
         distinct: keep one copy of identical prompts, sorted lexicographically so that
             consecutive prompts share their start (``prefix_order``); False: one prompt per
             turn, in turn order.

@@ -58,8 +58,10 @@ def test_shared_forward_steps_like_the_plain_forward_through_the_loop(tiny_dir, 
 
 def test_turn_ppo_critic_shares_prompts_through_the_loop(tiny_dir, tmp_path, monkeypatch):
     """turn-PPO with ``update.share_prefix``: the critic values each distinct prompt once (the
-    groups' turn-0 prompts are identical) and its step logs the same loss, gradient norm and
-    explained variance as the plain path; the stored advantages are the same."""
+    groups' turn-0 prompts are identical) and gives the same values — so the same stored
+    advantages — and logs the same loss, gradient norm and explained variance as the plain path.
+    The value head starts from seeded nonzero weights here (the trainer's starts at 0, which
+    would read 0 on both paths and make the comparison trivial)."""
     import json
 
     import numpy as np
@@ -77,6 +79,15 @@ def test_turn_ppo_critic_shares_prompts_through_the_loop(tiny_dir, tmp_path, mon
         return got
 
     monkeypatch.setattr(critic, "value_rows", counting)
+
+    class SeededHead(critic.TurnCritic):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            torch.nn.init.normal_(self.head.weight, std=0.5, generator=torch.Generator().manual_seed(0))
+
+    from agentrl.train import critic as train_critic
+
+    monkeypatch.setattr(train_critic, "TurnCritic", SeededHead)
     logged, adv = {}, {}
     for share in (False, True):
         result = train(_cfg(tiny_dir, tmp_path / str(share), share, "float32", "turn_ppo"), resume=False)
@@ -88,8 +99,6 @@ def test_turn_ppo_critic_shares_prompts_through_the_loop(tiny_dir, tmp_path, mon
     plain, shared = seen[:2], seen[2:]  # (value pass, critic step) per run
     assert plain == [(n_turns, n_turns)] * 2
     assert all(n == n_turns and u <= n_turns - 6 for n, u in shared)  # 2 groups x 3 repeated first prompts at least
-    for key in ("critic/loss", "critic/grad_norm"):
+    for key in ("critic/loss", "critic/grad_norm", "critic/explained_var"):
         a, b = logged[False][key], logged[True][key]
         assert a != 0 and abs(a - b) <= 1e-5 * abs(a), (key, a, b)
-    # the head starts at 0, so the first values are 0 on both paths (explained variance 0)
-    assert logged[False]["critic/explained_var"] == logged[True]["critic/explained_var"] == 0.0

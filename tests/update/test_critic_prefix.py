@@ -25,8 +25,10 @@ def _turns(seed: int = 0):
     return prompts, comps
 
 
-def _critic_and_batch(top_n: int | None = None, seed: int = 0):
-    critic = TurnCritic(tiny_model(1), top_n_layers=top_n)
+def _critic_and_batch(top_n: int | None = None, seed: int = 0, attn: str = "eager"):
+    model = tiny_model(1)
+    model.config._attn_implementation = attn  # make_critic loads the real model with transformers' default, sdpa
+    critic = TurnCritic(model, top_n_layers=top_n)
     torch.nn.init.normal_(critic.head.weight, std=0.5)
     prompts, comps = _turns(seed)
     batch = build_batch(prompts, comps, [np.zeros(c.size) for c in comps], np.zeros(len(prompts)), pad_id=PAD)
@@ -71,8 +73,9 @@ def test_packed_batch_values_each_turn_at_its_own_prompt() -> None:
     assert np.allclose(got.numpy(), want, atol=1e-5)
 
 
-def test_turn_values_equal_the_plain_path_and_each_prompt_alone() -> None:
-    critic, batch, prompts = _critic_and_batch()
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_turn_values_equal_the_plain_path_and_each_prompt_alone(attn) -> None:
+    critic, batch, prompts = _critic_and_batch(attn=attn)
     for mb in (1, 3, 8):
         plain = turn_values(critic, batch, micro_batch=mb)
         shared = turn_values(critic, batch, micro_batch=mb, share_prefix=True)
@@ -116,11 +119,12 @@ def test_shared_path_runs_fewer_tokens() -> None:
         assert torch.allclose(v, critic.prompt_values(ids, attn, last), atol=1e-5)
 
 
-@pytest.mark.parametrize("top_n, value_clip", [(None, None), (1, 0.1)], ids=["whole", "top1-clipped"])
-def test_critic_update_equals_the_plain_path(top_n, value_clip) -> None:
+@pytest.mark.parametrize("top_n, value_clip, attn", [(None, None, "eager"), (1, 0.1, "eager"), (1, None, "sdpa")],
+                         ids=["whole", "top1-clipped", "top1-sdpa"])
+def test_critic_update_equals_the_plain_path(top_n, value_clip, attn) -> None:
     out = {}
     for share in (False, True):
-        critic, batch, _ = _critic_and_batch(top_n)
+        critic, batch, _ = _critic_and_batch(top_n, attn=attn)
         opt = make_optimizer(critic, 1e-2)
         stats = critic_update(critic, opt, batch, micro_batch=3, value_clip=value_clip, share_prefix=share)
         grads = {n: p.grad.clone() for n, p in critic.named_parameters() if p.grad is not None}
