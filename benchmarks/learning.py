@@ -267,14 +267,14 @@ def summary(rows: list[dict]) -> str:
     the greedy/sampled rise over seeds."""
     import numpy as np
 
-    lines = ["| env | estimator | seed | greedy before | greedy after | sampled before | sampled after | "
+    lines = ["| env (panel) | estimator | seed | greedy before | greedy after | sampled before | sampled after | "
              "turns (greedy) | turns trained | wall (train + after-eval) | condition | zero adv | anchor groups (≥2 / mean size) | "
              "estimator groups per term (≥2 / mean size) | A > 0 in failed / A < 0 in succeeded |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in sorted(rows, key=lambda r: (r["env"], label(r), r["seed"])):
+    for r in sorted(rows, key=lambda r: (r["env"], panel_of(r), label(r), r["seed"])):
         b, a = r["before"], r["after"]
         wall = r["seconds"]["train"] + r["seconds"]["eval_after"]
-        lines.append(f"| {r['env']} | {label(r)} | {r['seed']} | {pct(b['greedy'])} | {pct(a['greedy'])} | "
+        lines.append(f"| {env_cell(r['env'], panel_of(r))} | {label(r)} | {r['seed']} | {pct(b['greedy'])} | {pct(a['greedy'])} | "
                      f"{pct(b['sampled'])} | {pct(a['sampled'])} | {b['greedy']['mean_turns']:.2f} → "
                      f"{a['greedy']['mean_turns']:.2f} | {r.get('turns_trained', '–')} | {wall:.0f} s | {condition_cell(r)} | "
                      + " | ".join(diag_cells(r)) + " |")

@@ -147,5 +147,9 @@ def test_rows_of_another_panel_are_neither_replaced_paired_nor_averaged():
     got = pair_rows([old, new, gigpo_new], "grpo")
     assert [(r["estimator"], b["after"]["greedy"]["success_rate"]) for r, b in
             next(iter(got.values()))["gigpo"]] == [("gigpo", 0.5)]  # paired with the same panel's baseline
-    means = [x for x in summary([old, new, gigpo_new]).splitlines() if x.startswith("| cu1 (panel")]
-    assert "| cu1 (panel aaaaaaaa) | grpo | 1 | 0.0% |" in means[0] and "| cu1 (panel bbbbbbbb) | grpo | 1 | 50.0% |" in means[2]
+    table = summary([old, new, gigpo_new]).splitlines()
+    means = table[table.index("") + 3:]  # after the per-run table and the means' header
+    assert [m.split(" | ")[:4] for m in means] == [["| cu1 (panel aaaaaaaa)", "grpo", "1", "0.0%"],
+                                                   ["| cu1 (panel bbbbbbbb)", "gigpo", "1", "75.0%"],
+                                                   ["| cu1 (panel bbbbbbbb)", "grpo", "1", "50.0%"]]
+    assert table[2].startswith("| cu1 (panel aaaaaaaa) | grpo | 0 |")  # per-run rows name their panel too
