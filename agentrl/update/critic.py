@@ -22,13 +22,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 
-import numpy as np
-
 from agentrl.update.batch import TrainBatch, minibatches, model_device
-from agentrl.update.shared_prefix import common_prefix, prefix_order
+from agentrl.update.shared_prefix import common_prefix, prefix_forward, prefix_order
 
 __all__ = ["TurnCritic", "critic_loss", "turn_values", "CriticStats", "critic_update", "ValueRows", "value_rows"]
 
@@ -76,8 +75,7 @@ class TurnCritic(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, rows: torch.Tensor,
                 positions: torch.Tensor) -> torch.Tensor:
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
-        h = hidden[rows, positions]  # (K, H)
-        return self.head(h.to(self.head.weight.dtype)).float().squeeze(-1)
+        return self._head(hidden, rows, positions)
 
     def prompt_values(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, last: torch.Tensor,
                       share_prefix: bool = False) -> torch.Tensor:
@@ -92,22 +90,16 @@ class TurnCritic(nn.Module):
         Returns:
             (B,) float32 values (in the autograd graph when grad mode is on).
         """
-        b = input_ids.shape[0]
+        rows = torch.arange(input_ids.shape[0], device=input_ids.device)
         shared = min(common_prefix(input_ids, attention_mask), int(last.min())) if share_prefix and not \
             getattr(self.backbone, "is_gradient_checkpointing", False) else 0
         if shared >= 1:
-            head = self.backbone(input_ids=input_ids[:1, :shared], attention_mask=attention_mask[:1, :shared],
-                                 use_cache=True)
-            cache = head.past_key_values
-            cache.batch_repeat_interleave(b)
-            hidden = self.backbone(input_ids=input_ids[:, shared:], attention_mask=attention_mask,
-                                   past_key_values=cache, use_cache=True).last_hidden_state
-            return self._head(hidden, last - shared)
-        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
-        return self._head(hidden, last)
+            hidden = prefix_forward(self.backbone, input_ids, attention_mask, shared).last_hidden_state
+            return self._head(hidden, rows, last - shared)
+        return self(input_ids, attention_mask, rows, last)
 
-    def _head(self, hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        h = hidden[torch.arange(hidden.shape[0], device=hidden.device), positions]  # (B, H)
+    def _head(self, hidden: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        h = hidden[rows, positions]  # (K, H)
         return self.head(h.to(self.head.weight.dtype)).float().squeeze(-1)
 
 

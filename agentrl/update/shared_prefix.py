@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["common_prefix", "prefix_order", "prefix_logits", "duplicate_rows"]
+__all__ = ["common_prefix", "prefix_order", "prefix_logits", "prefix_forward", "duplicate_rows"]
 
 
 def common_prefix(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
@@ -94,9 +94,26 @@ def prefix_logits(model: torch.nn.Module, input_ids: torch.Tensor, attention_mas
     if not 1 <= prefix < t or int(keep.min()) < prefix:
         raise ValueError(f"shared prefix {prefix} must be in [1, {t}) and before every kept position "
                          f"(first {int(keep.min())})")
+    return prefix_forward(model, input_ids, attention_mask, prefix, {"logits_to_keep": 1},
+                          logits_to_keep=keep - prefix).logits
+
+
+def prefix_forward(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, prefix: int,
+                   prefix_kwargs: dict | None = None, **kwargs):
+    """One forward of a right-padded batch whose rows share their first ``prefix`` tokens: the
+    prefix once (row 0, with ``prefix_kwargs``), its key/value cache repeated over the B rows (in
+    the autograd graph) and every row's tokens after it on that cache (with ``kwargs``).
+
+    Args:
+        model: an HF model (causal LM, bare ``...Model`` or peft-wrapped) taking ``past_key_values``.
+        input_ids, attention_mask: (B, T) int64, right padded; 1 ≤ ``prefix`` < T.
+    Returns:
+        The model's output for the columns ``prefix..T-1`` (e.g. ``.last_hidden_state``
+        (B, T − prefix, H)); positions continue from the prefix.
+    """
     head = model(input_ids=input_ids[:1, :prefix], attention_mask=attention_mask[:1, :prefix], use_cache=True,
-                 logits_to_keep=1)
+                 **(prefix_kwargs or {}))
     cache = head.past_key_values
     cache.batch_repeat_interleave(input_ids.shape[0])
     return model(input_ids=input_ids[:, prefix:], attention_mask=attention_mask, past_key_values=cache,
-                 use_cache=True, logits_to_keep=keep - prefix).logits
+                 use_cache=True, **kwargs)
