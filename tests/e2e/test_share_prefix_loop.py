@@ -56,7 +56,8 @@ def test_shared_forward_steps_like_the_plain_forward_through_the_loop(tiny_dir, 
         assert a != 0 and abs(a - b) <= rtol * abs(a), (key, a, b)
 
 
-def test_turn_ppo_critic_shares_prompts_through_the_loop(tiny_dir, tmp_path, monkeypatch):
+@pytest.mark.parametrize("dtype,atol,rtol", [("float32", 1e-6, 1e-5), ("bfloat16", 2e-2, 5e-2)])
+def test_turn_ppo_critic_shares_prompts_through_the_loop(tiny_dir, tmp_path, monkeypatch, dtype, atol, rtol):
     """turn-PPO with ``update.share_prefix``: the critic values each distinct prompt once (the
     groups' turn-0 prompts are identical) and gives the same values — so the same stored
     advantages — and logs the same loss, gradient norm and explained variance as the plain path.
@@ -90,15 +91,15 @@ def test_turn_ppo_critic_shares_prompts_through_the_loop(tiny_dir, tmp_path, mon
     monkeypatch.setattr(train_critic, "TurnCritic", SeededHead)
     logged, adv = {}, {}
     for share in (False, True):
-        result = train(_cfg(tiny_dir, tmp_path / str(share), share, "float32", "turn_ppo"), resume=False)
+        result = train(_cfg(tiny_dir, tmp_path / str(share), share, dtype, "turn_ppo"), resume=False)
         logged[share] = json.loads((result.run_dir / "metrics.jsonl").read_text().splitlines()[0])
         with TurnStore(result.store_path, readonly=True) as store:
             adv[share] = np.array([a.value for a in store.advantages(result.run_id, estimator="turn_ppo")])
     n_turns = adv[False].size
-    assert n_turns >= 8 and np.abs(adv[False]).max() > 0 and np.allclose(adv[False], adv[True], atol=1e-6)
+    assert n_turns >= 8 and np.abs(adv[False]).max() > 0 and np.abs(adv[False] - adv[True]).max() <= atol * np.abs(adv[False]).max()
     plain, shared = seen[:2], seen[2:]  # (value pass, critic step) per run
     assert plain == [(n_turns, n_turns)] * 2
     assert all(n == n_turns and u <= n_turns - 6 for n, u in shared)  # 2 groups x 3 repeated first prompts at least
     for key in ("critic/loss", "critic/grad_norm", "critic/explained_var"):
         a, b = logged[False][key], logged[True][key]
-        assert a != 0 and abs(a - b) <= 1e-5 * abs(a), (key, a, b)
+        assert a != 0 and abs(a - b) <= rtol * abs(a), (key, a, b)
