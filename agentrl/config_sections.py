@@ -281,11 +281,14 @@ class UpdateConfig:
     per micro-batch (``agentrl.update.shared_prefix``: turns of one task; the same logprobs and
     gradients to float rounding, for window prompts that ``pack`` cannot join); for turn-PPO's
     critic it also runs each distinct prompt of the whole batch once (``micro_batch`` then counts
-    distinct prompts; ``agentrl.update.critic``). ``critic_lr``,
+    distinct prompts; ``agentrl.update.critic``). ``critic_lr``, ``critic_minibatch``,
     ``critic_top_n_layers`` and ``value_clip`` configure the turn-level critic of turn-PPO
     (``critic_top_n_layers`` n: only the top n transformer layers, the final norm and the
     value head train — the layers below run without autograd state, so a critic step costs
-    about what a LoRA-on-the-top-n policy step does; null: the whole copy trains).
+    about what a LoRA-on-the-top-n policy step does; null: the whole copy trains;
+    ``critic_minibatch`` k > 0: an optimizer step per k prompts — distinct prompts under
+    ``share_prefix``, turns otherwise — so each of the ``epochs`` passes takes several steps
+    at the cost of one; 0: one step per pass).
 
     Rollout (off-policy) correction (``agentrl.update.correction``): ``rollout_correction``
     ``none`` (default: π_old = the engine's behaviour logprobs, no weight) | ``tis`` | ``mis``
@@ -317,6 +320,7 @@ class UpdateConfig:
     share_prefix: bool = False
     gradient_checkpointing: bool = False
     critic_lr: float = 1e-5
+    critic_minibatch: int = 0
     critic_top_n_layers: Optional[int] = None
     value_clip: Optional[float] = None
     rollout_correction: Literal["none", "tis", "mis", "icepop"] = "none"
@@ -333,6 +337,7 @@ class UpdateConfig:
         _check(self.weight_decay >= 0 and self.grad_clip >= 0, "update.weight_decay and grad_clip must be >= 0 (grad_clip 0 = off)")
         _check(self.kl_coef >= 0, "update.kl_coef must be >= 0 (0 = no reference model)")
         _check(self.sum_norm_tokens is None or self.sum_norm_tokens >= 1, "update.sum_norm_tokens must be >= 1 or null")
+        _check(self.critic_minibatch >= 0, "update.critic_minibatch must be >= 0 (prompts per critic step; 0 = the whole batch)")
         _check(self.value_clip is None or self.value_clip > 0, "update.value_clip must be > 0 or null")
         _check(self.critic_top_n_layers is None or self.critic_top_n_layers >= 1,
                "update.critic_top_n_layers must be >= 1 (the critic's top layers that train) or null (all of them)")

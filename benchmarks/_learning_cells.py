@@ -13,10 +13,14 @@ On top of that an estimator gets only
     the method is the mean-only advantage *and* this aggregation);
   - ``bipace``: ``policy.return_hidden=true`` (it clusters final-layer hidden states);
   - ``turn_ppo``: the trainer adds the turn-level critic (a copy of the model with a value
-    head, ``update.critic_lr`` 1e-5 by default) because the estimator requires ``value``; the
-    cell trains only its top 6 layers (``update.critic_top_n_layers=6``, the layers the
-    policy's LoRA covers): the whole-copy critic took > 20 min for its first step alone on
-    one core (full backward through 30 layers), which no 8-iteration cell can afford here.
+    head) because the estimator requires ``value``; the cell trains only its top 6 layers
+    (``update.critic_top_n_layers=6``, the layers the policy's LoRA covers): the whole-copy
+    critic took > 20 min for its first step alone on one core (full backward through 30
+    layers), which no 8-iteration cell can afford here. It takes an optimizer step per 16
+    distinct prompts (``update.critic_minibatch=16``, ~6 steps per iteration for the cost of
+    one) at ``update.critic_lr=1e-4``: at the default 1e-5 and one step per iteration its
+    critic explained no variance in 8 iterations (2026-12-03, bf16 seed 0 — also because its
+    bf16 weights then dropped updates below their rounding, fixed by ``MasterAdamW``).
     It has no example config, so its defaults (γ 0.99, λ 0.9);
   - ``tree_grpo``: ``rollout.sampler=tree`` with 2 trees per task, 1 expansion round of 2
     branches, 2 leaves kept per tree (4 leaf trajectories per task, as the 4-episode groups
@@ -43,7 +47,7 @@ EXAMPLES = {"hgpo": "hgpo_textworld.yaml", "g2po": "g2po_textworld.yaml", "graph
 NEEDS = {
     "dr_grpo": ["update.aggregation=seq-mean-token-sum-norm"],
     "bipace": ["policy.return_hidden=true"],
-    "turn_ppo": ["update.critic_top_n_layers=6"],
+    "turn_ppo": ["update.critic_top_n_layers=6", "update.critic_lr=1e-4", "update.critic_minibatch=16"],
     "tree_grpo": ["rollout.sampler=tree", "rollout.tree.trees=2", "rollout.tree.rounds=1", "rollout.tree.branches=2",
                   "rollout.tree.leaves=2"],
     "rtpo": ["rollout.sampler=rtpo", "rollout.group_size=2", "rollout.tree.stride=2", "rollout.tree.siblings=3",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["dtype_of", "env_cell", "group_size_of", "panel_of", "pair_rows", "paired_difference", "paired_summary"]
+__all__ = ["critic_of", "dtype_of", "env_cell", "group_size_of", "panel_of", "pair_rows", "paired_difference", "paired_summary"]
 
 
 def group_size_of(row: dict) -> int:
@@ -46,6 +46,17 @@ def dtype_of(row: dict) -> str:
     return str(row.get("config", {}).get("policy", {}).get("dtype", "?"))
 
 
+def critic_of(row: dict) -> str:
+    """'critic lr 0.0001, 16 prompts/step': the critic settings of a row whose estimator trains
+    a turn-level critic (turn-PPO: ``update.critic_lr``, ``update.critic_minibatch`` when > 0);
+    '' for every other row. Two critic settings are two cells: never merged, paired or averaged."""
+    if row["estimator"] != "turn_ppo":
+        return ""
+    u = row.get("config", {}).get("update", {})
+    k = int(u.get("critic_minibatch", 0) or 0)
+    return f"critic lr {float(u.get('critic_lr', 1e-5)):g}" + (f", {k} prompts/step" if k else "")
+
+
 def panel_of(row: dict) -> str:
     """The first 12 hex digits of the held-out panel's sha256 (from the row's after-evaluation;
     '' where a row has none, e.g. an unfinished cell). Two panels of one size can differ — the
@@ -62,7 +73,8 @@ def env_cell(env: str, panel: str) -> str:
 
 def pair_rows(rows: list[dict], baseline: str) -> dict[tuple, dict[str, list[tuple[dict, dict]]]]:
     """{(env, group size, iterations, panel, dtype, panel hash): {estimator: [(row, baseline row),
-    ...] by seed}} for every estimator with at least one seed shared with ``baseline``."""
+    ...] by seed}} for every estimator with at least one seed shared with ``baseline`` (a
+    turn-PPO estimator's name carries its critic settings, ``critic_of``)."""
     def cond(r):
         return r["env"], group_size_of(r), r["iterations"], r["panel"], dtype_of(r), panel_of(r)
 
@@ -71,7 +83,8 @@ def pair_rows(rows: list[dict], baseline: str) -> dict[tuple, dict[str, list[tup
     for r in sorted(rows, key=lambda r: (cond(r), r["estimator"], r["seed"])):
         b = base.get((cond(r), r["seed"]))
         if r["estimator"] != baseline and b is not None:
-            out.setdefault(cond(r), {}).setdefault(r["estimator"], []).append((r, b))
+            name = r["estimator"] + (f" ({critic_of(r)})" if critic_of(r) else "")
+            out.setdefault(cond(r), {}).setdefault(name, []).append((r, b))
     return out
 
 

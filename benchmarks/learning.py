@@ -23,7 +23,8 @@ comparison group of the estimator's breakdown terms), the turns trained, and the
 The "before" evaluation does not depend on the estimator: it is computed once per (env,
 panel, seed, hash of the env and policy config — ``policy.return_hidden`` left out) and shared
 by the estimators of that seed (the greedy one once per (env, panel, hash): greedy decoding
-ignores the seed). Rows are merged into the JSON by (env, estimator, seed, iterations, panel, group size, dtype, panel hash),
+ignores the seed). Rows are merged into the JSON by (env, estimator, seed, iterations, panel, group size, dtype, panel hash,
+turn-PPO's critic settings),
 so a grid can be run in pieces; ``--summary`` prints the Markdown table of what the JSON holds
 (per-run rows with their diagnostics, then means over seeds). ``--group-size G`` trains groups
 of G episodes per task on 24 // G tasks per iteration (the same 24 episodes; rows keyed by group
@@ -52,11 +53,11 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from _learning_paired import dtype_of, env_cell, group_size_of, paired_summary, panel_of
+from _learning_paired import critic_of, dtype_of, env_cell, group_size_of, paired_summary, panel_of
 
 ENVS = {"cu1": ("agentrl/TextWorld-CU1-v0", 8), "cc3": ("agentrl/TextWorld-CC3-v0", 10)}
 OUT = Path(__file__).parent / "results" / "learning.json"
-KEY = ("env", "estimator", "seed", "iterations", "panel", "group_size", "dtype", "panel_sha")
+KEY = ("env", "estimator", "seed", "iterations", "panel", "group_size", "dtype", "panel_sha", "critic")
 EPISODES = 24  #: episodes per iteration of every cell: groups_per_iteration = EPISODES // group size
 
 
@@ -199,8 +200,7 @@ def unfinished_summary(rows: list[dict]) -> str:
 
 
 def merge(rows: list[dict], row: dict) -> list[dict]:
-    """``rows`` with ``row`` replacing any row of the same (env, estimator, seed, iterations, panel,
-    group size, dtype, panel hash)."""
+    """``rows`` with ``row`` replacing any row of the same ``row_key``."""
     return [r for r in rows if row_key(r) != row_key(row)] + [row]
 
 
@@ -208,16 +208,17 @@ def row_key(row: dict) -> tuple:
     """A row's ``KEY`` values (group size 4 for rows written before ``--group-size``; the dtype is
     ``policy.dtype`` of the row's config, so a float32 re-run never replaces a bf16 row; the panel
     hash is the after-evaluation's, so a run on today's panel never replaces one on an older panel
-    of the same size)."""
-    derived = {"group_size": group_size_of, "dtype": dtype_of, "panel_sha": panel_of}
+    of the same size; turn-PPO's critic settings, ``critic_of``, likewise)."""
+    derived = {"group_size": group_size_of, "dtype": dtype_of, "panel_sha": panel_of, "critic": critic_of}
     return tuple(derived[k](row) if k in derived else row.get(k) for k in KEY)
 
 
 def label(row: dict) -> str:
-    """The estimator column: the name, plus the group size where it is not the default 4 and the
-    dtype where it is not float32 (the means over seeds never mix dtypes)."""
-    g, dtype = group_size_of(row), dtype_of(row)
-    extra = ([f"groups of {g}"] if g != 4 else []) + ([dtype] if dtype != "float32" else [])
+    """The estimator column: the name, plus turn-PPO's critic settings, the group size where it is
+    not the default 4 and the dtype where it is not float32 (the means over seeds never mix
+    dtypes or critic settings)."""
+    g, dtype, critic = group_size_of(row), dtype_of(row), critic_of(row)
+    extra = ([critic] if critic else []) + ([f"groups of {g}"] if g != 4 else []) + ([dtype] if dtype != "float32" else [])
     return row["estimator"] + (f" ({', '.join(extra)})" if extra else "")
 
 

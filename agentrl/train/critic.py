@@ -2,12 +2,12 @@
 
 Used by ``agentrl.train`` only when the configured estimator requires the ``value`` column:
 before the estimator runs, the critic fills ``TurnTable.value`` with V(s_t) read at the last
-prompt token of every turn; after the policy update, the critic takes one step per epoch
-towards the turn-level GAE returns (``agentrl.credit.turn_gae_returns``), with optional
-value clipping around the rollout-time values. The critic is a separate copy of the policy's
-model with a zero-initialised value head (so the policy's weights are never moved by the
-value loss). Truncated episodes bootstrap from 0 (V(s_T) of the unseen next state is not
-computed).
+prompt token of every turn; after the policy update, the critic makes one pass per epoch
+towards the turn-level GAE returns (``agentrl.credit.turn_gae_returns``) — one optimizer step,
+or one per ``update.critic_minibatch`` prompts — with optional value clipping around the
+rollout-time values. The critic is a separate copy of the policy's model with a
+zero-initialised value head (so the policy's weights are never moved by the value loss).
+Truncated episodes bootstrap from 0 (V(s_T) of the unseen next state is not computed).
 """
 
 from __future__ import annotations
@@ -22,11 +22,13 @@ from agentrl.credit import turn_gae_returns
 from agentrl.types import Episode, TurnTable
 from agentrl.update.batch import TrainBatch, build_batch
 from agentrl.update.critic import CriticStats, TurnCritic, critic_update, turn_values
+from agentrl.update.master_weights import MasterAdamW, needs_master_weights
 
 
 @dataclass
 class Critic:
-    """A critic and its optimizer (AdamW at ``update.critic_lr``)."""
+    """A critic and its optimizer (AdamW at ``update.critic_lr``; on float32 masters of its
+    trained weights when they are bf16/fp16, ``agentrl.update.master_weights``)."""
 
     model: TurnCritic
     optimizer: torch.optim.Optimizer
@@ -34,8 +36,9 @@ class Critic:
 
 def make_critic(cfg: Config, device: torch.device | str | None = None) -> Critic:
     """A fresh critic: the policy's model loaded again (``policy.model``, ``policy.dtype``)
-    plus a zero-initialised value head (only its top ``update.critic_top_n_layers`` layers,
-    norm and head train when that is set), backbone and head on ``device`` (default
+    plus a zero-initialised float32 value head (only its top ``update.critic_top_n_layers``
+    layers, norm and head train when that is set; in bf16/fp16 they step on float32 masters,
+    ``MasterAdamW``), backbone and head on ``device`` (default
     ``policy.device``, resolved like the policy's, so both live on the same device; pass
     the policy model's device to be explicit).
 
@@ -52,6 +55,8 @@ def make_critic(cfg: Config, device: torch.device | str | None = None) -> Critic
                                                     dtype=getattr(torch, cfg.policy.dtype))
     model = TurnCritic(backbone, top_n_layers=cfg.update.critic_top_n_layers).to(target)
     trained = [p for p in model.parameters() if p.requires_grad]
+    if needs_master_weights(trained):  # bf16 weights drop updates below ~0.4 % of themselves
+        return Critic(model, MasterAdamW(trained, lr=cfg.update.critic_lr))
     return Critic(model, torch.optim.AdamW(trained, lr=cfg.update.critic_lr))
 
 
@@ -74,7 +79,8 @@ def with_values(critic: Critic, table: TurnTable, episodes: list[Episode], pad_i
 
 
 def critic_step(critic: Critic, cfg: Config, table: TurnTable, batch: TrainBatch) -> list[CriticStats]:
-    """``update.epochs`` critic steps towards the turn-level GAE returns of ``table``."""
+    """``update.epochs`` critic passes towards the turn-level GAE returns of ``table`` (one
+    optimizer step each, or one per ``update.critic_minibatch`` prompts)."""
     # the estimator's resolved kwargs (defaults filled at config time) that the GAE shares
     shared = {k: v for k, v in cfg.algorithm.kwargs.items() if k in ("gamma", "lam", "c_inv")}
     gae = turn_gae_returns(table, **shared)
@@ -82,5 +88,5 @@ def critic_step(critic: Critic, cfg: Config, table: TurnTable, batch: TrainBatch
                          old_values=torch.as_tensor(table.value, dtype=torch.float32))
     return [critic_update(critic.model, critic.optimizer, target, micro_batch=cfg.update.micro_batch,
                           grad_clip=cfg.update.grad_clip, value_clip=cfg.update.value_clip,
-                          share_prefix=cfg.update.share_prefix)
+                          share_prefix=cfg.update.share_prefix, minibatch=cfg.update.critic_minibatch)
             for _ in range(cfg.update.epochs)]

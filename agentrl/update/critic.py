@@ -190,47 +190,63 @@ def turn_values(critic: TurnCritic, batch: TrainBatch, micro_batch: int = 4, sha
 
 @dataclass(frozen=True)
 class CriticStats:
-    """One critic step: ``loss`` (mean over turns), ``grad_norm`` before clipping,
-    ``explained_var`` = 1 − Var(R − V)/Var(R) of the pre-step values, ``turns``."""
+    """One critic pass (``critic_update``): ``loss`` (mean over turns), ``grad_norm`` before
+    clipping (mean over the pass's steps), ``explained_var`` = 1 − Var(R − V)/Var(R) of the
+    pre-step values, ``turns``, ``steps`` (optimizer steps in the pass)."""
 
     loss: float
     grad_norm: float
     explained_var: float
     turns: int
+    steps: int = 1
 
 
 def critic_update(critic: TurnCritic, optimizer: torch.optim.Optimizer, batch: TrainBatch, *,
                   micro_batch: int = 4, grad_clip: float = 1.0, value_clip: float | None = None,
-                  share_prefix: bool = False) -> CriticStats:
-    """One optimizer step of the critic on ``batch.returns`` (mean over all N turns of the
-    minibatch; micro-batches of ``micro_batch`` prompts accumulate with the global turn count,
-    like ``update``). ``share_prefix``: each distinct prompt runs once, its loss summed over the
-    turns that have it, and shared prefixes once (the same loss and gradients to float rounding).
+                  share_prefix: bool = False, minibatch: int = 0) -> CriticStats:
+    """One pass of the critic over ``batch.returns``: an optimizer step per minibatch of
+    ``minibatch`` prompts (0 = one step on the whole batch), each on the mean loss over the
+    turns valued on its prompts; micro-batches of ``micro_batch`` prompts accumulate with the
+    minibatch's turn count, like ``update``. ``share_prefix``: each distinct prompt runs once,
+    its loss summed over the turns that have it, and shared prefixes once (the same loss and
+    gradients to float rounding); minibatches are then consecutive runs of the sorted distinct
+    prompts (``minibatch`` counts distinct prompts), so they keep their shared prefixes.
 
+    Returns:
+        ``CriticStats`` of the pass: ``loss`` the mean over all N turns of each turn's loss at
+        the values its step started from, ``grad_norm`` the mean over the steps, ``explained_var``
+        of those pre-step values, ``steps`` the optimizer steps taken.
     Raises:
-        ValueError: ``batch.returns`` is missing (compute turn-level GAE returns first).
+        ValueError: ``batch.returns`` is missing (compute turn-level GAE returns first), or
+            ``minibatch`` < 0.
     """
     if batch.returns is None:
         raise ValueError("critic_update needs batch.returns (turn-level GAE targets): batch.with_(returns=...)")
+    if minibatch < 0:
+        raise ValueError(f"critic_update: minibatch must be >= 0 prompts per step (0 = the whole batch), got {minibatch}")
     critic.train()
-    optimizer.zero_grad(set_to_none=True)
-    n, total, preds = batch.num_turns, 0.0, torch.zeros(batch.num_turns)
+    n, total, preds, norms = batch.num_turns, 0.0, torch.zeros(batch.num_turns), []
     device = model_device(critic)
     rows = value_rows(batch, distinct=share_prefix)
     local = torch.full((rows.num_prompts,), -1, dtype=torch.int64)
-    for idx in minibatches(rows.num_prompts, micro_batch):
-        v = critic.prompt_values(*rows.chunk(idx, device), share_prefix=share_prefix)  # (k,)
-        local[idx] = torch.arange(idx.numel())
-        turns = torch.nonzero(torch.isin(rows.turn_prompt, idx)).squeeze(-1)  # every turn valued on these prompts
-        at = local[rows.turn_prompt[turns]].to(device)
-        old = None if batch.old_values is None else batch.old_values[turns].to(device)
-        loss = critic_loss(v[at], batch.returns[turns].to(device), old, value_clip).sum() / n
-        loss.backward()
-        total += float(loss.detach())
-        preds[turns] = v.detach()[at].float().cpu()
-    params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else math.inf)) if params else 0.0
-    optimizer.step()
+    for step_prompts in minibatches(rows.num_prompts, minibatch):
+        optimizer.zero_grad(set_to_none=True)
+        in_step = torch.isin(rows.turn_prompt, step_prompts)
+        m = int(in_step.sum())
+        for idx in step_prompts.split(micro_batch):
+            v = critic.prompt_values(*rows.chunk(idx, device), share_prefix=share_prefix)  # (k,)
+            local[idx] = torch.arange(idx.numel())
+            turns = torch.nonzero(torch.isin(rows.turn_prompt, idx)).squeeze(-1)  # every turn valued on these prompts
+            at = local[rows.turn_prompt[turns]].to(device)
+            old = None if batch.old_values is None else batch.old_values[turns].to(device)
+            loss = critic_loss(v[at], batch.returns[turns].to(device), old, value_clip).sum() / m
+            loss.backward()
+            total += float(loss.detach()) * m / n
+            preds[turns] = v.detach()[at].float().cpu()
+        params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        norms.append(float(torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else math.inf))
+                     if params else 0.0)
+        optimizer.step()
     var_r = float(batch.returns.var(unbiased=False)) if n > 1 else 0.0
     ev = 1.0 - float((batch.returns - preds).var(unbiased=False)) / var_r if var_r > 0 else float("nan")
-    return CriticStats(loss=total, grad_norm=grad_norm, explained_var=ev, turns=n)
+    return CriticStats(loss=total, grad_norm=float(np.mean(norms)), explained_var=ev, turns=n, steps=len(norms))

@@ -153,3 +153,24 @@ def test_rows_of_another_panel_are_neither_replaced_paired_nor_averaged():
                                                    ["| cu1 (panel bbbbbbbb)", "gigpo", "1", "75.0%"],
                                                    ["| cu1 (panel bbbbbbbb)", "grpo", "1", "50.0%"]]
     assert table[2].startswith("| cu1 (panel aaaaaaaa) | grpo | 0 |")  # per-run rows name their panel too
+
+
+def test_turn_ppo_critic_settings_are_separate_cells():
+    """A turn-PPO row with another critic (lr, prompts per step) is its own cell: merged, paired
+    and labelled apart from the old one, whose row is kept."""
+    from learning import label
+
+    def tppo(seed, lr, k=None, won=frozenset()):
+        r = _row("turn_ppo", seed, set(won), dtype="bfloat16")
+        r["config"]["update"] = {"critic_lr": lr, **({} if k is None else {"critic_minibatch": k})}
+        return r
+
+    old, new, new1 = tppo(0, 1e-5), tppo(0, 1e-4, 16, {"t0"}), tppo(1, 1e-4, 16)
+    assert row_key(old) != row_key(new) and merge([old], new) == [old, new]
+    assert label(old) == "turn_ppo (critic lr 1e-05, bfloat16)"
+    assert label(new) == "turn_ppo (critic lr 0.0001, 16 prompts/step, bfloat16)"
+    grpo = [_row("grpo", s, set(), dtype="bfloat16") for s in (0, 1)]
+    by_est = pair_rows([*grpo, old, new, new1], "grpo")[("cu1", 4, 8, 4, "bfloat16", "")]
+    assert sorted(by_est) == ["turn_ppo (critic lr 0.0001, 16 prompts/step)", "turn_ppo (critic lr 1e-05)"]
+    assert [r["seed"] for r, _ in by_est["turn_ppo (critic lr 0.0001, 16 prompts/step)"]] == [0, 1]
+    assert label(_row("grpo", 0, set(), dtype="bfloat16")) == "grpo (bfloat16)"  # other rows: no critic part
