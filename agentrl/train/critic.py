@@ -8,11 +8,16 @@ or one per ``update.critic_minibatch`` prompts — with optional value clipping 
 rollout-time values. The critic is a separate copy of the policy's model with a
 zero-initialised value head (so the policy's weights are never moved by the value loss).
 Truncated episodes bootstrap from 0 (V(s_T) of the unseen next state is not computed).
+Every checkpoint of the run also holds the critic (``critic.pt``: its trained weights and its
+optimizer state), so a resumed turn-PPO run continues the same critic (PITFALLS P7).
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -21,6 +26,7 @@ from agentrl.config import Config
 from agentrl.credit import turn_gae_returns
 from agentrl.types import Episode, TurnTable
 from agentrl.update.batch import TrainBatch, build_batch
+from agentrl.update.checkpoint import CheckpointError
 from agentrl.update.critic import CriticStats, TurnCritic, critic_update, turn_values
 from agentrl.update.master_weights import MasterAdamW, needs_master_weights
 
@@ -90,3 +96,45 @@ def critic_step(critic: Critic, cfg: Config, table: TurnTable, batch: TrainBatch
                           grad_clip=cfg.update.grad_clip, value_clip=cfg.update.value_clip,
                           share_prefix=cfg.update.share_prefix, minibatch=cfg.update.critic_minibatch)
             for _ in range(cfg.update.epochs)]
+
+
+CRITIC_FILE = "critic.pt"
+
+
+def save_critic(folder: str | Path, critic: Critic) -> Path:
+    """Write the critic's trained weights (value head included) and optimizer state into
+    ``folder/critic.pt`` (a checkpoint folder ``iter_<k>``), atomically. Returns the file."""
+    path = Path(folder) / CRITIC_FILE
+    weights = {n: p.detach().cpu().clone() for n, p in critic.model.named_parameters() if p.requires_grad}
+    tmp = path.with_suffix(".pt.tmp")
+    torch.save({"weights": weights, "optimizer": critic.optimizer.state_dict()}, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def load_critic(folder: str | Path, critic: Critic) -> bool:
+    """Restore ``save_critic``'s weights and optimizer state from checkpoint ``folder`` into
+    ``critic``; False (and a warning: the critic starts afresh) when the folder has no
+    ``critic.pt`` — a checkpoint written before critics were saved.
+
+    Raises:
+        CheckpointError: the saved weights are not this critic's trained parameters (another
+            model or ``update.critic_top_n_layers``); the message names the fix.
+    """
+    path = Path(folder) / CRITIC_FILE
+    if not path.is_file():
+        logging.getLogger(__name__).warning("checkpoint %s has no %s (written before critics were checkpointed): "
+                                            "the critic starts afresh", folder, CRITIC_FILE)
+        return False
+    payload = torch.load(path, map_location="cpu", weights_only=False)
+    params = {n: p for n, p in critic.model.named_parameters() if p.requires_grad}
+    saved = payload["weights"]
+    if saved.keys() != params.keys() or any(saved[n].shape != params[n].shape for n in params):
+        diff = sorted(set(saved) ^ set(params))[:3] or [n for n in params if saved[n].shape != params[n].shape][:3]
+        raise CheckpointError(f"{path} does not match this run's critic (e.g. {diff}); resume with the policy.model "
+                              "and update.critic_top_n_layers that wrote it, or start over with --no-resume")
+    with torch.no_grad():
+        for n, p in params.items():
+            p.copy_(saved[n].to(p.dtype))
+    critic.optimizer.load_state_dict(payload["optimizer"])
+    return True

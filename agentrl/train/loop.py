@@ -34,7 +34,7 @@ from agentrl.log import make_logger
 from agentrl.rollout.stats import proxy_metrics, rollout_stats, sample_turns
 from agentrl.rollout.tree import add_linked
 from agentrl.store import EVAL_RUN, TurnStore
-from agentrl.train.critic import Critic, critic_step, make_critic, with_values
+from agentrl.train.critic import Critic, critic_step, load_critic, make_critic, save_critic, with_values
 from agentrl.train.launches import Launch
 from agentrl.train.run_dir import RunLock, prepare_run_dir, set_aside_interrupted
 from agentrl.train.steps import (collect_iteration, open_engines, open_pool, open_stream, rtpo_iteration, sync_weights,
@@ -262,7 +262,10 @@ def start_run(cfg: Config, run_dir: Path, resume: bool, ctx: DistContext | None 
     store = TurnStore(run_dir / "store.sqlite") if ctx.is_main else None
     if store is not None:  # replay and the viewer decode this run's ids with it
         store.set_tokenizer(cfg.run.name, resolve_model(cfg.policy.model))
-    parts = RunParts(policy, optimizer, store, make_critic(cfg) if needs_critic else None, dp=dp)
+    critic = make_critic(cfg) if needs_critic else None
+    if critic is not None and ckpt:  # the critic continues too (its weights and optimizer state)
+        load_critic(ckpt, critic)
+    parts = RunParts(policy, optimizer, store, critic, dp=dp)
     if ckpt and ctx.is_main:
         set_aside_interrupted(parts.store, cfg.run.name, state)
     return parts, state
@@ -357,5 +360,7 @@ def _loop(parts: RunParts, state: TrainState, cfg: Config, run_dir: Path, evals:
                                                         out.advantages))  # TensorBoard text / W&B table
                 parts.store.add_metrics(cfg.run.name, it + 1, metrics)  # the same number as logger.log's step
             if (cfg.run.save_every and (it + 1) % cfg.run.save_every == 0) or it + 1 == cfg.run.iterations:
-                save_checkpoint(run_dir, parts.policy.model, parts.optimizer, state, dp=parts.dp)
+                critic = parts.critic
+                save_checkpoint(run_dir, parts.policy.model, parts.optimizer, state, dp=parts.dp,
+                                extra=None if critic is None else lambda folder: save_critic(folder, critic))
     return state

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import random
 import warnings
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -92,13 +93,15 @@ def _has_optimizer_state(optimizer: torch.optim.Optimizer) -> bool:
 
 
 def save_checkpoint(run_dir: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                    state: TrainState, dp=None) -> Path:
+                    state: TrainState, dp=None, extra: Callable[[Path], object] | None = None) -> Path:
     """Write ``iter_<state.iteration>/`` (DCP weights + optimizer, ``state.pt``) and then point
     ``latest`` at it (a crash before that leaves ``latest`` on the previous checkpoint).
 
     Args:
         dp: the run's ``agentrl.dist.DistContext`` when data-parallel: then a **collective**
             (every rank writes its shards; rank 0 alone writes ``state.pt`` and ``latest``).
+        extra: called by rank 0 with the folder before ``latest`` moves, to write what else
+            the checkpoint holds (turn-PPO's critic, ``agentrl.train.critic.save_critic``).
     Returns:
         The checkpoint folder.
     """
@@ -118,6 +121,8 @@ def save_checkpoint(run_dir: str | Path, model: torch.nn.Module, optimizer: torc
         tmp = folder / "state.pt.tmp"
         torch.save(payload, tmp)
         os.replace(tmp, folder / "state.pt")
+        if extra is not None:
+            extra(folder)
         latest = folder.parent / "latest"
         latest.with_suffix(".tmp").write_text(folder.name)
         os.replace(latest.with_suffix(".tmp"), latest)

@@ -281,10 +281,10 @@ def test_resume_after_a_crash_between_storing_and_checkpointing(tiny_dir, tmp_pa
     reference, _ = finished_run
     real_save = train_mod.save_checkpoint
 
-    def dies_at_iteration_2(run_dir, model, optimizer, state, dp=None):
+    def dies_at_iteration_2(run_dir, model, optimizer, state, dp=None, **kw):
         if state.iteration == 2:
             raise KeyboardInterrupt("killed before the checkpoint")
-        return real_save(run_dir, model, optimizer, state, dp=dp)
+        return real_save(run_dir, model, optimizer, state, dp=dp, **kw)
 
     monkeypatch.setattr(train_mod, "save_checkpoint", dies_at_iteration_2)
     with pytest.raises(KeyboardInterrupt):
