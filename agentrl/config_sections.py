@@ -286,9 +286,10 @@ class UpdateConfig:
     (``critic_top_n_layers`` n: only the top n transformer layers, the final norm and the
     value head train — the layers below run without autograd state, so a critic step costs
     about what a LoRA-on-the-top-n policy step does; null: the whole copy trains;
-    ``critic_minibatch`` k > 0: an optimizer step per k prompts — distinct prompts under
-    ``share_prefix``, turns otherwise — so each of the ``epochs`` passes takes several steps
-    at the cost of one; 0: one step per pass).
+    ``critic_minibatch`` k > 0: an optimizer step per k distinct prompts — runs of the sorted
+    distinct prompts in a seeded order, the same with or without ``share_prefix`` — so each of
+    the ``epochs`` passes takes several steps at the cost of one; 0: one step per pass; the
+    critic's weight decay is ``weight_decay``).
 
     Rollout (off-policy) correction (``agentrl.update.correction``): ``rollout_correction``
     ``none`` (default: π_old = the engine's behaviour logprobs, no weight) | ``tis`` | ``mis``

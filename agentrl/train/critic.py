@@ -33,8 +33,9 @@ from agentrl.update.master_weights import MasterAdamW, needs_master_weights
 
 @dataclass
 class Critic:
-    """A critic and its optimizer (AdamW at ``update.critic_lr``; on float32 masters of its
-    trained weights when they are bf16/fp16, ``agentrl.update.master_weights``)."""
+    """A critic and its optimizer (AdamW at ``update.critic_lr``, weight decay
+    ``update.weight_decay``; on float32 masters of its trained weights when they are bf16/fp16,
+    ``agentrl.update.master_weights``)."""
 
     model: TurnCritic
     optimizer: torch.optim.Optimizer
@@ -61,9 +62,10 @@ def make_critic(cfg: Config, device: torch.device | str | None = None) -> Critic
                                                     dtype=getattr(torch, cfg.policy.dtype))
     model = TurnCritic(backbone, top_n_layers=cfg.update.critic_top_n_layers).to(target)
     trained = [p for p in model.parameters() if p.requires_grad]
+    wd = cfg.update.weight_decay
     if needs_master_weights(trained):  # bf16 weights drop updates below ~0.4 % of themselves
-        return Critic(model, MasterAdamW(trained, lr=cfg.update.critic_lr))
-    return Critic(model, torch.optim.AdamW(trained, lr=cfg.update.critic_lr))
+        return Critic(model, MasterAdamW(trained, lr=cfg.update.critic_lr, weight_decay=wd))
+    return Critic(model, torch.optim.AdamW(trained, lr=cfg.update.critic_lr, weight_decay=wd))
 
 
 def _all_turns_batch(table: TurnTable, episodes: list[Episode], pad_id: int) -> TrainBatch:
@@ -84,9 +86,11 @@ def with_values(critic: Critic, table: TurnTable, episodes: list[Episode], pad_i
     return replace(table, value=values, bootstrap_value=np.zeros(len(table))), batch
 
 
-def critic_step(critic: Critic, cfg: Config, table: TurnTable, batch: TrainBatch) -> list[CriticStats]:
+def critic_step(critic: Critic, cfg: Config, table: TurnTable, batch: TrainBatch,
+                iteration: int = 0) -> list[CriticStats]:
     """``update.epochs`` critic passes towards the turn-level GAE returns of ``table`` (one
-    optimizer step each, or one per ``update.critic_minibatch`` prompts)."""
+    optimizer step each, or one per ``update.critic_minibatch`` distinct prompts, their order
+    shuffled per run seed, iteration and epoch like the policy's minibatches)."""
     # the estimator's resolved kwargs (defaults filled at config time) that the GAE shares
     shared = {k: v for k, v in cfg.algorithm.kwargs.items() if k in ("gamma", "lam", "c_inv")}
     gae = turn_gae_returns(table, **shared)
@@ -94,8 +98,9 @@ def critic_step(critic: Critic, cfg: Config, table: TurnTable, batch: TrainBatch
                          old_values=torch.as_tensor(table.value, dtype=torch.float32))
     return [critic_update(critic.model, critic.optimizer, target, micro_batch=cfg.update.micro_batch,
                           grad_clip=cfg.update.grad_clip, value_clip=cfg.update.value_clip,
-                          share_prefix=cfg.update.share_prefix, minibatch=cfg.update.critic_minibatch)
-            for _ in range(cfg.update.epochs)]
+                          share_prefix=cfg.update.share_prefix, minibatch=cfg.update.critic_minibatch,
+                          seed=cfg.run.seed * 7_919 + iteration * 101 + epoch)
+            for epoch in range(cfg.update.epochs)]
 
 
 CRITIC_FILE = "critic.pt"
@@ -136,5 +141,9 @@ def load_critic(folder: str | Path, critic: Critic) -> bool:
     with torch.no_grad():
         for n, p in params.items():
             p.copy_(saved[n].to(p.dtype))
-    critic.optimizer.load_state_dict(payload["optimizer"])
+    try:
+        critic.optimizer.load_state_dict(payload["optimizer"])
+    except (ValueError, KeyError) as exc:  # AdamW's state into MasterAdamW or back: policy.dtype changed
+        raise CheckpointError(f"{path} holds the optimizer state of another critic optimizer ({exc}); resume with the "
+                              "policy.dtype that wrote it, or start over with --no-resume") from exc
     return True

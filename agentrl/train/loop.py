@@ -166,7 +166,7 @@ def chain_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
     if corr is not None:  # behaviour–trainer KL, capped / masked token fractions
         extra.update(corr.as_metrics())
     sync_weights(parts.policy, engines=parts.engines, dp=parts.dp)
-    critic_stats = critic_step(parts.critic, cfg, table, all_turns) if parts.critic is not None else []
+    critic_stats = critic_step(parts.critic, cfg, table, all_turns, it) if parts.critic is not None else []
     seconds = {"rollout": t1 - t0, "credit": t2 - t1, "update": time.perf_counter() - t2}
     return IterationResult(episodes, table, adv, stats, critic_stats, seconds, extra)
 
@@ -190,7 +190,8 @@ def iteration_metrics(out: IterationResult) -> dict[str, float]:
             m[f"update/{key}"] = float(np.mean([getattr(s, key) for s in out.stats]))
         m["update/steps"] = float(len(out.stats))
     for cs in out.critic_stats[-1:]:
-        m.update({"critic/loss": cs.loss, "critic/grad_norm": cs.grad_norm, "critic/explained_var": cs.explained_var})
+        m.update({"critic/loss": cs.loss, "critic/grad_norm": cs.grad_norm, "critic/explained_var": cs.explained_var,
+                  "critic/steps": cs.steps})
     m.update({f"time/{k}_s": v for k, v in out.seconds.items()})
     m.update(out.extra)
     if "rollout" in out.seconds and "async/wait_s" not in out.extra:  # async: "rollout" is the wait
@@ -254,6 +255,7 @@ def start_run(cfg: Config, run_dir: Path, resume: bool, ctx: DistContext | None 
     if ctx.distributed:
         policy = distribute_policy(policy, ctx, sampler)
     optimizer = make_optimizer(policy.model, cfg.update.lr, cfg.update.weight_decay)
+    critic = make_critic(cfg) if needs_critic else None  # before the checkpoint restores the RNG (its head draws)
     dp = ctx if ctx.distributed else None
     state = load_checkpoint(ckpt, policy.model, optimizer, dp=dp) if ckpt else TrainState()
     if ckpt and ctx.is_main:
@@ -262,7 +264,6 @@ def start_run(cfg: Config, run_dir: Path, resume: bool, ctx: DistContext | None 
     store = TurnStore(run_dir / "store.sqlite") if ctx.is_main else None
     if store is not None:  # replay and the viewer decode this run's ids with it
         store.set_tokenizer(cfg.run.name, resolve_model(cfg.policy.model))
-    critic = make_critic(cfg) if needs_critic else None
     if critic is not None and ckpt:  # the critic continues too (its weights and optimizer state)
         load_critic(ckpt, critic)
     parts = RunParts(policy, optimizer, store, critic, dp=dp)

@@ -14,7 +14,9 @@ its last actions do — and the prompt prefix that a micro-batch of lexicographi
 prompts shares once, on whose key/value cache the rows' suffixes run
 (``agentrl.update.shared_prefix``). The loss is still summed over every turn (each copy's return
 reaches the one forward's gradient), so the values, the loss and the gradients equal the plain
-path's to float rounding (tests/update/test_critic_prefix.py).
+path's to float rounding (tests/update/test_critic_prefix.py). ``critic_update``'s minibatches
+(``update.critic_minibatch``) are runs of sorted distinct prompts on both paths, so the steps
+match too.
 """
 
 from __future__ import annotations
@@ -203,14 +205,17 @@ class CriticStats:
 
 def critic_update(critic: TurnCritic, optimizer: torch.optim.Optimizer, batch: TrainBatch, *,
                   micro_batch: int = 4, grad_clip: float = 1.0, value_clip: float | None = None,
-                  share_prefix: bool = False, minibatch: int = 0) -> CriticStats:
+                  share_prefix: bool = False, minibatch: int = 0, seed: int | None = None) -> CriticStats:
     """One pass of the critic over ``batch.returns``: an optimizer step per minibatch of
-    ``minibatch`` prompts (0 = one step on the whole batch), each on the mean loss over the
-    turns valued on its prompts; micro-batches of ``micro_batch`` prompts accumulate with the
-    minibatch's turn count, like ``update``. ``share_prefix``: each distinct prompt runs once,
-    its loss summed over the turns that have it, and shared prefixes once (the same loss and
-    gradients to float rounding); minibatches are then consecutive runs of the sorted distinct
-    prompts (``minibatch`` counts distinct prompts), so they keep their shared prefixes.
+    ``minibatch`` distinct prompts (0 = one step on the whole batch), each on the mean loss over
+    the turns valued on its prompts; micro-batches of ``micro_batch`` prompts accumulate with the
+    minibatch's turn count, like ``update``.
+
+    Minibatches are consecutive runs of the batch's distinct prompts in sorted order (so they
+    keep their shared prefixes), taken in an order shuffled by ``seed`` (None: in sorted
+    order) — the same steps on either path. ``share_prefix``: each distinct prompt runs once,
+    its loss summed over the turns that have it, and shared prefixes once; otherwise each turn
+    runs its own prompt. Both give the same losses, gradients and steps to float rounding.
 
     Returns:
         ``CriticStats`` of the pass: ``loss`` the mean over all N turns of each turn's loss at
@@ -227,13 +232,19 @@ def critic_update(critic: TurnCritic, optimizer: torch.optim.Optimizer, batch: T
     critic.train()
     n, total, preds, norms = batch.num_turns, 0.0, torch.zeros(batch.num_turns), []
     device = model_device(critic)
-    rows = value_rows(batch, distinct=share_prefix)
+    distinct = value_rows(batch, distinct=True)  # the step unit on both paths
+    rows = distinct if share_prefix else value_rows(batch)
+    row_distinct = torch.arange(distinct.num_prompts) if share_prefix else distinct.turn_prompt  # rows' prompt → distinct
+    chunks = minibatches(distinct.num_prompts, minibatch)
+    if seed is not None:
+        chunks = [chunks[i] for i in torch.randperm(len(chunks), generator=torch.Generator().manual_seed(seed))]
     local = torch.full((rows.num_prompts,), -1, dtype=torch.int64)
-    for step_prompts in minibatches(rows.num_prompts, minibatch):
+    for chunk in chunks:
         optimizer.zero_grad(set_to_none=True)
-        in_step = torch.isin(rows.turn_prompt, step_prompts)
-        m = int(in_step.sum())
-        for idx in step_prompts.split(micro_batch):
+        step_rows = torch.nonzero(torch.isin(row_distinct, chunk)).squeeze(-1)
+        m = int(torch.isin(rows.turn_prompt, step_rows).sum())
+        for i in minibatches(step_rows.numel(), micro_batch):
+            idx = step_rows[i]
             v = critic.prompt_values(*rows.chunk(idx, device), share_prefix=share_prefix)  # (k,)
             local[idx] = torch.arange(idx.numel())
             turns = torch.nonzero(torch.isin(rows.turn_prompt, idx)).squeeze(-1)  # every turn valued on these prompts

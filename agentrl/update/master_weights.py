@@ -8,9 +8,9 @@ copy of every trained parameter, lets ``torch.optim.AdamW`` step that copy, and 
 rounded to the parameter's dtype — small updates accumulate in float32 until they show (the
 "master weights" of mixed-precision training, Micikevicius et al., arXiv 1710.03740).
 
-It is used where agentrl trains full half-precision weights and checkpoints no optimizer state:
-turn-PPO's critic (``agentrl.train.critic.make_critic``). The policy trains LoRA adapters, which
-peft keeps in float32.
+It is used where agentrl trains full half-precision weights outside the DCP checkpoint of the
+policy: turn-PPO's critic (``agentrl.train.critic.make_critic``, saved in ``critic.pt`` with its
+masters). The policy trains LoRA adapters, which peft keeps in float32.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ class MasterAdamW(torch.optim.Optimizer):
 
     Args:
         params: the trained parameters (any dtype; float32 ones get a master too, the same values).
-        lr, weight_decay, betas: as ``torch.optim.AdamW``.
+        lr, betas: as ``torch.optim.AdamW``; weight_decay: as there, but 0 by default (AdamW's
+            is 0.01).
     Raises:
         ValueError: ``params`` is empty.
     """
@@ -69,7 +70,7 @@ class MasterAdamW(torch.optim.Optimizer):
 
     def state_dict(self) -> dict:
         """The inner AdamW's state (moments, steps) and the float32 masters."""
-        return {"inner": self.inner.state_dict(), "masters": [m.clone() for m in self.masters]}
+        return {"inner": self.inner.state_dict(), "masters": [m.detach().to("cpu", copy=True) for m in self.masters]}
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Restore what ``state_dict`` returned (the parameters themselves are the model's to load).

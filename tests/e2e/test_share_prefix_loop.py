@@ -97,8 +97,10 @@ def test_turn_ppo_critic_shares_prompts_through_the_loop(tiny_dir, tmp_path, mon
             adv[share] = np.array([a.value for a in store.advantages(result.run_id, estimator="turn_ppo")])
     n_turns = adv[False].size
     assert n_turns >= 8 and np.abs(adv[False]).max() > 0 and np.abs(adv[False] - adv[True]).max() <= atol * np.abs(adv[False]).max()
-    plain, shared = seen[:2], seen[2:]  # (value pass, critic step) per run
-    assert plain == [(n_turns, n_turns)] * 2
+    # plain run: the value pass, then the critic step's step unit (distinct prompts) and its rows;
+    # shared run: the value pass and the critic step, both on distinct prompts
+    plain, shared = seen[:3], seen[3:]
+    assert plain[0] == plain[2] == (n_turns, n_turns) and plain[1] == shared[0] and len(shared) == 2
     assert all(n == n_turns and u <= n_turns - 6 for n, u in shared)  # 2 groups x 3 repeated first prompts at least
     for key in ("critic/loss", "critic/grad_norm", "critic/explained_var"):
         a, b = logged[False][key], logged[True][key]

@@ -1,6 +1,6 @@
-"""``update.critic_minibatch``: a critic pass split into several optimizer steps equals the same
-steps taken one by one on the sub-batches (plain path), and the distinct-prompt path's steps
-equal the plain path's on the same turns."""
+"""``update.critic_minibatch``: a critic pass split into several optimizer steps — runs of sorted
+distinct prompts, in a seeded order, on either path — equals the same steps taken one by one on
+the sub-batches of their turns."""
 
 from __future__ import annotations
 
@@ -36,36 +36,45 @@ def _one_by_one(critic, batch, chunks: list[torch.Tensor], value_clip):
     return sum(losses) / batch.num_turns, float(np.mean(norms)), ev
 
 
-@pytest.mark.parametrize("value_clip", [None, 0.1])
-def test_minibatch_steps_equal_one_update_per_chunk(value_clip) -> None:
+def _step_turns(batch, minibatch: int, seed: int | None) -> list[torch.Tensor]:
+    """The turns of each step, by hand: runs of ``minibatch`` sorted distinct prompts, in the
+    order a seeded permutation of the runs gives."""
+    rows = value_rows(batch, distinct=True)
+    runs = list(torch.arange(rows.num_prompts).split(minibatch))
+    if seed is not None:
+        runs = [runs[i] for i in torch.randperm(len(runs), generator=torch.Generator().manual_seed(seed))]
+    return [torch.nonzero(torch.isin(rows.turn_prompt, r)).squeeze(-1) for r in runs]
+
+
+@pytest.mark.parametrize("share, value_clip, seed", [(False, None, None), (True, None, None), (False, 0.1, 5),
+                                                     (True, 0.1, 5)])
+def test_minibatch_steps_equal_one_update_per_run_of_prompts(share, value_clip, seed) -> None:
     critic, batch, _ = _critic_and_batch()
     ref = copy.deepcopy(critic)
     stats = critic_update(critic, make_optimizer(critic, 1e-2), batch, micro_batch=2, value_clip=value_clip,
-                          minibatch=4)
-    assert stats.steps == 3 and stats.turns == 9  # turns 0-3, 4-7, 8
-    loss, norm, ev = _one_by_one(ref, batch, [torch.arange(0, 4), torch.arange(4, 8), torch.arange(8, 9)], value_clip)
-    assert stats.loss == pytest.approx(loss, rel=1e-5) and stats.grad_norm == pytest.approx(norm, rel=1e-5)
-    assert stats.explained_var == pytest.approx(ev, rel=1e-4, abs=1e-6)
-    w, w_ref = _weights(critic), _weights(ref)
-    assert all(torch.allclose(w[n], w_ref[n], atol=1e-6) for n in w)
-    assert any(not torch.equal(w[n], _weights(_critic_and_batch()[0])[n]) for n in w)  # it did move
-
-
-def test_distinct_prompt_minibatches_equal_the_plain_path_on_their_turns() -> None:
-    critic, batch, _ = _critic_and_batch()
-    ref = copy.deepcopy(critic)
-    stats = critic_update(critic, make_optimizer(critic, 1e-2), batch, micro_batch=2, share_prefix=True, minibatch=2)
-    rows = value_rows(batch, distinct=True)  # 5 distinct prompts of 9 turns → steps of 2, 2, 1 prompts
-    assert rows.num_prompts == 5 and stats.steps == 3
-    chunks = [torch.nonzero(torch.isin(rows.turn_prompt, p)).squeeze(-1) for p in torch.arange(5).split(2)]
+                          share_prefix=share, minibatch=2, seed=seed)
+    chunks = _step_turns(batch, 2, seed)  # 5 distinct prompts of 9 turns → steps of 2, 2, 1 prompts
+    assert value_rows(batch, distinct=True).num_prompts == 5 and stats.steps == len(chunks) == 3 and stats.turns == 9
     assert sorted(int(t) for c in chunks for t in c) == list(range(9))
-    loss, norm, ev = _one_by_one(ref, batch, chunks, None)
+    loss, norm, ev = _one_by_one(ref, batch, chunks, value_clip)
     assert stats.loss == pytest.approx(loss, rel=1e-5) and stats.grad_norm == pytest.approx(norm, rel=1e-5)
     assert stats.explained_var == pytest.approx(ev, rel=1e-4, abs=1e-6)
-    w, w_ref = _weights(critic), _weights(ref)
+    w, w_ref, w0 = _weights(critic), _weights(ref), _weights(_critic_and_batch()[0])
     for n in w:  # AdamW's first steps are ~lr·sign(g): compare where the weights moved clearly
-        moved = (w_ref[n] - _weights(_critic_and_batch()[0])[n]).abs() > 1e-3
+        moved = (w_ref[n] - w0[n]).abs() > 1e-3
+        assert moved.any() or n == "head.bias"
         assert torch.allclose(w[n][moved], w_ref[n][moved], atol=1e-5), n
+
+
+def test_the_seed_changes_the_order_of_the_steps() -> None:
+    orders = {tuple(tuple(c.tolist()) for c in _step_turns(_critic_and_batch()[1], 1, s)) for s in range(6)}
+    assert len(orders) > 1  # 5 one-prompt steps: different seeds, different orders
+    out = []
+    for seed in (0, 1):
+        critic, batch, _ = _critic_and_batch()
+        critic_update(critic, make_optimizer(critic, 1e-2), batch, minibatch=1, seed=seed)
+        out.append(_weights(critic)["head.weight"])
+    assert not torch.equal(*out)
 
 
 def test_more_steps_per_pass_fit_the_returns_faster() -> None:

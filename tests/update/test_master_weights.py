@@ -53,18 +53,25 @@ def test_gradient_clipping_over_param_groups_reaches_the_step() -> None:
 
 
 def test_state_dict_round_trip_continues_identically() -> None:
+    import io
+
     torch.manual_seed(1)
     init, target = torch.randn(32).to(torch.bfloat16), torch.randn(32)
     a = torch.nn.Parameter(init.clone())
     opt = MasterAdamW([a], lr=1e-3)
     _quadratic_steps(opt, a, target, 5)
-    saved, saved_w = opt.state_dict(), a.detach().clone()
+    buf = io.BytesIO()
+    torch.save((opt.state_dict(), a.detach().clone()), buf)  # as save_critic: serialised at once
     _quadratic_steps(opt, a, target, 5)
+    buf.seek(0)
+    saved, saved_w = torch.load(buf, weights_only=False)
     b = torch.nn.Parameter(saved_w.clone())
     fresh = MasterAdamW([b], lr=1e-3)
     fresh.load_state_dict(saved)
+    assert not torch.equal(fresh.masters[0], opt.masters[0])  # the masters of step 5, not 10
     _quadratic_steps(fresh, b, target, 5)
-    assert torch.equal(a.detach(), b.detach())
+    assert torch.equal(a.detach(), b.detach()) and torch.equal(opt.masters[0], fresh.masters[0])
+    assert fresh.inner.state[fresh.masters[0]]["step"] == opt.inner.state[opt.masters[0]]["step"] == 10
     with pytest.raises(ValueError, match="not a MasterAdamW state"):
         MasterAdamW([torch.nn.Parameter(torch.zeros(3))], lr=1e-3).load_state_dict(saved)
     with pytest.raises(ValueError, match="no parameters"):
