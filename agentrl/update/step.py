@@ -22,6 +22,8 @@ summed over ranks.
 
 from __future__ import annotations
 
+import logging
+
 import math
 from dataclasses import dataclass
 from typing import Protocol
@@ -81,12 +83,22 @@ def make_optimizer(model: torch.nn.Module, lr: float, weight_decay: float = 0.0,
     """AdamW (arXiv 1711.05101) over the trainable parameters; weight decay applies to
     matrices only (ndim ≥ 2), not to biases and norm gains.
 
+    Logs a warning when trained weights are bf16/fp16 (full fine-tuning in half precision:
+    small updates round away; ``agentrl.update.master_weights`` has the float32-master optimizer
+    the critic uses).
+
     Raises:
         ValueError: the model has no trainable parameter.
     """
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("model has no trainable parameters (all frozen?); unfreeze some or apply LoRA first")
+    half = sum(p.numel() for p in params if p.dtype in (torch.bfloat16, torch.float16))
+    if half:
+        logging.getLogger(__name__).warning(
+            "%d of the %d trained weights are half precision: AdamW steps them without a float32 copy, so an update "
+            "below ~0.4 %% of a bf16 weight rounds away (at lr 1e-5 most entries never move); train LoRA adapters "
+            "(float32) or set policy.dtype: float32 for full fine-tuning", half, sum(p.numel() for p in params))
     groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
               {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
     return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=betas)

@@ -96,3 +96,15 @@ def test_bf16_critic_update_moves_its_backbone_only_with_masters() -> None:
         after = [p.detach() for p in c.backbone.parameters() if p.requires_grad]
         moved[name] = sum(int((x != y).sum()) for x, y in zip(before, after)) / sum(x.numel() for x in before)
     assert moved["master"] > 0.5 and moved["plain"] < 0.5 * moved["master"]
+
+
+def test_half_precision_full_fine_tuning_is_warned_about_lora_is_not(caplog) -> None:
+    from agentrl.config import LoraSpec
+    from agentrl.update import make_optimizer
+    from agentrl.update.lora import apply_lora
+
+    with caplog.at_level("WARNING", logger="agentrl.update.step"):
+        make_optimizer(apply_lora(tiny_model(0).to(torch.bfloat16), LoraSpec()), 1e-3)  # peft: float32 adapters
+        assert caplog.text == ""
+        make_optimizer(tiny_model(0).to(torch.bfloat16), 1e-3)
+    assert "are half precision" in caplog.text and "policy.dtype: float32" in caplog.text
