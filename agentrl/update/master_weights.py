@@ -19,12 +19,15 @@ from collections.abc import Iterable
 
 import torch
 
-__all__ = ["MasterAdamW", "needs_master_weights"]
+__all__ = ["HALF_DTYPES", "MasterAdamW", "needs_master_weights"]
+
+#: Weight dtypes whose small updates round away without a float32 master copy.
+HALF_DTYPES = (torch.bfloat16, torch.float16)
 
 
 def needs_master_weights(params: Iterable[torch.Tensor]) -> bool:
     """True when any parameter is bf16 or fp16 (its small updates would round away)."""
-    return any(p.dtype in (torch.bfloat16, torch.float16) for p in params)
+    return any(p.dtype in HALF_DTYPES for p in params)
 
 
 class MasterAdamW(torch.optim.Optimizer):

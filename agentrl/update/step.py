@@ -23,7 +23,6 @@ summed over ranks.
 from __future__ import annotations
 
 import logging
-
 import math
 from dataclasses import dataclass
 from typing import Protocol
@@ -34,6 +33,7 @@ from agentrl.config import UpdateConfig
 from agentrl.update.batch import TrainBatch, minibatches, model_device
 from agentrl.update.logprobs import forward_token_stats
 from agentrl.update.losses import AGGREGATIONS, KL_ESTIMATORS, LOSSES, ClipSpec, LossScale, PolicyLossInputs
+from agentrl.update.master_weights import HALF_DTYPES
 from agentrl.update.shared_prefix import prefix_order
 
 __all__ = ["UpdateStats", "ReduceGroup", "make_optimizer", "update", "train_on_batch", "sft_update"]
@@ -93,7 +93,7 @@ def make_optimizer(model: torch.nn.Module, lr: float, weight_decay: float = 0.0,
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("model has no trainable parameters (all frozen?); unfreeze some or apply LoRA first")
-    half = sum(p.numel() for p in params if p.dtype in (torch.bfloat16, torch.float16))
+    half = sum(p.numel() for p in params if p.dtype in HALF_DTYPES)
     if half:
         logging.getLogger(__name__).warning(
             "%d of the %d trained weights are half precision: AdamW steps them without a float32 copy, so an update "
