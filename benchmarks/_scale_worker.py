@@ -2,11 +2,11 @@
 
 Loads one random-weight model folder written by ``scale.py`` and the saved minibatch, then
 for each mode (``lora``: r16 on q/k/v/o of the top 6 layers, as the examples; ``full``):
-wraps the model with ``agentrl.dist.parallelize`` (FSDP2 when N ≥ 2; the plain
+wraps the model with ``agentrl.distributed.parallelize`` (FSDP2 when N ≥ 2; the plain
 1-process path otherwise), runs 1 warm-up + ``--steps`` optimizer steps of
 ``agentrl.update.step.update(..., dp=ctx)`` (each step timed after a barrier; the time of a
 step is the slowest rank's), then ``--pushes`` data-parallel weight syncs:
-``agentrl.dist.inference_state`` (all-gather of the shards to rank 0, LoRA merged) and
+``agentrl.distributed.inference_state`` (all-gather of the shards to rank 0, LoRA merged) and
 ``HFEngine.update_weights`` on a second, unsharded engine copy held by rank 0.
 Rank 0 writes ``{mode: {...}}`` as JSON to ``--out``.
 
@@ -68,7 +68,7 @@ def run_mode(mode: str, args, ctx, batch, engine) -> dict:
     import torch
 
     from agentrl.config import LoraSpec, UpdateConfig
-    from agentrl.dist import inference_state, parallelize
+    from agentrl.distributed import inference_state, parallelize
     from agentrl.update import make_optimizer
     from agentrl.update.lora import prepare_policy
     from agentrl.update.step import update
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from agentrl.dist import DistContext
+    from agentrl.distributed import DistContext
     from agentrl.llm.hf import HFEngine
 
     ctx = DistContext.from_env(args.device)

@@ -9,7 +9,7 @@ For each model size (random weights from a config written in code, no downloads)
    benchmarks/_scale_worker.py``: on CPU 1 rank × 1 thread, 1 rank × 2 threads, 2 gloo ranks
    × 1 thread (FSDP2) — on a 2-core machine 2 ranks can only beat 1 rank × 1 thread; 1 rank ×
    2 threads is the other fair baseline. Warm-up step excluded, median of the timed steps.
-2. **Weight push** — (a) the data-parallel sync of the same runs: ``agentrl.dist.
+2. **Weight push** — (a) the data-parallel sync of the same runs: ``agentrl.distributed.
    inference_state`` (gather to rank 0, LoRA merged) + ``HFEngine.update_weights`` on a second
    engine copy, 1 vs 2 ranks; (b) the rollout engine-worker push:
    ``open_engine_workers("local", 1 or 2, ...).push_weights`` (shared memory on CPU, CUDA IPC

@@ -12,7 +12,7 @@ raised; a failed section does not stop the others):
    ``resolve_device`` rejecting ``cuda:<device count>``.
 2. ``rollout`` — ``HFEngine.generate`` tokens/s at each batch size (``--model``, bf16),
    sampled logprobs vs ``score``, seeded repeatability, peak memory.
-3. ``update_lora`` / ``update_full`` — the FSDP2 code path with 1 rank (``agentrl.dist``:
+3. ``update_lora`` / ``update_full`` — the FSDP2 code path with 1 rank (``agentrl.distributed``:
    ``DistContext.from_env(init_single=True)``, ``parallelize``, ``update(..., dp=ctx)``):
    seconds per optimizer step, sequence and trained tokens/s, peak memory
    (``torch.cuda.max_memory_allocated``, GiB), weights and logprobs moved; then the weight
@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> dict:
     ids = parts.model_ids(model)
     target = HFEngine(model, eos_token_id=ids["eos"], pad_token_id=ids["pad"], num_threads=None)
     try:
-        from agentrl.dist import DistContext
+        from agentrl.distributed import DistContext
 
         ctx = DistContext.from_env(device=str(device), init_single=True)
     except Exception as exc:  # noqa: BLE001 - reported, the update sections then fail with it

@@ -2,7 +2,7 @@
 # GPU check for a lent accelerator machine (torch + CUDA, transformers, peft; no network, no
 # vLLM, no model files): random-weight Qwen2.5-1.5B (its published config, built in memory,
 # bf16) through agentrl's own code paths — policy.device placement end to end, HF-engine
-# rollout tokens/s at batch 16 and 64, FSDP2 (agentrl.dist, 1 rank) update tokens/s and peak
+# rollout tokens/s at batch 16 and 64, FSDP2 (agentrl.distributed, 1 rank) update tokens/s and peak
 # CUDA memory for LoRA and full fine-tuning, and the weight push to a second engine copy.
 # Prints one JSON object and writes it to $OUT/gpu_check.json when $OUT is set; exit 0 when
 # every check holds. Extra arguments go to scripts/gpu_check.py (e.g. --model smollm2,

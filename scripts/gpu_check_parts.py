@@ -1,7 +1,7 @@
 """The measurements of ``scripts/gpu_check.py`` (one function per JSON section).
 
 Each function takes the device and sizes, runs agentrl's own code paths (``HFEngine``,
-``agentrl.update``, ``agentrl.dist``) and returns a flat dict of numbers and booleans for the
+``agentrl.update``, ``agentrl.distributed``) and returns a flat dict of numbers and booleans for the
 JSON report (this file is a script helper, not part of the package). Times are wall-clock
 seconds after ``torch.cuda.synchronize``; memory in GiB (2**30 bytes) from
 ``torch.cuda.max_memory_allocated``; throughputs in tokens per second.
@@ -224,16 +224,16 @@ def update_batch(vocab: int, sizes: Sizes, pad: int, seed: int = 0):
 def fsdp_update(name: str, lora: bool, ctx, sizes: Sizes, device: torch.device, dtype: torch.dtype,
                 push_to=None) -> dict:
     """Fresh model ``name`` (+ LoRA rank 16 on q/k/v/o when ``lora``) wrapped by
-    ``agentrl.dist.parallelize`` on the 1-rank group ``ctx``; ``1 + sizes.steps`` optimizer
+    ``agentrl.distributed.parallelize`` on the 1-rank group ``ctx``; ``1 + sizes.steps`` optimizer
     steps of ``agentrl.update.step.update(..., dp=ctx)``. Reports step time, sequence and
     trained tokens/s over the timed steps, peak memory (from before the warm-up step, so it
     includes gradients and AdamW states; ``baseline_mem_gib`` is what was allocated then —
     the weights plus the resident ``push_to`` engine copy), and that weights and logprobs moved. With
     ``push_to`` (an ``HFEngine`` of the same architecture): the weight push, gathered with
-    ``agentrl.dist`` then loaded by ``update_weights``, and the engine's logprobs vs the
+    ``agentrl.distributed`` then loaded by ``update_weights``, and the engine's logprobs vs the
     trainer's afterwards."""
     from agentrl.config import LoraSpec, UpdateConfig
-    from agentrl.dist import parallelize
+    from agentrl.distributed import parallelize
     from agentrl.update import batch_logprobs, make_optimizer
     from agentrl.update.lora import prepare_policy
     from agentrl.update.step import update
@@ -295,9 +295,9 @@ def _probe(model) -> torch.Tensor:
 
 def weight_push(model, ctx, engine, batch, trainer_lp: torch.Tensor, device: torch.device) -> dict:
     """Trainer → engine: gather the full (LoRA-merged) state dict with
-    ``agentrl.dist.inference_state`` (``push_gather_seconds``), ``engine.update_weights`` (``push_load_seconds``), then the
+    ``agentrl.distributed.inference_state`` (``push_gather_seconds``), ``engine.update_weights`` (``push_load_seconds``), then the
     engine's ``score`` of row 0 vs the trainer's logprobs (``push_logprob_max_gap``)."""
-    from agentrl.dist import inference_state
+    from agentrl.distributed import inference_state
 
     sync(device)
     t0 = time.perf_counter()

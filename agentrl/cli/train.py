@@ -15,7 +15,7 @@ Data-parallel on N processes (FSDP2; gloo on CPU, NCCL on GPU): ``torchrun --npr
 share of each minibatch. docs/scaling.md has the commands for one GPU, eight GPUs and nodes.
 
 On a Ray cluster (several nodes): ``agentrl train CONFIG --ray-ranks N [--ray-address ADDR]
-[--gpus-per-rank 1]`` places N ranks as Ray actors (agentrl.dist.ray_launch) and runs the same
+[--gpus-per-rank 1]`` places N ranks as Ray actors (agentrl.distributed.ray_launch) and runs the same
 data-parallel training; without an address (and no ``$RAY_ADDRESS``) a local Ray is started.
 """
 
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     launch = Launch(config_path=str(args.config), overrides=tuple(args.overrides))
 
     if args.ray_ranks is not None:
-        from agentrl.dist.ray_launch import RayLaunchError
+        from agentrl.distributed.ray_launch import RayLaunchError
 
         try:
             result = _ray_train(train, cfg, args, launch)
@@ -96,7 +96,7 @@ def _ray_train(train, cfg, args: argparse.Namespace, launch):
 
     if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
         raise ValueError("--ray-ranks under torchrun: use one launcher (drop --ray-ranks, or run without torchrun)")
-    from agentrl.dist.ray_launch import launch as ray_launch
+    from agentrl.distributed.ray_launch import launch as ray_launch
 
     return ray_launch(train, (cfg,), {"resume": not args.no_resume, "force_resume": args.force_resume, "launch": launch},
                       ranks=args.ray_ranks, address=args.ray_address,

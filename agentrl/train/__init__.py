@@ -7,7 +7,7 @@ harness; the update plan and its steps; RTPO's rounds; weight sync), ``critic`` 
 turn-level critic), ``run_dir`` (setting a previous run aside, resume bookkeeping) and
 ``launches`` (a resume only with the run's own config; every launch recorded).
 
-May import: every agentrl package below it (rollout, store, credit, update, dist, eval, llm,
+May import: every agentrl package below it (rollout, store, credit, update, distributed, eval, llm,
 env, L0) and torch.
 """
 

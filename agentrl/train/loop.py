@@ -25,7 +25,7 @@ import torch
 from agentrl.config import Config, ConfigError, to_dict
 from agentrl.credit import check_success_reward, compute_advantages, get_estimator
 from agentrl.credit.stats import advantage_stats
-from agentrl.dist import DistContext, distribute_policy, engine_copy
+from agentrl.distributed import DistContext, distribute_policy, engine_copy
 from agentrl.env.panels import Panel
 from agentrl.eval import EvalResult, eval_panel, evaluate, fresh_run_id, record_panel
 from agentrl.llm.models import resolve_model

@@ -13,7 +13,7 @@ import torch
 
 from agentrl.config import Config, ConfigError
 from agentrl.credit import check_success_reward, compute_advantages, update_groups
-from agentrl.dist import DistContext, inference_state
+from agentrl.distributed import DistContext, inference_state
 from agentrl.eval import env_kwargs, loop_config
 from agentrl.llm.base import SamplingParams
 from agentrl.llm.constrained import constraint_masks

@@ -98,7 +98,7 @@ def save_checkpoint(run_dir: str | Path, model: torch.nn.Module, optimizer: torc
     ``latest`` at it (a crash before that leaves ``latest`` on the previous checkpoint).
 
     Args:
-        dp: the run's ``agentrl.dist.DistContext`` when data-parallel: then a **collective**
+        dp: the run's ``agentrl.distributed.DistContext`` when data-parallel: then a **collective**
             (every rank writes its shards; rank 0 alone writes ``state.pt`` and ``latest``).
         extra: called by rank 0 with the folder before ``latest`` moves, to write what else
             the checkpoint holds (turn-PPO's critic, ``agentrl.train.critic.save_critic``).

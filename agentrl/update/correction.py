@@ -181,7 +181,7 @@ def apply_rollout_correction(model: torch.nn.Module, batch: TrainBatch, cfg: Upd
     Args:
         model: the policy. Data-parallel (FSDP2-sharded): call it on every rank with the
             same batch (the forward passes' collectives must match); every rank then holds
-            the same corrected batch (tests/dist/test_dp_update.py).
+            the same corrected batch (tests/distributed/test_dp_update.py).
         batch: as built by ``build_batch`` (``old_logprobs`` = behaviour logprobs).
         cfg: ``UpdateConfig`` (rollout_correction, correction_level, correction_low/high,
             micro_batch).

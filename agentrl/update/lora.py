@@ -127,7 +127,7 @@ def _lora_layers(model: torch.nn.Module) -> dict[str, tuple[float, bool]]:
 
 def merge_lora_state(state, model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """Plain-HF-named inference weights from a **full** state dict of the peft ``model`` (its
-    own ``state_dict()``, or the FSDP2 shards gathered by ``agentrl.dist.inference_state``).
+    own ``state_dict()``, or the FSDP2 shards gathered by ``agentrl.distributed.inference_state``).
 
     Each wrapped linear's ``base_layer.weight`` W (out, in) becomes ``W + scaling · (B @ A)``
     (A (r, in), B (out, r); computed in float32 and rounded once to W's dtype, so it equals

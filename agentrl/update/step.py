@@ -10,7 +10,7 @@ Objective per minibatch (minimised):
 w = ``batch.is_weights`` (the rollout correction's detached importance weights,
 ``agentrl.update.correction``) or 1 when None; only the policy loss is weighted.
 
-Data-parallel (``dp`` = an ``agentrl.dist.DistContext`` of N ranks, model FSDP2-sharded): every
+Data-parallel (``dp`` = an ``agentrl.distributed.DistContext`` of N ranks, model FSDP2-sharded): every
 rank gets the same minibatch and trains its rows ``r, r + N, …``; the denominators (trained
 tokens, turns) are all-reduced over the ranks, so each rank's loss is its share of the
 1-process loss and the summed gradients equal the 1-process gradient in every aggregation
@@ -40,7 +40,7 @@ __all__ = ["UpdateStats", "ReduceGroup", "make_optimizer", "update", "train_on_b
 
 
 class ReduceGroup(Protocol):
-    """The ranks of a data-parallel update (``agentrl.dist.DistContext`` implements it)."""
+    """The ranks of a data-parallel update (``agentrl.distributed.DistContext`` implements it)."""
 
     rank: int
     world_size: int

@@ -15,13 +15,20 @@ from agentrl.update.critic import critic_loss, value_rows
 from test_critic_prefix import _critic_and_batch
 
 
+def _sgd(critic) -> torch.optim.Optimizer:
+    """Plain SGD for the step-by-step comparisons: its update is linear in the gradient, so the
+    float noise of two paths stays noise. AdamW's first steps are ~lr·sign(g): a near-zero
+    gradient entry whose sign differs by rounding (AVX2 vs AVX-512 kernels) flips a whole step."""
+    return torch.optim.SGD([p for p in critic.parameters() if p.requires_grad], lr=0.5)
+
+
 def _weights(critic) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in critic.named_parameters() if p.requires_grad}
 
 
 def _one_by_one(critic, batch, chunks: list[torch.Tensor], value_clip):
     """The reference: one whole-batch critic_update per chunk of turns, on ``batch.select``."""
-    opt = make_optimizer(critic, 1e-2)
+    opt = _sgd(critic)
     losses, norms, preds = [], [], torch.zeros(batch.num_turns)
     for turns in chunks:
         sub = batch.select(turns)
@@ -51,7 +58,7 @@ def _step_turns(batch, minibatch: int, seed: int | None) -> list[torch.Tensor]:
 def test_minibatch_steps_equal_one_update_per_run_of_prompts(share, value_clip, seed) -> None:
     critic, batch, _ = _critic_and_batch()
     ref = copy.deepcopy(critic)
-    stats = critic_update(critic, make_optimizer(critic, 1e-2), batch, micro_batch=2, value_clip=value_clip,
+    stats = critic_update(critic, _sgd(critic), batch, micro_batch=2, value_clip=value_clip,
                           share_prefix=share, minibatch=2, seed=seed)
     chunks = _step_turns(batch, 2, seed)  # 5 distinct prompts of 9 turns → steps of 2, 2, 1 prompts
     assert value_rows(batch, distinct=True).num_prompts == 5 and stats.steps == len(chunks) == 3 and stats.turns == 9
@@ -60,10 +67,11 @@ def test_minibatch_steps_equal_one_update_per_run_of_prompts(share, value_clip, 
     assert stats.loss == pytest.approx(loss, rel=1e-5) and stats.grad_norm == pytest.approx(norm, rel=1e-5)
     assert stats.explained_var == pytest.approx(ev, rel=1e-4, abs=1e-6)
     w, w_ref, w0 = _weights(critic), _weights(ref), _weights(_critic_and_batch()[0])
-    for n in w:  # AdamW's first steps are ~lr·sign(g): compare where the weights moved clearly
-        moved = (w_ref[n] - w0[n]).abs() > 1e-3
-        assert moved.any() or n == "head.bias"
-        assert torch.allclose(w[n][moved], w_ref[n][moved], atol=1e-5), n
+    for n in w:  # SGD: every entry, within 0.1 % of how far the steps moved it (or a few float32 ulps)
+        step = float((w_ref[n] - w0[n]).abs().max())
+        assert step > 0, n
+        gap = float((w[n] - w_ref[n]).abs().max())
+        assert gap <= max(1e-3 * step, 1e-6), (n, gap, step)
 
 
 def test_the_seed_changes_the_order_of_the_steps() -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from agentrl.dist.context import DistContext
+from agentrl.distributed.context import DistContext
 
 __all__ = ["decoder_layers", "parallelize"]
 

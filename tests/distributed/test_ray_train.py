@@ -1,5 +1,5 @@
 """Issue 17, several nodes: ``agentrl train CFG --ray-ranks 2`` on a local 2-CPU Ray (actors
-that form the gloo process group, ``agentrl.dist.ray_launch``) is the same run as ``torchrun
+that form the gloo process group, ``agentrl.distributed.ray_launch``) is the same run as ``torchrun
 --standalone --nproc-per-node 2``: same episodes, TurnTable, advantages and final weights; a
 rank that fails ends the launch at once with its error (the other rank is killed, not left in
 a collective).
@@ -79,7 +79,7 @@ def test_ray_run_equals_torchrun_run(tiny_dir, tmp_path):
 def _fail_on_rank_1():
     """Both ranks join the group; rank 1 then raises while rank 0 waits in a barrier (it would
     wait for torch's 30-minute timeout if the launcher did not kill it)."""
-    from agentrl.dist import DistContext
+    from agentrl.distributed import DistContext
 
     ctx = DistContext.from_env("cpu")
     if ctx.rank == 1:
@@ -89,7 +89,7 @@ def _fail_on_rank_1():
 
 
 def test_failing_rank_ends_the_launch_with_its_error(monkeypatch):
-    from agentrl.dist.ray_launch import RayLaunchError, launch
+    from agentrl.distributed.ray_launch import RayLaunchError, launch
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     assert not ray.is_initialized()

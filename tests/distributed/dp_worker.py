@@ -1,4 +1,4 @@
-"""Worker of tests/dist/test_dp_update.py, run under ``torchrun --nproc-per-node N``.
+"""Worker of tests/distributed/test_dp_update.py, run under ``torchrun --nproc-per-node N``.
 
 Reads ``cases.pt`` (the initial weights, the batch, and per case the update config, LoRA
 on/off and whether normalisation is per-rank), trains each case for ``cfg.epochs`` ×
@@ -19,7 +19,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "update")]
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict  # noqa: E402
 
 import agentrl.update.step as step  # noqa: E402
-from agentrl.dist import DistContext, parallelize  # noqa: E402
+from agentrl.distributed import DistContext, parallelize  # noqa: E402
 from agentrl.update import apply_rollout_correction, make_optimizer, prepare_policy, train_on_batch  # noqa: E402
 from agentrl.update.lora import apply_lora  # noqa: E402
 from update_fixtures import tiny_model  # noqa: E402

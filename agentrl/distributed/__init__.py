@@ -1,5 +1,6 @@
-"""agentrl.dist — data-parallel training across processes (layer L3½: above ``agentrl.update``,
-below ``agentrl.train``; imports torch and torch.distributed).
+"""agentrl.distributed — data-parallel training across processes (layer L3½: above
+``agentrl.update``, below ``agentrl.train``; imports torch and torch.distributed). It was
+``agentrl.dist``: a folder named ``dist`` reads as build output to packaging and repository tools.
 
 Owns: the process group of a run (``DistContext``: torchrun's environment, or a 1-rank group;
 gloo on CPU, NCCL on GPU), FSDP2 wrapping of a causal LM (``parallelize``: ``fully_shard``
@@ -18,9 +19,9 @@ an unsharded engine copy on rank 0 that samples and evaluates).
 May import: torch, agentrl.update, agentrl.llm, agentrl L0. Never imports rollout, store or credit.
 """
 
-from agentrl.dist.context import DistContext
-from agentrl.dist.parallel import decoder_layers, parallelize
-from agentrl.dist.policy import distribute_policy, engine_copy
-from agentrl.dist.weights import inference_state
+from agentrl.distributed.context import DistContext
+from agentrl.distributed.parallel import decoder_layers, parallelize
+from agentrl.distributed.policy import distribute_policy, engine_copy
+from agentrl.distributed.weights import inference_state
 
 __all__ = ["DistContext", "decoder_layers", "parallelize", "distribute_policy", "engine_copy", "inference_state"]

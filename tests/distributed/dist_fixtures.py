@@ -1,4 +1,4 @@
-"""Shared by the tests/dist runs: the tiny-model toy config that the torchrun and the Ray
+"""Shared by the tests/distributed runs: the tiny-model toy config that the torchrun and the Ray
 launches train (2 iterations × 2 groups × 4 episodes; seed 3 gives both winning and losing
 episodes, so the update has a signal)."""
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from agentrl.dist.context import DistContext
+from agentrl.distributed.context import DistContext
 from agentrl.update.lora import inference_state_dict, merge_lora_state
 
 __all__ = ["inference_state"]

@@ -4,7 +4,7 @@ rank 0 a separate, unsharded engine copy that samples rollouts and evaluates.
 A sharded model cannot ``generate``: every forward is a collective, and ranks would decode
 different numbers of steps. So rank 0 keeps its own full copy (colocated on its device, like
 a colocated vLLM engine) that receives the trainer's weights after every update
-(``agentrl.dist.weights.inference_state``: all-gather, LoRA merged), and the other ranks only
+(``agentrl.distributed.weights.inference_state``: all-gather, LoRA merged), and the other ranks only
 train. With ``rollout.engines: K`` the rollouts run on the engine workers instead and rank 0's
 copy only evaluates.
 """
@@ -15,8 +15,8 @@ import copy
 
 import torch
 
-from agentrl.dist.context import DistContext
-from agentrl.dist.parallel import parallelize
+from agentrl.distributed.context import DistContext
+from agentrl.distributed.parallel import parallelize
 from agentrl.llm.policy import Policy
 
 __all__ = ["engine_copy", "distribute_policy"]
