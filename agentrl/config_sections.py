@@ -214,11 +214,11 @@ class RolloutConfig:
     processes, ray: actors), each with its own HF engine and env-pool shard, whole groups per
     worker, every (episode, turn) sampled from its own seed (the same episodes for any K);
     the trainer pushes versioned weights to them after every update
-    (``agentrl.rollout.engine_worker``). Chains only (no tree / rtpo sampler, no harness).
+    (``agentrl.rollout.engines.interface``). Chains only (no tree / rtpo sampler, no harness).
     ``max_staleness``: 0 (default) is the synchronous loop; S ≥ 1 (needs ``engines`` ≥ 1 and
     ``backend: local``) lets the engine workers run up to S policy versions ahead of the
     trainer: an iteration trains only groups whose every turn was sampled within S versions
-    of the trainer's, older ones are dropped and counted (``agentrl.rollout.engine_stream``).
+    of the trainer's, older ones are dropped and counted (``agentrl.rollout.engines.stream``).
     ``on_weight_update`` (S ≥ 1): ``continue`` — episodes in flight go on under the new
     weights from their next turn; ``drain`` — they finish on their old weights first."""
 

@@ -162,7 +162,8 @@ def engine_push(folder: Path, n: int, pushes: int, args) -> dict:
     import torch
 
     from agentrl.llm.hf import HFEngine
-    from agentrl.rollout.engine_worker import EngineSpec, open_engine_workers
+    from agentrl.rollout.engines.interface import EngineSpec
+    from agentrl.rollout.engines.factory import open_engine_workers
 
     state = dict(HFEngine.from_pretrained(folder, dtype=args.dtype, device=args.device).model.state_dict())
     mb = sum({(t.data_ptr(), t.dtype): t.numel() * t.element_size() for t in state.values()}.values()) / 1e6

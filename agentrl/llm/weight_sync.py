@@ -9,7 +9,7 @@ with torch's reductions: the workers map the same memory); a push is then
 ``publish(state, version)`` in the trainer, and each worker loads the buffers into its
 engine with ``load_into(engine)`` — told to by a message (the synchronous loop: the trainer
 waits for every acknowledgement), or on its own when it sees a newer ``version``
-(asynchronous rollouts, ``agentrl.rollout.engine_stream``). A sequence counter in shared
+(asynchronous rollouts, ``agentrl.rollout.engines.stream``). A sequence counter in shared
 memory (a seqlock: odd while the trainer writes) tells a worker whether the weights changed
 under it while it loaded them; it then loads again, so it never keeps half-written weights
 and the version it records is the one of the weights it holds. No lock: a worker killed

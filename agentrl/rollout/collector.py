@@ -137,7 +137,7 @@ def turn_seed(seed: int, episode_id: int, t: int) -> int:
 
 
 class CollectHooks(Protocol):
-    """What a long-lived caller (an asynchronous engine worker, ``agentrl.rollout.engine_stream``)
+    """What a long-lived caller (an asynchronous engine worker, ``agentrl.rollout.engines.stream``)
     plugs into ``collect``: more episodes while it runs, and a say over weight loads."""
 
     def next_plan(self) -> CollectConfig | None:

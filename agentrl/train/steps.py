@@ -20,8 +20,9 @@ from agentrl.llm.constrained import constraint_masks
 from agentrl.llm.grammar import grammar_masks
 from agentrl.llm.policy import Policy
 from agentrl.rollout.collector import CollectConfig, collect
-from agentrl.rollout.engine_stream import EngineStream
-from agentrl.rollout.engine_worker import EngineSpec, EngineWorkers, open_engine_workers
+from agentrl.rollout.engines.stream import EngineStream
+from agentrl.rollout.engines.interface import EngineSpec, EngineWorkers
+from agentrl.rollout.engines.factory import open_engine_workers
 from agentrl.rollout.harness import HarnessSpec, collect_harness_episodes
 from agentrl.rollout.ray_backend import make_env_pool
 from agentrl.rollout.reverse import RtpoRound, run_rtpo_iteration

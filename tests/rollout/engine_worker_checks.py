@@ -16,7 +16,7 @@ from agentrl.config import UpdateConfig
 from agentrl.llm.base import SamplingParams
 from agentrl.rollout.agent_loop import LoopConfig
 from agentrl.rollout.collector import CollectConfig
-from agentrl.rollout.engine_worker import EngineSpec, shard_groups
+from agentrl.rollout.engines.interface import EngineSpec, shard_groups
 from agentrl.store import TurnStore
 from agentrl.types import EpisodeStatus, TurnTable
 

@@ -1,4 +1,4 @@
-"""Asynchronous rollouts (``agentrl.rollout.engine_stream``), piece by piece.
+"""Asynchronous rollouts (``agentrl.rollout.engines.stream``), piece by piece.
 
 - ``GroupBuffer``: hand-built groups at known policy versions → which are taken, dropped,
   carried; a property over random arrivals: nothing is lost or taken twice, nothing taken
@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import engine_worker_checks as checks  # noqa: E402
 
-from agentrl.rollout.engine_stream import GroupBuffer, StreamClosed, WorkerHooks, group_version  # noqa: E402
+from agentrl.rollout.engines.stream import GroupBuffer, StreamClosed, WorkerHooks, group_version  # noqa: E402
 from agentrl.types import Episode, EpisodeStatus, Turn  # noqa: E402
 
 
@@ -197,7 +197,7 @@ def test_a_publish_during_a_load_makes_the_worker_load_again():
 @pytest.fixture(scope="module")
 def stream_workers(tiny_dir):
     pytest.importorskip("torch")
-    from agentrl.rollout.engine_procs import ProcessEngineWorkers
+    from agentrl.rollout.engines.procs import ProcessEngineWorkers
 
     return lambda n: ProcessEngineWorkers(n, checks.spec_of(tiny_dir), checks.initial_state(tiny_dir), 0)
 
@@ -208,7 +208,7 @@ def _plan(k):
 
 
 def test_stream_runs_ahead_by_at_most_s_and_survives_a_killed_worker(stream_workers, tiny_dir):
-    from agentrl.rollout.engine_stream import EngineStream
+    from agentrl.rollout.engines.stream import EngineStream
 
     state = checks.initial_state(tiny_dir)
     stream = EngineStream(stream_workers(2), _plan, start=0, max_staleness=1, n_groups=2)

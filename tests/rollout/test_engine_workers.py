@@ -19,14 +19,14 @@ import pytest
 torch = pytest.importorskip("torch")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import engine_worker_checks as checks  # noqa: E402
+import engine_worker_checks as checks   # noqa: E402
 
-from agentrl.llm.base import SamplingParams  # noqa: E402
-from agentrl.llm.chat import ChatRenderer  # noqa: E402
-from agentrl.llm.row_sampling import RowGumbelSampler  # noqa: E402
-from agentrl.rollout.collector import collect, turn_seed  # noqa: E402
-from agentrl.rollout.engine_worker import aborted_episodes, shard_config, shard_groups  # noqa: E402
-from agentrl.rollout.engine_procs import ProcessEngineWorkers  # noqa: E402
+from agentrl.llm.base import SamplingParams   # noqa: E402
+from agentrl.llm.chat import ChatRenderer   # noqa: E402
+from agentrl.llm.row_sampling import RowGumbelSampler   # noqa: E402
+from agentrl.rollout.collector import collect, turn_seed   # noqa: E402
+from agentrl.rollout.engines.interface import aborted_episodes, shard_config, shard_groups  # noqa: E402
+from agentrl.rollout.engines.procs import ProcessEngineWorkers   # noqa: E402
 
 
 def _exact(scores: torch.Tensor, temperature: float, top_p: float) -> np.ndarray:

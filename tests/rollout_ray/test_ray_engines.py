@@ -14,10 +14,10 @@ ray = pytest.importorskip("ray", reason="needs the ray extra: pip install 'agent
 torch = pytest.importorskip("torch")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rollout"))
-import engine_worker_checks as checks  # noqa: E402
+import engine_worker_checks as checks   # noqa: E402
 
-from agentrl.rollout.engine_worker import open_engine_workers  # noqa: E402
-from agentrl.rollout.ray_backend import ensure_ray  # noqa: E402
+from agentrl.rollout.engines.factory import open_engine_workers  # noqa: E402
+from agentrl.rollout.ray_backend import ensure_ray   # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The trainer side's group buffer of asynchronous rollouts (``agentrl.rollout.engine_stream``):
+"""The trainer side's group buffer of asynchronous rollouts (``agentrl.rollout.engines.stream``):
 finished episodes filed by group until the group is complete, then taken (oldest first) or
 dropped as too stale; and ``StreamBatch``, what one take returns with its ``async/*``
 metrics. Pure Python, no processes.

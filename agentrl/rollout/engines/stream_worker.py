@@ -1,4 +1,4 @@
-"""The worker side of asynchronous rollouts (``agentrl.rollout.engine_stream``): the
+"""The worker side of asynchronous rollouts (``agentrl.rollout.engines.stream``): the
 ``CollectHooks`` a streaming engine worker plugs into ``collect`` — queued plans joining the
 collect in progress, and when to load newer weights (``rollout.on_weight_update``).
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import deque
 
 from agentrl.rollout.collector import CollectConfig
-from agentrl.rollout.engine_worker import EngineWorkerError
+from agentrl.rollout.engines.interface import EngineWorkerError
 
 #: ``rollout.on_weight_update`` values.
 WEIGHT_UPDATE_MODES = ("continue", "drain")

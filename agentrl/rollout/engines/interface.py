@@ -1,12 +1,11 @@
-"""Rollout engine workers: an engine + an env-pool shard per worker, apart from the trainer.
+"""The engine-worker interface: what every backend of ``agentrl.rollout.engines`` shares.
 
 ``rollout.engines: K ≥ 1`` plays each iteration's groups on K workers (local processes,
-``agentrl.rollout.engine_procs``, or Ray actors, ``agentrl.rollout.ray_engines``) behind
-one interface, ``EngineWorkers``. This module holds what both backends share:
+``agentrl.rollout.engines.procs``, or Ray actors, ``agentrl.rollout.engines.ray_actors``)
+behind one interface, ``EngineWorkers`` (opened by ``agentrl.rollout.engines.factory``; the
+body of one worker is ``agentrl.rollout.engines.worker.EngineWorker``). This module holds:
 
-- ``EngineWorker``: the body of one worker (an ``HFEngine`` loaded from the policy's folder
-  in the policy dtype, its chat renderer and its own ``EnvPool``), run inside the process
-  or actor;
+- ``EngineSpec`` (how a worker builds its engine), ``WorkerScore``, ``EngineWorkerError``;
 - the sharding: ``shard_groups`` gives each worker a contiguous block of whole groups
   (groups are never split), ``shard_config`` the worker's ``CollectConfig`` — always with
   ``turn_seeds`` (every (episode, turn) samples from its own seed), so the episodes are the
@@ -24,7 +23,7 @@ from typing import Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from agentrl.rollout.collector import CollectConfig, CollectHooks, collect, plan_episodes
+from agentrl.rollout.collector import CollectConfig, plan_episodes
 from agentrl.types import Episode, EpisodeStatus
 
 #: ``rollout.backend`` values for engine workers.
@@ -137,84 +136,3 @@ def aborted_episodes(cc: CollectConfig, have: set[int], reason: str) -> list[Epi
             ep.status, ep.error = EpisodeStatus.ABORTED, reason
             out.append(ep)
     return out
-
-
-class EngineWorker:
-    """The body of one engine worker: engine + renderer + env pool (inside its process/actor).
-
-    Args:
-        spec: how to build the engine.
-        state: the trainer's inference weights (``{name: tensor}``) or None (the folder's).
-        version: their policy version.
-    Raises:
-        FileNotFoundError: ``spec.model`` is not a model folder.
-    """
-
-    def __init__(self, spec: EngineSpec, state: Mapping | None, version: int) -> None:
-        from transformers import AutoTokenizer
-
-        from agentrl.llm.chat import ChatRenderer
-        from agentrl.llm.hf import HFEngine
-
-        self.engine = HFEngine.from_pretrained(spec.model, dtype=spec.dtype, device=spec.device,
-                                               num_threads=spec.num_threads, max_context=spec.max_context,
-                                               prefix_cache_mb=spec.prefix_cache_mb,
-                                               decode_attention=spec.decode_attention)
-        self.renderer = ChatRenderer(AutoTokenizer.from_pretrained(spec.model))
-        self.load(state, version)
-        self._pool, self._pool_key = None, None
-
-    def load(self, state: Mapping | None, version: int) -> None:
-        """Load ``state`` (strict names) as policy ``version``; None only sets the version."""
-        if state is None:
-            self.engine.policy_version = int(version)
-        else:
-            self.engine.update_weights(state, version)
-
-    def score(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> tuple[np.ndarray, int]:
-        """(float32[C] teacher-forced logprobs, the engine's policy version)."""
-        return self.engine.score(prompt_ids, completion_ids), int(self.engine.policy_version)
-
-    def collect(self, cc: CollectConfig, on_episode: Callable[[Episode], None] | None = None,
-                hooks: CollectHooks | None = None) -> list[Episode]:
-        """Play ``cc`` (a shard config; ``hooks``: the plans of an asynchronous stream too) on
-        this worker's env pool (opened once, reopened when the env or its kwargs change, or
-        more slots are needed)."""
-        n = min(cc.num_slots or cc.n_played, cc.n_played)
-        key = (cc.env_id, repr(sorted(cc.env_kwargs.items())), cc.num_workers, cc.step_timeout_s, cc.reset_timeout_s)
-        if self._pool is None or self._pool_key != key or self._pool.n < n:
-            from agentrl.env.pool import EnvPool
-
-            self.close()
-            self._pool = EnvPool(cc.env_id, n, env_kwargs=cc.env_kwargs, num_workers=min(cc.num_workers or 1, n),
-                                 step_timeout_s=cc.step_timeout_s, reset_timeout_s=cc.reset_timeout_s)
-            self._pool_key = key
-        return collect(self.engine, self.renderer, cc, pool=self._pool, on_episode=on_episode, hooks=hooks)
-
-    def close(self) -> None:
-        """Close the env pool (the engine goes with the process)."""
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
-
-
-def open_engine_workers(backend: str, n: int, spec: EngineSpec, state: Mapping, version: int,
-                        **kwargs) -> EngineWorkers:
-    """Start ``n`` engine workers holding ``state`` as policy ``version``: ``local`` →
-    ``ProcessEngineWorkers`` (spawned processes, shared-memory weights), ``ray`` →
-    ``RayEngineWorkers`` (actors on the running or a local Ray). ``kwargs`` go to the backend.
-
-    Raises:
-        ValueError: unknown backend or ``n < 1``. EngineWorkerError: a worker failed to start.
-    """
-    if n < 1:
-        raise ValueError(f"open_engine_workers needs n >= 1 workers, got {n}")
-    if backend == "local":
-        from agentrl.rollout.engine_procs import ProcessEngineWorkers
-
-        return ProcessEngineWorkers(n, spec, state, version, **kwargs)
-    if backend == "ray":
-        from agentrl.rollout.ray_engines import RayEngineWorkers
-
-        return RayEngineWorkers(n, spec, state, version, **kwargs)
-    raise ValueError(f"unknown rollout.backend {backend!r} for engine workers; choose one of {ENGINE_BACKENDS}")

@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from agentrl.rollout.collector import CollectConfig
-from agentrl.rollout.engine_worker import EngineWorkerError, aborted_episodes, shard_config, shard_groups
-from agentrl.rollout.stream_buffer import GroupBuffer, StreamBatch, group_version
-from agentrl.rollout.stream_worker import WEIGHT_UPDATE_MODES, StreamClosed, WorkerHooks
+from agentrl.rollout.engines.interface import EngineWorkerError, aborted_episodes, shard_config, shard_groups
+from agentrl.rollout.engines.stream_buffer import GroupBuffer, StreamBatch, group_version
+from agentrl.rollout.engines.stream_worker import WEIGHT_UPDATE_MODES, StreamClosed, WorkerHooks
 from agentrl.types import Episode
 
 __all__ = ["EngineStream", "GroupBuffer", "StreamBatch", "StreamClosed", "WorkerHooks", "WEIGHT_UPDATE_MODES",

@@ -19,15 +19,8 @@ import time
 from typing import Callable, Mapping, Sequence
 
 from agentrl.rollout.collector import CollectConfig
-from agentrl.rollout.engine_worker import (
-    EngineSpec,
-    EngineWorker,
-    EngineWorkerError,
-    WorkerScore,
-    aborted_episodes,
-    shard_config,
-    shard_groups,
-)
+from agentrl.rollout.engines.interface import EngineSpec, EngineWorkerError, WorkerScore, aborted_episodes, shard_config, shard_groups
+from agentrl.rollout.engines.worker import EngineWorker
 from agentrl.rollout.ray_backend import _require_ray, ensure_ray
 from agentrl.types import Episode
 

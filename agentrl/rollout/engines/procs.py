@@ -24,15 +24,8 @@ from multiprocessing.connection import wait
 from typing import Callable, Mapping, Sequence
 
 from agentrl.rollout.collector import CollectConfig
-from agentrl.rollout.engine_worker import (
-    EngineSpec,
-    EngineWorker,
-    EngineWorkerError,
-    WorkerScore,
-    aborted_episodes,
-    shard_config,
-    shard_groups,
-)
+from agentrl.rollout.engines.interface import EngineSpec, EngineWorkerError, WorkerScore, aborted_episodes, shard_config, shard_groups
+from agentrl.rollout.engines.worker import EngineWorker
 from agentrl.types import Episode
 
 
@@ -59,7 +52,7 @@ def _serve(conn, spec: EngineSpec, shared, version: int) -> None:
                 eps = worker.collect(arg, on_episode=lambda ep: conn.send(("episode", ep)))
                 conn.send(("done", len(eps)))
             elif cmd == "stream":  # asynchronous rollouts: more plans may arrive while this one plays
-                from agentrl.rollout.stream_worker import StreamClosed, WorkerHooks
+                from agentrl.rollout.engines.stream_worker import StreamClosed, WorkerHooks
 
                 hooks = WorkerHooks(conn, shared, worker.engine, mode=arg[1])
                 hooks.pull()
@@ -244,7 +237,7 @@ class ProcessEngineWorkers:
 
     def publish(self, state: Mapping, version: int) -> None:
         """Write ``state`` as ``version`` into the shared buffer and return: the workers load it
-        on their own (asynchronous rollouts, ``agentrl.rollout.engine_stream``)."""
+        on their own (asynchronous rollouts, ``agentrl.rollout.engines.stream``)."""
         self._shared.publish(state, version)
         self.policy_version = int(version)
 

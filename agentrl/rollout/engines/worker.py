@@ -1,0 +1,77 @@
+"""``EngineWorker``: the body of one rollout engine worker, run inside its process or actor.
+
+An ``HFEngine`` loaded from the policy's folder in the policy dtype, its chat renderer and its
+own ``EnvPool``; it plays the shard configs it is given (``agentrl.rollout.engines.interface``).
+No torch at import (the engine module is imported lazily when the worker starts).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from agentrl.rollout.collector import CollectConfig, CollectHooks, collect
+from agentrl.rollout.engines.interface import EngineSpec
+from agentrl.types import Episode
+
+__all__ = ["EngineWorker"]
+
+
+class EngineWorker:
+    """The body of one engine worker: engine + renderer + env pool (inside its process/actor).
+
+    Args:
+        spec: how to build the engine.
+        state: the trainer's inference weights (``{name: tensor}``) or None (the folder's).
+        version: their policy version.
+    Raises:
+        FileNotFoundError: ``spec.model`` is not a model folder.
+    """
+
+    def __init__(self, spec: EngineSpec, state: Mapping | None, version: int) -> None:
+        from transformers import AutoTokenizer
+
+        from agentrl.llm.chat import ChatRenderer
+        from agentrl.llm.hf import HFEngine
+
+        self.engine = HFEngine.from_pretrained(spec.model, dtype=spec.dtype, device=spec.device,
+                                               num_threads=spec.num_threads, max_context=spec.max_context,
+                                               prefix_cache_mb=spec.prefix_cache_mb,
+                                               decode_attention=spec.decode_attention)
+        self.renderer = ChatRenderer(AutoTokenizer.from_pretrained(spec.model))
+        self.load(state, version)
+        self._pool, self._pool_key = None, None
+
+    def load(self, state: Mapping | None, version: int) -> None:
+        """Load ``state`` (strict names) as policy ``version``; None only sets the version."""
+        if state is None:
+            self.engine.policy_version = int(version)
+        else:
+            self.engine.update_weights(state, version)
+
+    def score(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> tuple[np.ndarray, int]:
+        """(float32[C] teacher-forced logprobs, the engine's policy version)."""
+        return self.engine.score(prompt_ids, completion_ids), int(self.engine.policy_version)
+
+    def collect(self, cc: CollectConfig, on_episode: Callable[[Episode], None] | None = None,
+                hooks: CollectHooks | None = None) -> list[Episode]:
+        """Play ``cc`` (a shard config; ``hooks``: the plans of an asynchronous stream too) on
+        this worker's env pool (opened once, reopened when the env or its kwargs change, or
+        more slots are needed)."""
+        n = min(cc.num_slots or cc.n_played, cc.n_played)
+        key = (cc.env_id, repr(sorted(cc.env_kwargs.items())), cc.num_workers, cc.step_timeout_s, cc.reset_timeout_s)
+        if self._pool is None or self._pool_key != key or self._pool.n < n:
+            from agentrl.env.pool import EnvPool
+
+            self.close()
+            self._pool = EnvPool(cc.env_id, n, env_kwargs=cc.env_kwargs, num_workers=min(cc.num_workers or 1, n),
+                                 step_timeout_s=cc.step_timeout_s, reset_timeout_s=cc.reset_timeout_s)
+            self._pool_key = key
+        return collect(self.engine, self.renderer, cc, pool=self._pool, on_episode=on_episode, hooks=hooks)
+
+    def close(self) -> None:
+        """Close the env pool (the engine goes with the process)."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
