@@ -220,7 +220,21 @@ class RolloutConfig:
     trainer: an iteration trains only groups whose every turn was sampled within S versions
     of the trainer's, older ones are dropped and counted (``agentrl.rollout.engines.stream``).
     ``on_weight_update`` (S ≥ 1): ``continue`` — episodes in flight go on under the new
-    weights from their next turn; ``drain`` — they finish on their old weights first."""
+    weights from their next turn; ``drain`` — they finish on their old weights first.
+    ``turn_seeds``: sample every (episode, turn) from its own seed in the trainer's process
+    too (engine workers and data-parallel ranks always do), so a 1-process run stores the same
+    episodes as any sharding of it over ranks or workers; off by default (one seed per batch,
+    today's episodes). Under torchrun every rank rolls out its share of the groups with its
+    own engine (``agentrl.distributed.policy``).
+    Weight sync checks (``agentrl.train.sync``): ``sync_probe`` ``auto`` (default) scores a
+    fixed probe (prompt + completion) on every engine that does not sample from the trained
+    model itself (vLLM, the ranks' engine copies, engine workers) after each sync and compares
+    it with the trainer's logprobs: a gap above ``sync_probe_tol`` (None: 1e-3 in float32,
+    0.5 in bf16/fp16), or an engine whose probe did not move at all while the trainer's moved by
+    more than a tenth of that, stops
+    the run with one line naming the engine, the version and the gap; ``on`` probes even an
+    engine that shares the trained model (a cost measurement); ``off`` never.
+    ``sync_timeout_s``: seconds a weight sync may take before the run stops with one line."""
 
     groups_per_iteration: int = 6
     group_size: int = 4
@@ -233,9 +247,16 @@ class RolloutConfig:
     engines: int = 0
     max_staleness: int = 0
     on_weight_update: Literal["continue", "drain"] = "continue"
+    turn_seeds: bool = False
+    sync_probe: Literal["auto", "on", "off"] = "auto"
+    sync_probe_tol: Optional[float] = None
+    sync_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
         _check(self.engines >= 0, "rollout.engines must be >= 0 (0 = sample in the trainer's process)")
+        _check(self.sync_probe_tol is None or self.sync_probe_tol > 0,
+               "rollout.sync_probe_tol must be > 0 (max |logprob gap| in nats) or null for the dtype's default")
+        _check(self.sync_timeout_s > 0, "rollout.sync_timeout_s must be > 0 seconds")
         _check(self.max_staleness >= 0, "rollout.max_staleness must be >= 0 (0 = synchronous rollouts)")
         _check(self.max_staleness == 0 or (self.engines >= 1 and self.backend == "local"),
                f"rollout.max_staleness={self.max_staleness} needs engine workers apart from the trainer: set "

@@ -4,7 +4,8 @@ Each sub-command lives in its own module ``agentrl/cli/<name>.py`` exposing
 ``register(subparsers) -> None``, which adds an ``argparse`` sub-parser whose ``func``
 default is the handler ``(args) -> int``. Handlers import heavy libraries lazily so that
 ``agentrl --help`` stays fast. Errors that are the user's (``KeyError``, ``ValueError``,
-``FileNotFoundError``, ``FileExistsError``, ``ImportError``, ``PermissionError``) print one red line and exit 2.
+``FileNotFoundError``, ``FileExistsError``, ``ImportError``, ``PermissionError``) print one red line and exit 2;
+a failed weight-sync check (``agentrl.train.sync.SyncError``) prints one red line and exits 1.
 """
 
 from __future__ import annotations
@@ -56,6 +57,15 @@ def main(argv: list[str] | None = None) -> int:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)  # may quote stored text
         Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {markup_safe(msg)}", highlight=False)
         return 2
+    except RuntimeError as exc:
+        if type(exc).__name__ != "SyncError":  # agentrl.train.sync's (imported lazily: it needs torch)
+            raise
+        from rich.console import Console
+
+        from agentrl.cli._text import markup_safe
+
+        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {markup_safe(str(exc))}", highlight=False)
+        return 1
 
 
 def _show_agentrl_logs() -> None:

@@ -22,6 +22,7 @@ May import: torch, agentrl.update, agentrl.llm, agentrl L0. Never imports rollou
 from agentrl.distributed.context import DistContext
 from agentrl.distributed.parallel import decoder_layers, parallelize
 from agentrl.distributed.policy import distribute_policy, engine_copy
-from agentrl.distributed.weights import inference_state
+from agentrl.distributed.weights import inference_state, iter_inference_weights
 
-__all__ = ["DistContext", "decoder_layers", "parallelize", "distribute_policy", "engine_copy", "inference_state"]
+__all__ = ["DistContext", "decoder_layers", "parallelize", "distribute_policy", "engine_copy", "inference_state",
+           "iter_inference_weights"]

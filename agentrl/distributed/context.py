@@ -127,6 +127,26 @@ class DistContext:
         dist.broadcast_object_list(box, src=src, device=self.device if self.backend == "nccl" else None)
         return box[0]
 
+    def gather_object(self, obj: Any, dst: int = 0) -> list | None:
+        """Every rank's picklable ``obj`` as a list in rank order on rank ``dst``, None on the
+        others (``[obj]`` in one process). A collective: every rank calls it."""
+        if not self.distributed:
+            return [obj]
+        box = [None] * self.world_size if self.rank == dst else None  # NCCL: via torch.cuda.current_device()
+        dist.gather_object(obj, box, dst=dst)
+        return box
+
+    def all_gather(self, values: torch.Tensor) -> torch.Tensor:
+        """Every rank's ``values`` (the same shape and dtype on every rank) stacked in rank
+        order: shape (world_size, *values.shape), on the tensor's own device. One process:
+        ``values[None]``."""
+        if not self.distributed:
+            return values[None]
+        buf = values.detach().to(self.device).contiguous()
+        out = [torch.empty_like(buf) for _ in range(self.world_size)]
+        dist.all_gather(out, buf)
+        return torch.stack(out).to(values.device)
+
     def barrier(self) -> None:
         """Wait for every rank (no-op in one process)."""
         if self.distributed:

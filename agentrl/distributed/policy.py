@@ -1,12 +1,14 @@
 """The policy of a data-parallel run: an FSDP2-sharded model that trains on every rank, and on
-rank 0 a separate, unsharded engine copy that samples rollouts and evaluates.
+**every** rank an engine of its own that samples that rank's share of the rollouts.
 
 A sharded model cannot ``generate``: every forward is a collective, and ranks would decode
-different numbers of steps. So rank 0 keeps its own full copy (colocated on its device, like
-a colocated vLLM engine) that receives the trainer's weights after every update
-(``agentrl.distributed.weights.inference_state``: all-gather, LoRA merged), and the other ranks only
-train. With ``rollout.engines: K`` the rollouts run on the engine workers instead and rank 0's
-copy only evaluates.
+different numbers of steps. So each rank keeps a full, unsharded engine colocated on its
+device (verl's hybrid-engine pattern): an HF copy of the model (``engine_copy``), or the
+rank's own vLLM engine (``policy.engine: vllm``). After every update each rank's engine gets
+the new weights straight from the shards on its device
+(``agentrl.distributed.weights.iter_inference_weights``: all-gathered one parameter at a time,
+LoRA merged there). Rank 0's engine also evaluates. With ``rollout.engines: K`` the rollouts
+run on the engine workers instead (fed from rank 0), and the ranks' engines only evaluate.
 """
 
 from __future__ import annotations
@@ -44,10 +46,11 @@ def engine_copy(policy: Policy):
 
 def distribute_policy(policy: Policy, ctx: DistContext, sampler=None) -> Policy:
     """Shard ``policy.model`` (LoRA and gradient checkpointing already applied) over ``ctx``'s
-    ranks; rank 0's engine becomes ``sampler`` (from ``engine_copy``), the other ranks keep
-    theirs only as a version counter. The result never shares weights with its engine:
-    ``sync_weights`` pushes after every update. Build the optimizer afterwards.
+    ranks; each rank's engine becomes its ``sampler`` (from ``engine_copy``) when given, else
+    stays the policy's own (a vLLM engine, which never shared the trained weights). The
+    result never shares weights with its engine: ``sync_weights`` pushes after every update.
+    Build the optimizer afterwards.
     """
     model = parallelize(policy.model, ctx)
-    engine = sampler if ctx.is_main and sampler is not None else policy.engine
+    engine = sampler if sampler is not None else policy.engine
     return Policy(engine=engine, renderer=policy.renderer, model=model, pad_id=policy.pad_id, shares_weights=False)

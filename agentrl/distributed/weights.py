@@ -1,7 +1,13 @@
 """The trained weights as an inference engine loads them: plain HF parameter names, LoRA
 adapters merged **out of place** (``W + scaling · B·A`` computed into new tensors; the trained
-model is never modified, so repeated syncs are bit-stable, also in bf16), gathered from the
-FSDP2 shards onto rank 0 when the run is data-parallel.
+model is never modified, so repeated syncs are bit-stable, also in bf16).
+
+Two ways out of the FSDP2 shards of a data-parallel run: ``inference_state`` gathers the whole
+dict onto rank 0's CPU (engine workers apart from the trainer, checkpoints' export);
+``iter_inference_weights`` streams one parameter at a time to **every** rank, on its own device
+(all-gathered there, LoRA merged there), for the engine each rank rolls out with — nothing
+goes through rank 0 or the CPU, and at most one parameter (with its adapters) is gathered at
+a time.
 """
 
 from __future__ import annotations
@@ -9,9 +15,11 @@ from __future__ import annotations
 import torch
 
 from agentrl.distributed.context import DistContext
-from agentrl.update.lora import inference_state_dict, merge_lora_state
+from typing import Iterator
 
-__all__ = ["inference_state"]
+from agentrl.update.lora import inference_state_dict, iter_merged, merge_lora_state
+
+__all__ = ["inference_state", "iter_inference_weights"]
 
 
 def inference_state(model: torch.nn.Module, ctx: DistContext) -> dict[str, torch.Tensor] | None:
@@ -30,3 +38,22 @@ def inference_state(model: torch.nn.Module, ctx: DistContext) -> dict[str, torch
             return None
         return merge_lora_state(full, model) if hasattr(model, "get_base_model") else full
     return inference_state_dict(model)
+
+
+def iter_inference_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """``(plain HF name, tensor)`` of the trained ``model``'s inference weights, one at a time,
+    on the model's device (LoRA merged out of place, ``agentrl.update.lora.iter_merged``).
+
+    FSDP2-sharded (``DTensor`` parameters): each tensor is all-gathered (``full_tensor()``)
+    when it is reached — a **collective**: every rank must consume the whole iterator, in
+    the same order (it is deterministic). One process: the model's own tensors (do not
+    modify them) and new tensors where LoRA is merged.
+    """
+    state = model.state_dict()
+
+    def full(key: str) -> torch.Tensor:
+        value = state[key]
+        return value.full_tensor() if hasattr(value, "full_tensor") else value
+
+    for name, value, _ in iter_merged(list(state.keys()), full, model):
+        yield name, value.detach()

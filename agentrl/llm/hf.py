@@ -290,6 +290,11 @@ class HFEngine:
     def update_weights(self, source: str | Path | Mapping | Iterable, version: int) -> None:
         """Load weights (safetensors folder/file, state dict or ``(name, tensor)`` pairs), strict.
 
+        Pairs are consumed one at a time and copied into the model as they come (a streamed
+        sync from FSDP2 shards, ``agentrl.distributed.iter_inference_weights``, never holds
+        the whole state twice); an unexpected name stops the load at once, a missing one is
+        reported at the end. The version moves only after a complete load.
+
         Raises:
             FileNotFoundError: a path without safetensors files.
             RuntimeError: missing or unexpected parameter names.
@@ -304,18 +309,23 @@ class HFEngine:
             state: dict = {}
             for f in files:
                 state.update(load_file(str(f)))
-        else:
-            state = dict(source.items() if isinstance(source, Mapping) else source)
+            source = state
+        pairs = source.items() if isinstance(source, Mapping) else source
         own = self.model.state_dict()
         required = set(own)
         if getattr(self.model.config, "tie_word_embeddings", False):
             required.discard("lm_head.weight")  # tied to the embeddings; checkpoints often omit it
-        missing, unexpected = required - set(state), set(state) - set(own)
-        if missing or unexpected:
-            raise RuntimeError(f"update_weights: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}")
+        seen: set[str] = set()
         with torch.no_grad():
-            for name, t in state.items():
+            for name, t in pairs:
+                if name not in own:
+                    raise RuntimeError(f"update_weights: unexpected parameter {name!r} (this model has e.g. "
+                                       f"{sorted(own)[:3]})")
                 own[name].copy_(t.to(own[name].dtype))
+                seen.add(name)
+        missing = required - seen
+        if missing:
+            raise RuntimeError(f"update_weights: missing {sorted(missing)[:5]} ({len(missing)} parameter(s) not loaded)")
         self.policy_version = int(version)
 
     def reset_prefix_cache(self) -> None:

@@ -37,8 +37,10 @@ from agentrl.store import EVAL_RUN, TurnStore
 from agentrl.train.critic import Critic, critic_step, load_critic, make_critic, save_critic, with_values
 from agentrl.train.launches import Launch
 from agentrl.train.run_dir import RunLock, prepare_run_dir, set_aside_interrupted
-from agentrl.train.steps import (collect_iteration, open_engines, open_pool, open_stream, rtpo_iteration, sync_weights,
-                                 update_policy)
+from agentrl.train.plan import update_policy
+from agentrl.train.steps import (collect_iteration, open_engines, open_pool, open_stream, rolls_out_on_ranks,
+                                 rtpo_iteration)
+from agentrl.train.sync import SyncCheck, synced
 from agentrl.types import TurnTable
 from agentrl.update.checkpoint import TrainState, load_checkpoint, save_checkpoint
 from agentrl.update.lora import prepare_policy
@@ -75,7 +77,8 @@ class RunParts:
     turn store, the turn-level critic (turn-PPO only, else None), the env pool of chain
     rollouts and the ``rollout.engines`` engine workers (both opened at the first iteration,
     kept open across iterations, closed by ``close``). ``dp``: the process group of a
-    data-parallel run (None in one process); only rank 0 has a ``store``."""
+    data-parallel run (None in one process); only rank 0 has a ``store``. ``sync``: the probe
+    after every weight sync (``agentrl.train.sync``; None when off)."""
 
     policy: Policy
     optimizer: torch.optim.Optimizer
@@ -84,6 +87,7 @@ class RunParts:
     pool: object | None = None
     engines: object | None = None
     dp: DistContext | None = None
+    sync: SyncCheck | None = None
 
     @property
     def is_main(self) -> bool:
@@ -99,11 +103,12 @@ class RunParts:
         return self.engines
 
     def chain_pool(self, cfg: Config):
-        """The run's env pool for plain chain rollouts (None for trees, harnesses and engine workers)."""
+        """The run's env pool for plain chain rollouts (None for trees, harnesses and engine
+        workers); on a data-parallel rank, sized for its share of the groups."""
         if cfg.rollout.sampler != "chain" or cfg.rollout.harness is not None or cfg.rollout.engines:
             return None
         if self.pool is None:
-            self.pool = open_pool(cfg)
+            self.pool = open_pool(cfg, self.dp)
         return self.pool
 
     def close(self) -> None:
@@ -140,16 +145,18 @@ def chain_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
     """Collect (chains, trees or harness episodes) → store → TurnTable (+ critic values) →
     advantages → store them → update → bump the policy version → critic step.
 
-    Data-parallel: rank 0 alone collects, stores and computes advantages; every rank then
-    takes the update steps (rank 0 broadcasts them) and joins the weight sync."""
+    Data-parallel: every rank plays its share of the chains with its own engine and rank 0
+    gathers them (trees, harnesses and engine workers: rank 0 alone collects); rank 0 alone
+    stores and computes advantages; every rank then takes the update steps (rank 0
+    broadcasts them) and joins the weight sync and its probe."""
     t0 = time.perf_counter()
     episodes, table, adv, extra = [], None, None, {}
     if parts.is_main and cfg.rollout.max_staleness:  # asynchronous: groups the workers played meanwhile
         got = parts.chain_engines(cfg, it).take(parts.policy.engine.policy_version)
         episodes, extra = got.episodes, got.as_metrics(cfg.rollout.max_staleness)
-    elif parts.is_main:
+    elif parts.is_main or rolls_out_on_ranks(cfg, parts.dp):
         episodes = collect_iteration(parts.policy, cfg, it, pool=parts.chain_pool(cfg),
-                                     engines=parts.chain_engines(cfg))
+                                     engines=parts.chain_engines(cfg), dp=parts.dp)
     t1 = time.perf_counter()
     if parts.is_main:
         add_linked(parts.store, episodes, run_id=cfg.run.name)  # tree branches after their parents (stored first)
@@ -165,7 +172,7 @@ def chain_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
     stats, corr = update_policy(parts.policy, parts.optimizer, cfg, table, adv, episodes, it, dp=parts.dp)
     if corr is not None:  # behaviour–trainer KL, capped / masked token fractions
         extra.update(corr.as_metrics())
-    sync_weights(parts.policy, engines=parts.engines, dp=parts.dp)
+    extra.update(synced(parts.policy, cfg, parts.sync, engines=parts.engines, dp=parts.dp))
     critic_stats = critic_step(parts.critic, cfg, table, all_turns, it) if parts.critic is not None else []
     seconds = {"rollout": t1 - t0, "credit": t2 - t1, "update": time.perf_counter() - t2}
     return IterationResult(episodes, table, adv, stats, critic_stats, seconds, extra)
@@ -204,16 +211,14 @@ def check_distributed(cfg: Config, ctx: DistContext) -> None:
     """Refuse what a data-parallel run does not support (before any weights load).
 
     Raises:
-        ConfigError: turn-PPO's critic, ``rollout.sampler: rtpo`` (updates interleaved with
-        its rollout rounds), asynchronous rollouts (``rollout.max_staleness`` ≥ 1) or a non-HF
-        ``policy.engine`` with ``WORLD_SIZE`` ≥ 2.
+        ConfigError: turn-PPO's critic or ``rollout.sampler: rtpo`` (updates interleaved with
+        its rollout rounds) with ``WORLD_SIZE`` ≥ 2. (vLLM engines run on every rank;
+        asynchronous rollouts run on rank 0's engine workers.)
     """
     if not ctx.distributed:
         return
     why = ("a turn-level critic (estimator needs 'value')" if "value" in get_estimator(cfg.algorithm.estimator).requires
-           else "rollout.sampler: rtpo" if cfg.rollout.sampler == "rtpo"
-           else f"rollout.max_staleness: {cfg.rollout.max_staleness}" if cfg.rollout.max_staleness
-           else f"policy.engine: {cfg.policy.engine}" if cfg.policy.engine != "hf" else None)
+           else "rollout.sampler: rtpo" if cfg.rollout.sampler == "rtpo" else None)
     if why:
         raise ConfigError(f"data-parallel training ({ctx.world_size} ranks) does not support {why} yet; "
                           "run it in one process (python -m agentrl train ...) or change that setting")
@@ -248,7 +253,8 @@ def start_run(cfg: Config, run_dir: Path, resume: bool, ctx: DistContext | None 
     if refused is not None:
         raise ConfigError(refused)
     policy = load_policy(cfg.policy)
-    sampler = engine_copy(policy) if ctx.distributed and ctx.is_main else None  # before LoRA: plain HF names
+    # every rank's own engine (before LoRA: plain HF names); a vLLM engine is one already
+    sampler = engine_copy(policy) if ctx.distributed and policy.shares_weights else None
     policy.model = prepare_policy(policy.model, cfg.update, cfg.policy.lora)
     if policy.shares_weights:
         policy.engine.model = policy.model
@@ -260,13 +266,14 @@ def start_run(cfg: Config, run_dir: Path, resume: bool, ctx: DistContext | None 
     state = load_checkpoint(ckpt, policy.model, optimizer, dp=dp) if ckpt else TrainState()
     if ckpt and ctx.is_main:
         _log_resume(cfg, ckpt, state)
-    sync_weights(policy, state.policy_version, dp=dp)  # a resumed vLLM engine gets the checkpoint's weights
+    check = SyncCheck.from_config(cfg, policy)  # a resumed engine gets the checkpoint's weights, probed
+    synced(policy, cfg, check, dp=dp, version=state.policy_version)
     store = TurnStore(run_dir / "store.sqlite") if ctx.is_main else None
     if store is not None:  # replay and the viewer decode this run's ids with it
         store.set_tokenizer(cfg.run.name, resolve_model(cfg.policy.model))
     if critic is not None and ckpt:  # the critic continues too (its weights and optimizer state)
         load_critic(ckpt, critic)
-    parts = RunParts(policy, optimizer, store, critic, dp=dp)
+    parts = RunParts(policy, optimizer, store, critic, dp=dp, sync=check)
     if ckpt and ctx.is_main:
         set_aside_interrupted(parts.store, cfg.run.name, state)
     return parts, state
@@ -308,8 +315,9 @@ def train(cfg: Config, *, resume: bool = True, force_resume: bool = False, launc
         panel = eval_panel(cfg) if ctx.is_main and cfg.env.eval_panel_size and (
             cfg.run.eval_every or cfg.run.eval_before) else None
         if ctx.distributed and ctx.is_main:
-            logging.getLogger(__name__).info("data-parallel run: %d ranks (%s, FSDP2), rank 0 rolls out and writes %s",
-                                             ctx.world_size, ctx.backend, run_dir)
+            logging.getLogger(__name__).info("data-parallel run: %d ranks (%s, FSDP2), %s, rank 0 writes %s",
+                                             ctx.world_size, ctx.backend, "every rank rolls out its share" if
+                                             rolls_out_on_ranks(cfg, ctx) else "rank 0 rolls out", run_dir)
         with RunLock(run_dir) if ctx.is_main else nullcontext():  # one job per run folder
             parts, state = start_run(cfg, run_dir, resume, ctx, force_resume=force_resume, launch=launch)
             evals: list[EvalResult] = []

@@ -1,38 +1,36 @@
-"""The pieces of one training iteration, used by ``agentrl.train``: the rollout of an
-iteration (chains, Tree-GRPO trees or external-harness episodes), the policy update over the
-trained rows (in the estimator's update order), and RTPO's interleaved reverse-turn rounds.
+"""The rollout pieces of one training iteration, used by ``agentrl.train``: the rollout of an
+iteration (chains — in this process, on every data-parallel rank, or on engine workers —
+Tree-GRPO trees or external-harness episodes) and RTPO's interleaved reverse-turn rounds.
+The update phase is ``agentrl.train.plan``, the weight sync ``agentrl.train.sync``.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 import torch
 
 from agentrl.config import Config, ConfigError
-from agentrl.credit import check_success_reward, compute_advantages, update_groups
-from agentrl.distributed import DistContext, inference_state
+from agentrl.credit import check_success_reward, compute_advantages
+from agentrl.distributed import DistContext
 from agentrl.eval import env_kwargs, loop_config
 from agentrl.llm.base import SamplingParams
-from agentrl.llm.constrained import constraint_masks
-from agentrl.llm.grammar import grammar_masks
 from agentrl.llm.policy import Policy
 from agentrl.rollout.collector import CollectConfig, collect
-from agentrl.rollout.engines.stream import EngineStream
-from agentrl.rollout.engines.interface import EngineSpec, EngineWorkers
 from agentrl.rollout.engines.factory import open_engine_workers
+from agentrl.rollout.engines.interface import EngineSpec, EngineWorkers, shard_config, shard_groups
+from agentrl.rollout.engines.stream import EngineStream
 from agentrl.rollout.harness import HarnessSpec, collect_harness_episodes
 from agentrl.rollout.ray_backend import make_env_pool
 from agentrl.rollout.reverse import RtpoRound, run_rtpo_iteration
 from agentrl.rollout.tree import add_linked, sample_trees
 from agentrl.store import TurnStore
-from agentrl.types import Episode, EpisodeStatus, TurnTable
-from agentrl.update.batch import TrainBatch, build_batch, minibatches
-from agentrl.update.correction import Correction, apply_rollout_correction
+from agentrl.train.plan import update_policy
+from agentrl.train.sync import sync_weights
+from agentrl.types import Episode, TurnTable
 from agentrl.update.lora import inference_state_dict
-from agentrl.update.step import update
 
 log = logging.getLogger(__name__)
 
@@ -46,16 +44,21 @@ def collect_config(cfg: Config, iteration: int) -> CollectConfig:
     cc = CollectConfig(env_id=cfg.env.id, n_groups=r.groups_per_iteration, group_size=r.group_size, seed=base,
                        loop=loop_config(cfg), sampling=sampling, env_kwargs=env_kwargs(cfg, cfg.env.split),
                        num_workers=r.num_workers, step_timeout_s=r.step_timeout_s, max_batch=cfg.policy.max_batch,
-                       return_hidden=cfg.policy.return_hidden, run_id=cfg.run.name, progress=cfg.log.console)
+                       return_hidden=cfg.policy.return_hidden, run_id=cfg.run.name, progress=cfg.log.console,
+                       turn_seeds=r.turn_seeds)
     return cc
 
 
-def open_pool(cfg: Config):
+def open_pool(cfg: Config, dp: DistContext | None = None):
     """The env pool that chain rollouts of ``cfg`` play on (one slot per episode of an
-    iteration); the trainer keeps it open across iterations (opening one costs seconds:
-    worker processes, env imports, game loading). Close it with ``.close()``."""
+    iteration; on a data-parallel rank, per episode of its largest share); the trainer keeps it
+    open across iterations (opening one costs seconds: worker processes, env imports, game
+    loading). Close it with ``.close()``."""
     r, cc = cfg.rollout, collect_config(cfg, 0)
-    return make_env_pool(r.backend, cc.env_id, cc.num_slots or cc.n_episodes, env_kwargs=cc.env_kwargs,
+    slots = cc.num_slots or cc.n_episodes
+    if dp is not None:
+        slots = min(slots, -(-cc.n_groups // dp.world_size) * cc.group_size)
+    return make_env_pool(r.backend, cc.env_id, slots, env_kwargs=cc.env_kwargs,
                          num_workers=cc.num_workers, step_timeout_s=cc.step_timeout_s)
 
 
@@ -107,8 +110,15 @@ def open_stream(cfg: Config, policy: Policy, start: int, store: TurnStore | None
         raise
 
 
+def rolls_out_on_ranks(cfg: Config, dp: DistContext | None) -> bool:
+    """True when every data-parallel rank plays its share of the chains with its own engine
+    (``dp`` given, chain sampler, no harness, no engine workers); else one process rolls out."""
+    r = cfg.rollout
+    return dp is not None and r.sampler == "chain" and r.harness is None and not r.engines
+
+
 def collect_iteration(policy: Policy, cfg: Config, iteration: int, pool=None,
-                      engines: EngineWorkers | None = None) -> list[Episode]:
+                      engines: EngineWorkers | None = None, dp: DistContext | None = None) -> list[Episode]:
     """Play ``rollout.groups_per_iteration`` tasks × ``rollout.group_size`` episodes
     (``rollout.sampler: tree``: Tree-GRPO trees, ``agentrl.rollout.tree``).
 
@@ -117,8 +127,14 @@ def collect_iteration(policy: Policy, cfg: Config, iteration: int, pool=None,
     ``pool``: an open pool from ``open_pool`` for chain rollouts (default: one is opened
     and closed here). ``engines``: engine workers from ``open_engines`` (``rollout.engines``
     ≥ 1): the chains are played there, whole groups per worker, per-turn seeds.
+    ``dp`` (``rolls_out_on_ranks``): a collective — rank r plays the r-th block of whole
+    groups (``shard_groups``) with its own engine, per-turn seeds (so the episodes are those
+    of a 1-process run with ``rollout.turn_seeds``), each turn's ``info["engine_rank"]`` = r;
+    rank 0 returns every rank's episodes in id order, the other ranks an empty list.
     """
     r, cc = cfg.rollout, collect_config(cfg, iteration)
+    if rolls_out_on_ranks(cfg, dp):
+        return _collect_on_ranks(policy, cfg, cc, iteration, pool, dp)
     if engines is not None:
         episodes = engines.collect(cc)
     elif r.sampler == "tree":  # ids are made unique over the run by the sampler
@@ -134,7 +150,13 @@ def collect_iteration(policy: Policy, cfg: Config, iteration: int, pool=None,
     else:
         with open_pool(cfg) as own:
             episodes = collect(policy.engine, policy.renderer, cc, pool=own)
-    offset = iteration * r.groups_per_iteration * r.group_size  # ids unique over the run
+    return _number(episodes, cfg, iteration)
+
+
+def _number(episodes: list[Episode], cfg: Config, iteration: int) -> list[Episode]:
+    """Offset the episode and group ids of iteration ``iteration`` so they are unique over the run."""
+    r = cfg.rollout
+    offset = iteration * r.groups_per_iteration * r.group_size
     for ep in episodes:
         ep.episode_id += offset
         ep.group_id += iteration * r.groups_per_iteration
@@ -143,109 +165,23 @@ def collect_iteration(policy: Policy, cfg: Config, iteration: int, pool=None,
     return episodes
 
 
-@dataclass(frozen=True)
-class UpdatePlan:
-    """The optimizer steps of one update phase: the trained rows as one ``TrainBatch`` and, per
-    epoch, the row indices (int64 tensors) of each minibatch, in order. Built on rank 0 and
-    broadcast, so every data-parallel rank takes the same steps over the same minibatches."""
-
-    batch: TrainBatch
-    epochs: list[list[torch.Tensor]]
-
-
-def require_tokens(episodes: list[Episode]) -> None:
-    """Refuse to train on turns without the exact sampled tokens.
-
-    A turn meant for training (``info["trainable"]`` not False, e.g. not a proxy-aborted call)
-    of a finished episode must carry ``prompt_ids``, ``completion_ids`` and one behaviour
-    logprob per completion id: agentrl never re-tokenizes text for an update (the tokens
-    would not be the ones sampled; PITFALLS P1).
-
-    Raises:
-        ValueError: naming the first such turn, how many there are, and the fix.
-    """
-    bad = [(ep, t) for ep in episodes if ep.status == EpisodeStatus.OK for t in ep.turns
-           if t.info.get("trainable", True)
-           and (not t.has_tokens or t.completion_logprobs.size != t.completion_ids.size)]
-    if bad:
-        ep, t = bad[0]
-        what = ("no token ids (a text-only turn)" if not t.has_tokens else
-                f"{t.completion_ids.size} completion ids but {t.completion_logprobs.size} logprobs")
-        raise ValueError(
-            f"{len(bad)} turn(s) to train on lack their sampled tokens, first: episode {ep.episode_id} "
-            f"t={t.t} has {what}; train only on turns recorded with exact token ids and logprobs "
-            f"(an agentrl engine, the recording proxy, or a server that returns token_ids and logprobs)")
-
-
-def plan_update(policy: Policy, cfg: Config, table: TurnTable, advantages: np.ndarray, episodes: list[Episode],
-                iteration: int) -> UpdatePlan | None:
-    """``update.epochs`` passes over the trainable rows with a non-zero advantage (None when
-    there is none).
-
-    Minibatches follow the estimator's update groups when it defines an order (RTPO's
-    reverse-turn ``update_order``: one group per branch, latest branch point first);
-    otherwise they are shuffled chunks of ``update.minibatch`` rows.
-    """
-    require_tokens(episodes)
-    turns = {t.turn_id: t for ep in episodes for t in ep.turns}
-    rows = np.flatnonzero(table.episode_ok & table.trainable & (advantages != 0.0))
-    if rows.size == 0:
-        return None
-    picked = [turns[int(i)] for i in table.turn_id[rows]]
-    batch = build_batch([t.prompt_ids for t in picked], [t.completion_ids for t in picked],
-                        [t.completion_logprobs for t in picked], advantages[rows], pad_id=policy.pad_id,
-                        pack=cfg.update.pack, allowed=constraint_masks(picked, policy.renderer),
-                        episodes=[t.episode_id for t in picked], grammar=grammar_masks(picked, policy.renderer))
-    groups = update_groups(cfg.algorithm.estimator, table, rows)
-    epochs = [groups if groups is not None else minibatches(
-        batch.num_rows, cfg.update.minibatch, seed=cfg.run.seed * 7_919 + iteration * 101 + epoch)
-        for epoch in range(cfg.update.epochs)]
-    return UpdatePlan(batch, epochs)
-
-
-def skipped_update_reason(table: TurnTable | None, advantages: np.ndarray | None) -> str:
-    """Why ``plan_update`` found no row to train on (a phrase for the log line): no episode,
-    every episode failed, no turn with tokens, or every advantage 0 (no contrast inside any
-    group: e.g. all episodes of each group scored the same)."""
-    if table is None or len(table) == 0:
-        return "no episode was collected"
-    if not table.episode_ok.any():
-        return f"every episode failed ({len(np.unique(table.episode))} episode(s); see their status in the store)"
-    if not (table.episode_ok & table.trainable).any():
-        return "no finished turn carries token ids to train on"
-    groups = len(np.unique(table.group[table.episode_ok & table.trainable]))
-    return (f"every advantage is 0: no contrast inside any of the {groups} group(s) (every episode of a group "
-            f"scored the same); larger groups or an easier task split give some")
-
-
-def update_policy(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config, table: TurnTable | None,
-                  advantages: np.ndarray | None, episodes: list[Episode], iteration: int,
-                  dp: DistContext | None = None) -> tuple[list, Correction | None]:
-    """Run the steps of ``plan_update``; returns their UpdateStats and the off-policy
-    correction of the phase (``update.rollout_correction``; None when ``none`` or no step).
-
-    ``dp`` (data-parallel runs): rank 0 plans from its ``table``/``advantages``/``episodes``
-    and broadcasts the plan; the other ranks pass None for those and receive it; each step
-    then trains every rank's share of the minibatch (``agentrl.update.step.update``). The
-    correction recomputes π_old once per phase on every rank (the same batch everywhere, so
-    the sharded model's collectives match).
-    """
-    main = dp is None or dp.is_main
-    plan = plan_update(policy, cfg, table, advantages, episodes, iteration) if main else None
-    if dp is not None:
-        plan = dp.broadcast_object(plan)
-    if plan is None:
-        if main:
-            log.warning("iteration %d: no update, %s; the policy is unchanged", iteration + 1,
-                        skipped_update_reason(table, advantages))
-        return [], None
-    if main:
-        log.info("iteration %d: update on %d turn(s) in %d optimizer step(s)", iteration + 1, plan.batch.num_turns,
-                 sum(len(chunks) for chunks in plan.epochs))
-    batch, corr = apply_rollout_correction(policy.model, plan.batch, cfg.update, temperature=1.0)
-    stats = [update(policy.model, optimizer, batch.select(chunk), cfg.update, temperature=1.0, dp=dp)
-             for chunks in plan.epochs for chunk in chunks]
-    return stats, corr
+def _collect_on_ranks(policy: Policy, cfg: Config, cc: CollectConfig, iteration: int, pool,
+                      dp: DistContext) -> list[Episode]:
+    """This rank's block of groups, played with its own engine, gathered to rank 0."""
+    mine = shard_groups(cc.n_groups, dp.world_size)[dp.rank]
+    episodes: list[Episode] = []
+    if mine:  # fewer groups than ranks: the last ranks play none
+        shard = replace(shard_config(cc, mine), progress=cc.progress and dp.is_main)
+        if pool is not None:
+            episodes = collect(policy.engine, policy.renderer, shard, pool=pool)
+        else:
+            with open_pool(cfg, dp) as own:
+                episodes = collect(policy.engine, policy.renderer, shard, pool=own)
+    for ep in episodes:
+        for t in ep.turns:
+            t.info["engine_rank"] = dp.rank
+    gathered = dp.gather_object(_number(episodes, cfg, iteration))
+    return [] if gathered is None else sorted((ep for part in gathered for ep in part), key=lambda e: e.episode_id)
 
 
 def rtpo_iteration(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config, store: TurnStore,
@@ -276,30 +212,3 @@ def rtpo_iteration(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config
                                   update_fn, iteration=iteration)
     table = store.table(run_id=cfg.run.name, episode_ids=[e.episode_id for e in episodes])
     return episodes, table, np.array([written.get(int(t), 0.0) for t in table.turn_id]), stats
-
-
-def sync_weights(policy: Policy, version: int | None = None, engines: EngineWorkers | None = None,
-                 dp: DistContext | None = None) -> None:
-    """Make the engine sample from the trainer's current weights, as policy ``version``
-    (default: the engine's version + 1, i.e. after one more update).
-
-    In-process HF: the engine samples from the trained model object, so only the version
-    moves. Otherwise (vLLM, or rank 0's engine copy in a data-parallel run) the merged
-    weights are pushed with ``engine.update_weights``. ``engines`` (``rollout.engines`` ≥ 1):
-    the inference weights are pushed to every worker too, as ``version``. ``dp``: a
-    collective (the shards are gathered to rank 0, which pushes; the other ranks only move
-    their version counter).
-    """
-    version = policy.engine.policy_version + 1 if version is None else int(version)
-    if policy.shares_weights:
-        policy.engine.policy_version = version
-        if engines is not None:
-            engines.push_weights(inference_state_dict(policy.model), version)
-        return
-    state = inference_state(policy.model, dp) if dp is not None else inference_state_dict(policy.model)
-    if state is None:  # a data-parallel rank other than 0
-        policy.engine.policy_version = version
-        return
-    policy.engine.update_weights(state, version)
-    if engines is not None:
-        engines.push_weights(state, version)

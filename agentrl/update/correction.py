@@ -47,7 +47,7 @@ import torch
 from agentrl.config import UpdateConfig
 from agentrl.registry import Registry
 from agentrl.update.batch import TrainBatch
-from agentrl.update.logprobs import batch_logprobs
+from agentrl.update.row_shards import GatherGroup, sharded_batch_logprobs
 
 __all__ = ["Correction", "CORRECTIONS", "register_correction", "correction_weights", "apply_rollout_correction"]
 
@@ -168,7 +168,8 @@ def correction_weights(train_logprobs: torch.Tensor, behaviour_logprobs: torch.T
 
 
 def apply_rollout_correction(model: torch.nn.Module, batch: TrainBatch, cfg: UpdateConfig, *,
-                             temperature: float = 1.0) -> tuple[TrainBatch, Correction | None]:
+                             temperature: float = 1.0, dp: GatherGroup | None = None
+                             ) -> tuple[TrainBatch, Correction | None]:
     """Prepare an update phase's batch for ``cfg.rollout_correction`` (see the module doc).
 
     Recomputes the trainer's logprobs of ``batch`` with ``model``'s current weights (no
@@ -182,6 +183,9 @@ def apply_rollout_correction(model: torch.nn.Module, batch: TrainBatch, cfg: Upd
         model: the policy. Data-parallel (FSDP2-sharded): call it on every rank with the
             same batch (the forward passes' collectives must match); every rank then holds
             the same corrected batch (tests/distributed/test_dp_update.py).
+        dp: the ranks (``agentrl.update.row_shards.GatherGroup``, e.g. a ``DistContext``):
+            each computes π_old for its share of the rows and the shares are all-gathered
+            (``sharded_batch_logprobs``); None recomputes every row here.
         batch: as built by ``build_batch`` (``old_logprobs`` = behaviour logprobs).
         cfg: ``UpdateConfig`` (rollout_correction, correction_level, correction_low/high,
             micro_batch).
@@ -191,8 +195,8 @@ def apply_rollout_correction(model: torch.nn.Module, batch: TrainBatch, cfg: Upd
     """
     if cfg.rollout_correction == "none":
         return batch, None
-    train_lp = batch_logprobs(model, batch, micro_batch=cfg.micro_batch, temperature=temperature,
-                              loss_only=True) * batch.loss_mask  # (B, T), 0 off the mask like old_logprobs
+    train_lp = sharded_batch_logprobs(model, batch, dp, micro_batch=cfg.micro_batch, temperature=temperature,
+                                      loss_only=True) * batch.loss_mask  # (B, T), 0 off the mask like old_logprobs
     corr = correction_weights(train_lp, batch.old_logprobs, batch.loss_mask, batch.turn_ids,
                               mode=cfg.rollout_correction, level=cfg.correction_level,
                               low=cfg.correction_low, high=cfg.correction_high)

@@ -13,7 +13,8 @@ from agentrl.config import LoraSpec, UpdateConfig
 from agentrl.update.batch import TrainBatch
 from agentrl.update.logprobs import batch_logprobs
 
-__all__ = ["apply_lora", "prepare_policy", "reference_logprobs"]
+__all__ = ["apply_lora", "prepare_policy", "reference_logprobs", "inference_state_dict", "merge_lora_state",
+           "iter_merged"]
 
 
 def _num_layers(model: torch.nn.Module) -> int:
@@ -139,20 +140,39 @@ def merge_lora_state(state, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         KeyError: an adapter tensor is missing from ``state``; NotImplementedError: see
         ``_lora_layers``.
     """
-    layers = _lora_layers(model)
-    out: dict[str, torch.Tensor] = {}
+    return {name: value if fresh else value.detach().clone()
+            for name, value, fresh in iter_merged(list(state.keys()), state.__getitem__, model)}
+
+
+def iter_merged(keys, get, model: torch.nn.Module):
+    """The merge of ``merge_lora_state`` one tensor at a time, for streaming weight syncs.
+
+    Args:
+        keys: the peft model's state-dict keys in order (every rank of a data-parallel run
+            passes the same list, so the collectives inside ``get`` run in the same order).
+        get: ``key -> full tensor`` (e.g. a plain lookup, or a DTensor's ``full_tensor()``);
+            called once per key that is used, adapter tensors when their base weight comes.
+        model: the (peft) model the keys belong to.
+    Yields:
+        ``(plain HF name, tensor, fresh)``: ``fresh`` True when the tensor is newly computed
+        (a merged weight), False when it is ``get``'s own tensor (clone it to keep it).
+    Raises:
+        KeyError / NotImplementedError: as ``merge_lora_state``.
+    """
+    layers = _lora_layers(model) if hasattr(model, "get_base_model") else {}
+    keyset = set(keys)
     with torch.no_grad():
-        for key, value in state.items():
+        for key in keys:
             if ".lora_" in key:
                 continue
             module = key.rsplit(".base_layer.", 1)[0] if key.endswith(".base_layer.weight") else None
+            value, fresh = get(key), False
             if module in layers:
                 scaling, transposed, adapter = layers[module]
-                delta = state[f"{module}.lora_B.{adapter}.weight"].float() @ state[f"{module}.lora_A.{adapter}.weight"].float()
-                value = value.float() + (delta.T if transposed else delta) * scaling
-                value = value.to(state[key].dtype)
-            else:
-                value = value.detach().clone()
+                b, a = f"{module}.lora_B.{adapter}.weight", f"{module}.lora_A.{adapter}.weight"
+                if b not in keyset or a not in keyset:
+                    raise KeyError(f"{module}: adapter tensors {b!r} / {a!r} missing from the state dict")
+                delta = get(b).float() @ get(a).float()
+                value, fresh = (value.float() + (delta.T if transposed else delta) * scaling).to(value.dtype), True
             name = key[len(_PEFT_PREFIX):] if key.startswith(_PEFT_PREFIX) else key
-            out[name.replace(".base_layer.", ".")] = value
-    return out
+            yield name.replace(".base_layer.", "."), value, fresh

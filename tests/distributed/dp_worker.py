@@ -3,7 +3,10 @@
 Reads ``cases.pt`` (the initial weights, the batch, and per case the update config, LoRA
 on/off and whether normalisation is per-rank), trains each case for ``cfg.epochs`` ×
 minibatches optimizer steps through FSDP2 + ``update(dp=ctx)``, and rank 0 writes the
-stats and the gathered full parameters to ``out.pt``. Usage: ``dp_worker.py DIR``.
+stats and the gathered full parameters to ``out.pt``, with the inference weights each rank
+streamed from its shards after the steps (``iter_inference_weights``) and π_old of the
+rollout correction recomputed both sharded by rows (``dp=ctx``) and replicated.
+Usage: ``dp_worker.py DIR``.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "update")]
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict  # noqa: E402
 
 import agentrl.update.step as step  # noqa: E402
-from agentrl.distributed import DistContext, parallelize  # noqa: E402
+from agentrl.distributed import DistContext, iter_inference_weights, parallelize  # noqa: E402
 from agentrl.update import apply_rollout_correction, make_optimizer, prepare_policy, train_on_batch  # noqa: E402
 from agentrl.update.lora import apply_lora  # noqa: E402
 from update_fixtures import tiny_model  # noqa: E402
@@ -40,13 +43,16 @@ def run_case(case: dict, init: dict, batch, ctx: DistContext) -> dict:
     real = step._global_scale
     if case["per_rank"]:
         step._global_scale = _per_rank_scale
-    batch, _ = apply_rollout_correction(model, batch, case["cfg"])  # every rank, same batch (FSDP2 forwards match)
+    replicated, _ = apply_rollout_correction(model, batch, case["cfg"])  # every rank recomputes every row
+    batch, _ = apply_rollout_correction(model, batch, case["cfg"], dp=ctx)  # each rank its rows, all-gathered
     try:
         stats = train_on_batch(model, opt, batch, case["cfg"], seed=5, dp=ctx)
     finally:
         step._global_scale = real
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    return {"stats": [s.__dict__ for s in stats], "params": full}
+    streamed = {n: t.detach().cpu().clone() for n, t in iter_inference_weights(model)}  # every rank, in order
+    return {"stats": [s.__dict__ for s in stats], "params": full, "streamed": streamed,
+            "old_sharded": batch.old_logprobs, "old_replicated": replicated.old_logprobs}
 
 
 def main() -> None:
@@ -55,7 +61,9 @@ def main() -> None:
     spec = torch.load(folder / "cases.pt", weights_only=False)
     ctx = DistContext.from_env("cpu")
     out = {c["name"]: run_case(c, spec["init"], spec["batch"], ctx) for c in spec["cases"]}
+    streams = ctx.gather_object({k: v["streamed"] for k, v in out.items()})  # every rank's own stream
     if ctx.is_main:
+        out["streams_per_rank"] = streams
         torch.save(out, folder / "out.pt")
     ctx.close()
 

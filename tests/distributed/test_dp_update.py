@@ -3,8 +3,11 @@ same parameters after 2 optimizer steps within 1e-5 (fp32) — in every loss-agg
 for full fine-tuning and LoRA, with uneven rows and tokens per rank (9 rows in minibatches
 of 5 and 4: ranks get 3/2 and 2/2 rows, and 2 vs 1 micro-batches of 2 rows). A per-rank
 normalisation (each rank dividing by its own token/turn counts) is caught. With a rollout
-correction every rank recomputes π_old through the sharded model (the same batch on every
-rank) before the steps.
+correction π_old is recomputed through the sharded model, each rank its share of the rows
+(all-gathered): equal to every rank recomputing every row within 1e-6. Before the steps
+After the steps every rank streams the inference weights from its shards
+(``iter_inference_weights``, the per-rank engine sync): bit-equal on every rank to the
+1-process merge of the gathered parameters.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from agentrl.config import LoraSpec, UpdateConfig
 from agentrl.update import (
     apply_rollout_correction, batch_logprobs, build_batch, make_optimizer, prepare_policy, train_on_batch,
 )
-from agentrl.update.lora import apply_lora
+from agentrl.update.lora import apply_lora, inference_state_dict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "update"))
 from update_fixtures import PAD, random_turns, tiny_model  # noqa: E402
@@ -112,6 +115,37 @@ def test_two_ranks_equal_one_process(runs, key):
             assert abs(sa[f] - sb[f]) <= 1e-5 * max(1.0, abs(sa[f])), (f, sa[f], sb[f])
     assert _max_param_diff(a["params"], b["params"]) <= 1e-5
     assert _max_param_diff(a["params"], init[key]) > 1e-4  # the two steps did move the weights
+
+
+@pytest.mark.parametrize("key", [f"{n}/{m}" for n in ("icepop-sequence", "tis-token") for m in ("full", "lora")])
+def test_sharded_recompute_equals_the_replicated_one(runs, key):
+    single, dist, _ = runs
+    sharded, replicated = dist[key]["old_sharded"], dist[key]["old_replicated"]
+    assert sharded.shape == replicated.shape and bool((sharded != 0).any())
+    assert float((sharded - replicated).abs().max()) <= 1e-6
+    assert not torch.equal(sharded, _batch().old_logprobs)  # recomputed, not the behaviour logprobs passed in
+
+
+@pytest.mark.parametrize("key", ["token-mean/full", "token-mean/lora"])
+def test_every_rank_streams_the_one_process_inference_weights(runs, key):
+    """What each rank's engine loads after a sync: the merged weights (trained LoRA adapters
+    folded in, plain HF names), gathered one parameter at a time, bit-equal to the 1-process
+    merge of the same trained parameters."""
+    _, dist, init = runs
+    model = _model(LORA if key.endswith("lora") else None)
+    model.load_state_dict(dist[key]["params"])
+    want = inference_state_dict(model)
+    assert not any(".lora_" in n or "base_layer" in n for n in want)
+    if key.endswith("lora"):  # the adapters trained: the merge is not the base weight
+        base = {n: init[key]["base_model.model." + n.replace("_proj.", "_proj.base_layer.")] for n in want
+                if "self_attn" in n and n.endswith("_proj.weight")}
+        assert base and all(not torch.equal(want[n], w) for n, w in base.items())
+    streams = dist["streams_per_rank"]
+    assert len(streams) == 2
+    for rank_streams in streams:
+        got = rank_streams[key]
+        assert list(got) == list(want)  # same names, same order
+        assert all(torch.equal(got[n], want[n]) for n in want)
 
 
 @pytest.mark.parametrize("key", ["token-mean/full", "seq-mean-token-mean/full"])

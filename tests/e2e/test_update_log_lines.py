@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("torch")
 
 from agentrl.config import config_from_dict  # noqa: E402
-from agentrl.train.steps import skipped_update_reason  # noqa: E402
+from agentrl.train.plan import skipped_update_reason  # noqa: E402
 from agentrl.types import TurnTable  # noqa: E402
 
 

@@ -1,5 +1,5 @@
 """Training with ``policy.engine: vllm``: the trainer's weights reach the vLLM engine after
-every update (``agentrl.train.steps.sync_weights``), and a training run completes on CPU."""
+every update (``agentrl.train.sync.sync_weights``), and a training run completes on CPU."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def _teacher_forced(model, prompt, completion) -> np.ndarray:
 
 def test_sync_weights_after_an_update_reaches_vllm(tiny32_dir, tmp_path):
     from agentrl.llm.policy import load_policy
-    from agentrl.train.steps import sync_weights
+    from agentrl.train.sync import sync_weights
 
     policy = load_policy(_cfg(tiny32_dir, tmp_path).policy)
     assert not policy.shares_weights

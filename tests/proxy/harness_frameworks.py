@@ -112,7 +112,7 @@ def check_token_exact(ep: Episode, scripts: list, seed: int, dialect: str, *, fi
 
 def store_and_train(ep: Episode, renderer, tiny_dir: Path, tmp_path: Path) -> list:
     """Store the episode, read it back (ids, logprobs and rewards unchanged) and run the
-    trainer's update phase (``agentrl.train.steps.update_policy``, examples/harness_toy.yaml's
+    trainer's update phase (``agentrl.train.plan.update_policy``, examples/harness_toy.yaml's
     update settings) on a fresh tiny model over its turns, each with advantage +1 (one
     episode has no group contrast). Returns the steps' ``UpdateStats``."""
     import torch
@@ -120,7 +120,7 @@ def store_and_train(ep: Episode, renderer, tiny_dir: Path, tmp_path: Path) -> li
     from agentrl.config import load_config
     from agentrl.llm.hf import HFEngine
     from agentrl.llm.policy import Policy
-    from agentrl.train.steps import update_policy
+    from agentrl.train.plan import update_policy
     from agentrl.update import make_optimizer, prepare_policy
 
     with TurnStore(tmp_path / "store.sqlite") as store:

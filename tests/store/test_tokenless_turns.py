@@ -10,7 +10,7 @@ import pytest
 
 from agentrl.credit import compute_advantages
 from agentrl.store import TurnStore
-from agentrl.train.steps import require_tokens
+from agentrl.train.plan import require_tokens
 from agentrl.types import Episode, Turn, TurnTable
 
 

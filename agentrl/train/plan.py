@@ -1,0 +1,166 @@
+"""The update phase of an iteration, used by ``agentrl.train``: which turns train
+(``plan_update``: finished episodes, trainable turns, non-zero advantages, with their exact
+tokens), in which minibatches (the estimator's update order, or seeded shuffles), and the
+optimizer steps over them (``update_policy``), data-parallel or not.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from agentrl.config import Config
+from agentrl.credit import update_groups
+from agentrl.distributed import DistContext
+from agentrl.llm.constrained import constraint_masks
+from agentrl.llm.grammar import grammar_masks
+from agentrl.llm.policy import Policy
+from agentrl.types import Episode, EpisodeStatus, TurnTable
+from agentrl.update.batch import TrainBatch, build_batch, minibatches, pack_chains
+from agentrl.update.correction import Correction, apply_rollout_correction
+from agentrl.update.step import update
+
+log = logging.getLogger(__name__)
+
+__all__ = ["BatchInputs", "UpdatePlan", "require_tokens", "plan_update", "skipped_update_reason", "update_policy"]
+
+
+@dataclass(frozen=True)
+class BatchInputs:
+    """The trained turns of an update phase as ragged arrays: what ``build_batch`` takes.
+
+    Attributes:
+        prompt_ids / completion_ids: per turn int arrays (P_i,) / (C_i,), exactly as sampled.
+        logprobs: per turn float32 (C_i,) behaviour logprobs.
+        advantages: float64[N], one per turn.
+        allowed / grammar: per turn constrained-decoding ids / grammar masks, or None.
+        episodes: int[N], each turn's episode id.
+        pad_id / pack: as ``build_batch``.
+    """
+
+    prompt_ids: list
+    completion_ids: list
+    logprobs: list
+    advantages: np.ndarray
+    allowed: list | None
+    grammar: list | None
+    episodes: list[int]
+    pad_id: int
+    pack: bool
+
+    def build(self) -> TrainBatch:
+        """The padded ``TrainBatch`` (``agentrl.update.batch.build_batch``)."""
+        return build_batch(self.prompt_ids, self.completion_ids, self.logprobs, self.advantages, pad_id=self.pad_id,
+                           pack=self.pack, allowed=self.allowed, episodes=self.episodes, grammar=self.grammar)
+
+
+@dataclass(frozen=True)
+class UpdatePlan:
+    """The optimizer steps of one update phase: the trained turns (``BatchInputs``: ragged
+    token arrays, not a padded batch) and, per epoch, the row indices (int64 tensors) of each
+    minibatch, in order. Built on rank 0 and broadcast, so every data-parallel rank builds the
+    same batch itself and takes the same steps over the same minibatches."""
+
+    inputs: BatchInputs
+    epochs: list[list[torch.Tensor]]
+
+
+def require_tokens(episodes: list[Episode]) -> None:
+    """Refuse to train on turns without the exact sampled tokens.
+
+    A turn meant for training (``info["trainable"]`` not False, e.g. not a proxy-aborted call)
+    of a finished episode must carry ``prompt_ids``, ``completion_ids`` and one behaviour
+    logprob per completion id: agentrl never re-tokenizes text for an update (the tokens
+    would not be the ones sampled; PITFALLS P1).
+
+    Raises:
+        ValueError: naming the first such turn, how many there are, and the fix.
+    """
+    bad = [(ep, t) for ep in episodes if ep.status == EpisodeStatus.OK for t in ep.turns
+           if t.info.get("trainable", True)
+           and (not t.has_tokens or t.completion_logprobs.size != t.completion_ids.size)]
+    if bad:
+        ep, t = bad[0]
+        what = ("no token ids (a text-only turn)" if not t.has_tokens else
+                f"{t.completion_ids.size} completion ids but {t.completion_logprobs.size} logprobs")
+        raise ValueError(
+            f"{len(bad)} turn(s) to train on lack their sampled tokens, first: episode {ep.episode_id} "
+            f"t={t.t} has {what}; train only on turns recorded with exact token ids and logprobs "
+            f"(an agentrl engine, the recording proxy, or a server that returns token_ids and logprobs)")
+
+
+def plan_update(policy: Policy, cfg: Config, table: TurnTable, advantages: np.ndarray, episodes: list[Episode],
+                iteration: int) -> UpdatePlan | None:
+    """``update.epochs`` passes over the trainable rows with a non-zero advantage (None when
+    there is none).
+
+    Minibatches follow the estimator's update groups when it defines an order (RTPO's
+    reverse-turn ``update_order``: one group per branch, latest branch point first);
+    otherwise they are shuffled chunks of ``update.minibatch`` rows.
+    """
+    require_tokens(episodes)
+    turns = {t.turn_id: t for ep in episodes for t in ep.turns}
+    rows = np.flatnonzero(table.episode_ok & table.trainable & (advantages != 0.0))
+    if rows.size == 0:
+        return None
+    picked = [turns[int(i)] for i in table.turn_id[rows]]
+    inputs = BatchInputs([t.prompt_ids for t in picked], [t.completion_ids for t in picked],
+                         [t.completion_logprobs for t in picked], advantages[rows],
+                         constraint_masks(picked, policy.renderer), grammar_masks(picked, policy.renderer),
+                         [t.episode_id for t in picked], policy.pad_id, cfg.update.pack)
+    n_rows = len(pack_chains(inputs.prompt_ids, inputs.completion_ids)) if cfg.update.pack else len(picked)
+    groups = update_groups(cfg.algorithm.estimator, table, rows)
+    epochs = [groups if groups is not None else minibatches(
+        n_rows, cfg.update.minibatch, seed=cfg.run.seed * 7_919 + iteration * 101 + epoch)
+        for epoch in range(cfg.update.epochs)]
+    return UpdatePlan(inputs, epochs)
+
+
+def skipped_update_reason(table: TurnTable | None, advantages: np.ndarray | None) -> str:
+    """Why ``plan_update`` found no row to train on (a phrase for the log line): no episode,
+    every episode failed, no turn with tokens, or every advantage 0 (no contrast inside any
+    group: e.g. all episodes of each group scored the same)."""
+    if table is None or len(table) == 0:
+        return "no episode was collected"
+    if not table.episode_ok.any():
+        return f"every episode failed ({len(np.unique(table.episode))} episode(s); see their status in the store)"
+    if not (table.episode_ok & table.trainable).any():
+        return "no finished turn carries token ids to train on"
+    groups = len(np.unique(table.group[table.episode_ok & table.trainable]))
+    return (f"every advantage is 0: no contrast inside any of the {groups} group(s) (every episode of a group "
+            f"scored the same); larger groups or an easier task split give some")
+
+
+def update_policy(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config, table: TurnTable | None,
+                  advantages: np.ndarray | None, episodes: list[Episode], iteration: int,
+                  dp: DistContext | None = None) -> tuple[list, Correction | None]:
+    """Run the steps of ``plan_update``; returns their UpdateStats and the off-policy
+    correction of the phase (``update.rollout_correction``; None when ``none`` or no step).
+
+    ``dp`` (data-parallel runs): rank 0 plans from its ``table``/``advantages``/``episodes``
+    and broadcasts the plan (ragged token arrays and row indices); the other ranks pass None
+    for those, receive it and build the same batch; each step then trains every rank's share
+    of the minibatch (``agentrl.update.step.update``). The correction recomputes π_old once
+    per phase, each rank its share of the rows, all-gathered
+    (``agentrl.update.row_shards.sharded_batch_logprobs``).
+    """
+    main = dp is None or dp.is_main
+    plan = plan_update(policy, cfg, table, advantages, episodes, iteration) if main else None
+    if dp is not None:
+        plan = dp.broadcast_object(plan)
+    if plan is None:
+        if main:
+            log.warning("iteration %d: no update, %s; the policy is unchanged", iteration + 1,
+                        skipped_update_reason(table, advantages))
+        return [], None
+    batch = plan.inputs.build()
+    if main:
+        log.info("iteration %d: update on %d turn(s) in %d optimizer step(s)", iteration + 1, batch.num_turns,
+                 sum(len(chunks) for chunks in plan.epochs))
+    batch, corr = apply_rollout_correction(policy.model, batch, cfg.update, temperature=1.0, dp=dp)
+    stats = [update(policy.model, optimizer, batch.select(chunk), cfg.update, temperature=1.0, dp=dp)
+             for chunks in plan.epochs for chunk in chunks]
+    return stats, corr

@@ -1,0 +1,70 @@
+"""No-gradient forward passes split by rows over the ranks of a data-parallel run.
+
+The off-policy correction recomputes π_old for every row of an update phase
+(``agentrl.update.correction``). Replicated, every rank runs the whole batch; sharded, rank r
+runs rows ``r, r + N, …`` and the results are all-gathered, so each rank does 1/N of the
+work and every rank ends with the same (B, T) tensor. FSDP2's forward is a collective (each
+layer all-gathers its weights), so every rank must run the same number of forward passes: a
+rank with fewer rows pads its share with copies of row 0 and drops their results.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from agentrl.update.batch import TrainBatch
+from agentrl.update.logprobs import batch_logprobs
+
+__all__ = ["GatherGroup", "rank_rows", "sharded_batch_logprobs"]
+
+
+class GatherGroup(Protocol):
+    """The ranks of a data-parallel run (``agentrl.distributed.DistContext`` implements it)."""
+
+    rank: int
+    world_size: int
+
+    def all_gather(self, values: torch.Tensor) -> torch.Tensor:
+        """(world_size, *values.shape): every rank's ``values`` in rank order."""
+
+
+def rank_rows(n_rows: int, rank: int, world_size: int) -> torch.Tensor:
+    """int64 row indices of ``rank``'s share of ``n_rows`` rows: ``rank, rank + N, …``."""
+    return torch.arange(n_rows, dtype=torch.int64)[rank::world_size]
+
+
+@torch.no_grad()
+def sharded_batch_logprobs(model: torch.nn.Module, batch: TrainBatch, dp: GatherGroup | None, *,
+                           micro_batch: int = 4, temperature: float = 1.0, loss_only: bool = False) -> torch.Tensor:
+    """``agentrl.update.logprobs.batch_logprobs`` of every row of ``batch``, each rank computing
+    its share of the rows (``rank_rows``) and the shares all-gathered.
+
+    Args:
+        model: the (FSDP2-sharded) policy; every rank calls this with the same ``batch``.
+        batch: the B rows (the same on every rank).
+        dp: the ranks; None or a 1-rank group runs ``batch_logprobs`` on the whole batch.
+        micro_batch / temperature / loss_only: as ``batch_logprobs``.
+    Returns:
+        (B, T) float32 on the CPU, the same on every rank, equal to ``batch_logprobs`` on the
+        whole batch up to float rounding (a row's padding differs with its micro-batch).
+    Raises:
+        ValueError: ``micro_batch`` < 1 (from ``batch_logprobs``).
+    """
+    if dp is None or dp.world_size == 1:
+        return batch_logprobs(model, batch, micro_batch=micro_batch, temperature=temperature, loss_only=loss_only)
+    n, world = batch.num_rows, dp.world_size
+    per = -(-n // world)  # rows per rank, the largest share
+    mine = rank_rows(n, dp.rank, world)
+    padded = torch.cat([mine, torch.zeros(per - mine.numel(), dtype=torch.int64)])  # pad with row 0
+    part = batch_logprobs(model, batch.select(padded), micro_batch=micro_batch, temperature=temperature,
+                          loss_only=loss_only)  # (per, T') with T' ≤ T
+    full = torch.zeros((per, batch.input_ids.shape[1]), dtype=torch.float32)
+    full[:, :part.shape[1]] = part
+    gathered = dp.all_gather(full)  # (world, per, T)
+    out = torch.zeros(batch.input_ids.shape, dtype=torch.float32)
+    for r in range(world):
+        rows = rank_rows(n, r, world)
+        out[rows] = gathered[r, :rows.numel()]
+    return out
