@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import numbers
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -228,6 +229,9 @@ def compute_advantages(table: TurnTable, name: str, **kwargs: Any) -> np.ndarray
     Returns:
         float64[N] advantage per turn row (0 for rows of failed episodes and
         non-trainable rows).
+    Warns:
+        RuntimeWarning: no row of a non-empty ``table`` is trainable, so every advantage is 0
+            (``warn_if_untrainable``); the result is the same as without the warning.
     Raises:
         KeyError / TypeError / ValueError: as ``validate_estimator_kwargs``; ValueError when
         the table lacks a required column, or branches under a chain estimator; RuntimeError when the estimator returns a
@@ -239,12 +243,37 @@ def compute_advantages(table: TurnTable, name: str, **kwargs: Any) -> np.ndarray
     if not spec.accepts_trees and is_branching(table):
         raise ValueError(f"estimator {name!r} scores chains, but the table branches (a turn with several children: "
                          f"tree rollouts); use one that accepts trees: {', '.join(tree_estimators())}")
+    warn_if_untrainable(table, name, stacklevel=2)  # names the line that called compute_advantages
     out = np.asarray(spec.fn(table, **kwargs))
     if out.shape != (len(table),) or out.dtype != np.float64:
         raise RuntimeError(f"estimator {name!r} returned {out.dtype}{out.shape}; expected float64({len(table)},)")
     if not np.all(np.isfinite(out)):
         raise RuntimeError(f"estimator {name!r} returned non-finite advantages; check rewards/values for NaN")
     return out
+
+
+def warn_if_untrainable(table: TurnTable, name: str, stacklevel: int = 1) -> bool:
+    """Warn (``RuntimeWarning``) when ``table`` has rows and none of them is trainable: every
+    estimator then returns all zeros. The usual cause is a table of text-only turns (no token
+    ids, e.g. another framework's data), which ``TurnTable.from_episodes`` marks non-trainable.
+
+    Args:
+        table: the turns (N rows); ``table.trainable`` bool[N].
+        name: the estimator's name, for the message.
+        stacklevel: the frame the warning names, counted from the caller of this function
+            (1: that caller, 2: its caller), as ``warnings.warn`` counts from its own caller.
+    Returns:
+        True when it warned.
+    """
+    n = len(table)
+    if n == 0 or np.asarray(table.trainable).any():
+        return False
+    warnings.warn(f"estimator {name!r}: none of the table's {n} rows is trainable (TurnTable.trainable is all "
+                  "False), so every advantage is 0. Rows without token ids (text-only turns, e.g. another "
+                  "framework's data) are not trainable by default; to score them, build the table with "
+                  "TurnTable.from_episodes(episodes, trainable=[True] * n_turns)",
+                  RuntimeWarning, stacklevel=stacklevel + 1)
+    return True
 
 
 def is_branching(table: TurnTable) -> bool:

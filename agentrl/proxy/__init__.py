@@ -1,6 +1,7 @@
 """agentrl.proxy — the recording OpenAI-compatible proxy for external harnesses (layer L2).
 
-Owns: the OpenAI wire format (``wire``), the Responses and Anthropic Messages dialects
+Owns: the refusals (``errors``: ``WireError``, at the bottom), the OpenAI wire format (``wire``), forced
+tools and JSON output as grammars (``forcing``), the Responses and Anthropic Messages dialects
 (``responses``, ``anthropic``), ``stop`` strings (``stops``), message/tool-call conversion (``messages``),
 token-in/token-out continuation and drift (``tito``), the batching engine worker and
 pause gate (``engine``), episode sessions (``sessions``), one call → one ``Turn``
@@ -15,6 +16,6 @@ only in ``app``/``server.start``.
 
 from agentrl.proxy.server import RecordingProxy
 from agentrl.proxy.sessions import EpisodeHandle, EpisodeSink, EpisodeSummary
-from agentrl.proxy.wire import WireError
+from agentrl.proxy.errors import WireError
 
 __all__ = ["EpisodeHandle", "EpisodeSink", "EpisodeSummary", "RecordingProxy", "WireError"]

@@ -41,10 +41,11 @@ import orjson
 
 from agentrl.llm.base import SamplingParams
 from agentrl.proxy.calls import PendingCall
-from agentrl.proxy.sse import content_ids, text_deltas
+from agentrl.proxy.errors import WireError, bad
 from agentrl.proxy.forcing import messages_grammar
-from agentrl.proxy.wire import (ChatRequest, ToolCall, WireError, WireMessage, bad, content_text, flag, parse_sampling,
-                                parse_stop, unknown_keys)
+from agentrl.proxy.sse import content_ids, text_deltas
+from agentrl.proxy.wire import (ChatRequest, ToolCall, WireMessage, content_text, flag, parse_sampling, parse_stop,
+                                unknown_keys)
 
 _KEYS = frozenset({"model", "messages", "system", "max_tokens", "temperature", "top_p", "stop_sequences", "stream",
                    "tools", "tool_choice", "output_config", "metadata", "service_tier", "cache_control",

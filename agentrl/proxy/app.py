@@ -40,10 +40,11 @@ from starlette.responses import Response, StreamingResponse
 
 from agentrl.proxy.anthropic import error_body, message_body, parse_anthropic, sse_anthropic
 from agentrl.proxy.calls import PendingCall, ProxyCore
+from agentrl.proxy.errors import WireError, bad
 from agentrl.proxy.messages import to_template
 from agentrl.proxy.responses import parse_responses, remember, response_body, sse_responses
 from agentrl.proxy.sse import chat_body, completion_body, sse_chat, sse_completion
-from agentrl.proxy.wire import ChatRequest, WireError, bad, loads, parse_chat, parse_completion
+from agentrl.proxy.wire import ChatRequest, loads, parse_chat, parse_completion
 
 JSON = "application/json"
 

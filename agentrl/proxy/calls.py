@@ -31,13 +31,14 @@ from agentrl.llm.chat import ChatRenderer
 from agentrl.llm.grammar import compiler_for, grammar_info
 from agentrl.proxy.encoder import Encoder
 from agentrl.proxy.engine import EngineWorker, Gate
+from agentrl.proxy.errors import WireError
 from agentrl.proxy.messages import canonical, split_tool_calls
 from agentrl.proxy.retry import drop_completion, restore, retry_target, rewind, supersede, threads_before
 from agentrl.proxy.sessions import EpisodeSession, SessionRegistry
 from agentrl.proxy.stops import StopCut, cut_completion, find_stop
 from agentrl.proxy.tito import (MODES, PromptPlan, commit_thread, drift_of, new_segment, plan_chat, plan_completion,
                                 thread_index)
-from agentrl.proxy.wire import ChatRequest, ToolCall, WireError, WireMessage
+from agentrl.proxy.wire import ChatRequest, ToolCall, WireMessage
 from agentrl.types import Turn
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentrl.llm.grammar import GrammarSpec
-from agentrl.proxy.wire import bad
+from agentrl.proxy.errors import bad
 
 __all__ = ["chat_grammar", "responses_grammar", "messages_grammar"]
 

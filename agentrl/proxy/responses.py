@@ -45,9 +45,10 @@ import orjson
 
 from agentrl.llm.base import SamplingParams
 from agentrl.proxy.calls import PendingCall
-from agentrl.proxy.sse import _usage, content_ids, logprob_items, text_deltas
+from agentrl.proxy.errors import bad
 from agentrl.proxy.forcing import responses_grammar
-from agentrl.proxy.wire import (IGNORED_KEYS, ChatRequest, ToolCall, WireMessage, bad, content_text, flag, number,
+from agentrl.proxy.sse import _usage, content_ids, logprob_items, text_deltas
+from agentrl.proxy.wire import (IGNORED_KEYS, ChatRequest, ToolCall, WireMessage, content_text, flag, number,
                                 parse_sampling, parse_top_logprobs, unknown_keys)
 
 #: Keys read by ``parse_responses`` (the rest of ``IGNORED_KEYS`` and these are accepted and ignored).

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
 from agentrl.llm.base import SamplingParams
+from agentrl.proxy.errors import WireError
 from agentrl.proxy.tito import ThreadState
-from agentrl.proxy.wire import WireError
 from agentrl.types import Episode, EpisodeStatus
 
 _SAMPLING_FIELDS = {f.name for f in dataclasses.fields(SamplingParams)}

@@ -34,8 +34,9 @@ import numpy as np
 
 from agentrl.llm.chat import ChatRenderer
 from agentrl.proxy.encoder import Encoder, Rendered
+from agentrl.proxy.errors import WireError
 from agentrl.proxy.messages import canonical, thread_key, to_template
-from agentrl.proxy.wire import ChatRequest, WireError
+from agentrl.proxy.wire import ChatRequest
 from agentrl.types import Message
 
 MODES = ("tito", "retokenize", "strict")

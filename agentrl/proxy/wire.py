@@ -23,6 +23,8 @@ import orjson
 
 from agentrl.llm.base import SamplingParams
 from agentrl.llm.grammar import GrammarSpec
+from agentrl.proxy.errors import WireError, bad  # noqa: F401  (WireError: what every parse_* raises)
+from agentrl.proxy.forcing import chat_grammar
 
 #: Request keys accepted and ignored (they do not change what is sampled).
 IGNORED_KEYS = frozenset({"model", "user", "metadata", "store", "parallel_tool_calls", "service_tier", "stream_options",
@@ -39,31 +41,6 @@ MIN_TEMPERATURE = 1e-5
 #: Most ``stop`` strings and ``top_logprobs`` per request (OpenAI's limits: 4 and 20; we allow more stops).
 MAX_STOPS, MAX_TOP_LOGPROBS = 16, 20
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
-
-
-class WireError(Exception):
-    """A request the proxy refuses; ``status`` is the HTTP code (400, 401, 404, 409, 503).
-
-    Args:
-        status: HTTP status code.
-        message: what is wrong and how to fix it.
-        param: the offending request parameter, if any.
-        kind: OpenAI error ``type`` (``invalid_request_error``, ``authentication_error`` ...).
-    """
-
-    def __init__(self, status: int, message: str, *, param: str | None = None, kind: str = "invalid_request_error"):
-        super().__init__(message)
-        self.status, self.message, self.param, self.kind = status, message, param, kind
-
-    def body(self) -> bytes:
-        """The OpenAI-style JSON error body."""
-        return orjson.dumps({"error": {"message": self.message, "type": self.kind, "param": self.param,
-                                       "code": self.status}})
-
-
-def bad(message: str, param: str | None = None) -> WireError:
-    """A 400 ``invalid_request_error``."""
-    return WireError(400, message, param=param)
 
 
 @dataclass(frozen=True)
@@ -321,8 +298,6 @@ def parse_chat(data: dict, default: SamplingParams, *, strict: bool = False) -> 
     tools = data.get("tools") or []
     if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
         raise bad("'tools' must be a list of tool objects", "tools")
-    from agentrl.proxy.forcing import chat_grammar  # forcing reads this module's errors
-
     choice = data.get("tool_choice")
     grammar = chat_grammar(choice, data.get("response_format"), tuple(tools))
     top = parse_top_logprobs(data)

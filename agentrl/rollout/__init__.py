@@ -5,71 +5,24 @@ model-free policies of ``scripted`` (random over admissible actions, expert walk
 May import ``agentrl.env``, ``agentrl.llm``, ``agentrl.types``, ``agentrl.registry``; never
 the store (train / cli / proxy write Episodes to it) and never torch directly.
 
-This ``__init__`` stays import-light: it holds the request that ``agentrl rollout`` builds
-and ``get_runner``, which maps a policy name to the function that plays the episodes.
+This ``__init__`` stays import-light: it re-exports the request that ``agentrl rollout`` builds
+(``request``, where the runners read it) and holds ``get_runner``, which maps a policy name to
+the function that plays the episodes (imported only when asked for).
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
-from typing import Callable, Protocol
 
-from agentrl.types import Episode
+from agentrl.rollout.request import RolloutRequest, Runner
+
+__all__ = ["LLM_RUNNER", "SCRIPTED_POLICIES", "RolloutRequest", "Runner", "get_runner"]
 
 #: Policies that need no model (``agentrl.rollout.scripted``).
 SCRIPTED_POLICIES = ("random", "walkthrough")
 
 #: Module and function that run LLM policies (any other policy name); added by the LLM rollout.
 LLM_RUNNER = ("agentrl.rollout.llm_runner", "run_llm_rollout")
-
-
-@dataclass(frozen=True)
-class RolloutRequest:
-    """What ``agentrl rollout`` asks for: ``episodes`` episodes in groups of ``group``.
-
-    Group ``g`` (0-based) plays env seed ``seed + g`` in all its ``group`` episodes
-    (identical task per group); episode ids run 0..episodes-1, group ids 0..episodes/group-1.
-
-    Attributes:
-        env_id: registered env id, e.g. ``"agentrl/Toy-v0"``.
-        policy: ``"random"``, ``"walkthrough"`` or an LLM policy name (e.g. a model id).
-        episodes: total number of episodes (a multiple of ``group``).
-        group: episodes per group (G ≥ 1).
-        seed: base seed of env seeds and policy randomness.
-        max_turns: turns per episode before it is cut (last turn ``truncated``).
-        env_kwargs: env constructor kwargs (e.g. ``{"split": "valid_seen"}``).
-        num_slots: parallel env slots (default: min(episodes, 8)).
-        num_workers: env worker processes (default: EnvPool's choice).
-        step_timeout_s: seconds one env step may take before the episode is an env error.
-    Raises:
-        ValueError: non-positive counts or ``episodes`` not a multiple of ``group``.
-    """
-
-    env_id: str
-    policy: str
-    episodes: int
-    group: int = 1
-    seed: int = 0
-    max_turns: int = 50
-    env_kwargs: dict = field(default_factory=dict)
-    num_slots: int | None = None
-    num_workers: int | None = None
-    step_timeout_s: float = 30.0
-
-    def __post_init__(self) -> None:
-        if self.episodes < 1 or self.group < 1 or self.max_turns < 1:
-            raise ValueError(f"episodes, group and max_turns must be >= 1 (got {self.episodes}, {self.group}, "
-                             f"{self.max_turns})")
-        if self.episodes % self.group:
-            raise ValueError(f"episodes ({self.episodes}) must be a multiple of group ({self.group}); "
-                             f"e.g. --episodes {self.episodes - self.episodes % self.group or self.group}")
-
-
-class Runner(Protocol):
-    """Plays a request and hands each finished episode to ``on_episode`` (in finish order)."""
-
-    def __call__(self, request: RolloutRequest, on_episode: Callable[[Episode], None]) -> None: ...
 
 
 def get_runner(policy: str) -> Runner:

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from agentrl.llm.base import SamplingParams
-from agentrl.rollout import RolloutRequest
 from agentrl.rollout.agent_loop import LoopConfig
 from agentrl.rollout.collector import CollectConfig, collect
+from agentrl.rollout.request import RolloutRequest
 from agentrl.types import Episode
 
 

@@ -18,8 +18,8 @@ import numpy as np
 
 from agentrl.env.contract import (INFO_ADMISSIBLE, INFO_ANCHOR, INFO_TASK, INFO_VALID, INFO_WALKTHROUGH, INFO_WON,
                                   META_WALKTHROUGH_KWARGS)
-from agentrl.rollout import RolloutRequest
 from agentrl.rollout.jobs import LazyQueue
+from agentrl.rollout.request import RolloutRequest
 from agentrl.types import Episode, EpisodeStatus, Turn
 
 

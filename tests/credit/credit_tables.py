@@ -196,3 +196,14 @@ def random_rtpo_table(rng: np.random.Generator) -> TurnTable:
     par = np.where(par >= 0, inv[np.maximum(par, 0)], -1)
     return _plain(n, group=arr[:, 0], episode=arr[:, 1], t=arr[:, 2], reward=arr[:, 3], branch=arr[:, 4],
                   parent=par, episode_ok=rng.random(n) > 0.1, trainable=rng.random(n) > 0.1)
+
+
+def estimator_table(name: str, seed: int) -> TurnTable:
+    """A random table estimator ``name`` accepts: a forest for ``tree_grpo``, reverse trees
+    for ``rtpo``, chains (``random_table``) for the rest."""
+    rng = np.random.default_rng(seed)
+    if name == "tree_grpo":
+        return random_tree_table(rng)
+    if name == "rtpo":
+        return random_rtpo_table(rng)
+    return random_table(rng)

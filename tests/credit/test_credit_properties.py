@@ -5,22 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from credit_tables import make_table, random_rtpo_table, random_table, random_tree_table
+from credit_tables import estimator_table, make_table
 
 from agentrl.credit import compute_advantages, get_estimator, list_estimators
 from agentrl.types import TurnTable
 
 EPS = 1e-6
 STEP_ESTIMATORS = ["grpo", "grpo_mean", "dr_grpo", "gigpo", "hgpo", "g2po", "graphgpo", "bipace"]
-
-
-def _table(name: str, seed: int) -> TurnTable:
-    rng = np.random.default_rng(seed)
-    if name == "tree_grpo":
-        return random_tree_table(rng)
-    if name == "rtpo":
-        return random_rtpo_table(rng)
-    return random_table(rng)
 
 
 def test_every_registered_estimator_is_covered():
@@ -30,7 +21,7 @@ def test_every_registered_estimator_is_covered():
 @pytest.mark.parametrize("name", sorted(set(STEP_ESTIMATORS) | {"tree_grpo", "rtpo", "turn_ppo"}))
 def test_shape_finite_deterministic_equivariant(name):
     for seed in range(15):
-        tb = _table(name, seed)
+        tb = estimator_table(name, seed)
         out = compute_advantages(tb, name)
         assert out.shape == (len(tb),) and out.dtype == np.float64 and np.isfinite(out).all()
         np.testing.assert_array_equal(out, compute_advantages(tb, name))
@@ -110,7 +101,7 @@ def test_pitfall_p5_unscored_episodes_are_excluded(name):
 
 
 def _p6_tables(name: str, seed: int) -> tuple[TurnTable, TurnTable]:
-    tb = _table(name, seed)
+    tb = estimator_table(name, seed)
     eps = np.unique(tb.episode)
     if name == "tree_grpo":  # a rejected leaf row (an internal node's reward is part of its leaves' score)
         eps = np.setdiff1d(eps, tb.episode[tb.parent[tb.parent >= 0]])
