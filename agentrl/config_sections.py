@@ -231,9 +231,9 @@ class RolloutConfig:
     model itself (vLLM, the ranks' engine copies, engine workers) after each sync and compares
     it with the trainer's logprobs: a gap above ``sync_probe_tol`` (None: 1e-3 in float32,
     0.5 in bf16/fp16), or an engine whose probe did not move at all while the trainer's moved by
-    more than a tenth of that, stops
-    the run with one line naming the engine, the version and the gap; ``on`` probes even an
-    engine that shares the trained model (a cost measurement); ``off`` never.
+    more than a tenth of that, stops the run with one line naming the engine, the version and
+    the gap; ``always`` probes even an engine that shares the trained model (a cost
+    measurement); ``never`` skips it (not on/off: YAML reads those as booleans).
     ``sync_timeout_s``: seconds a weight sync may take before the run stops with one line."""
 
     groups_per_iteration: int = 6
@@ -248,7 +248,7 @@ class RolloutConfig:
     max_staleness: int = 0
     on_weight_update: Literal["continue", "drain"] = "continue"
     turn_seeds: bool = False
-    sync_probe: Literal["auto", "on", "off"] = "auto"
+    sync_probe: Literal["auto", "always", "never"] = "auto"
     sync_probe_tol: Optional[float] = None
     sync_timeout_s: float = 600.0
 

@@ -151,13 +151,13 @@ class SyncCheck:
 
     @classmethod
     def from_config(cls, cfg: Config, policy: Policy) -> "SyncCheck | None":
-        """The run's check, or None (``rollout.sync_probe: off``, or ``auto`` with nothing to probe)."""
+        """The run's check, or None (``rollout.sync_probe: never``, or ``auto`` with nothing to probe)."""
         mode = cfg.rollout.sync_probe
-        if mode == "off" or (mode == "auto" and policy.shares_weights and not cfg.rollout.engines):
+        if mode == "never" or (mode == "auto" and policy.shares_weights and not cfg.rollout.engines):
             return None
         prompt, completion = probe_tokens(policy.renderer)
         tol = cfg.rollout.sync_probe_tol or default_tolerance(policy.model)
-        return cls(prompt, completion, tol, always=mode == "on")
+        return cls(prompt, completion, tol, always=mode == "always")
 
     def engine_scores(self, policy: Policy, engines, local: bool) -> list[tuple[str, np.ndarray]]:
         """``(label, float32[C])`` of every engine this process checks: its own (when ``local``)
@@ -203,7 +203,7 @@ class SyncCheck:
         bad = next((why for _, why in found if why is not None), None)
         if bad is not None:
             raise SyncError(f"weight sync check failed: {bad}; the engine samples from other weights than the "
-                            "trainer's (check the weight transport; rollout.sync_probe: off skips this check)")
+                            "trainer's (check the weight transport; rollout.sync_probe: never skips this check)")
         return worst
 
 
