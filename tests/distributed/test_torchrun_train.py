@@ -83,6 +83,27 @@ def test_two_ranks_roll_out_on_an_engine_worker(tiny_dir, tmp_path):
     assert {(e.episode_id // 8, t.policy_version) for e in eps for t in e.turns} == {(0, 0), (1, 1)}
 
 
+def test_two_ranks_train_asynchronously_on_an_engine_worker(tiny_dir, tmp_path):
+    """``rollout.max_staleness: 1`` under torchrun (refused before issue 36): rank 0's engine
+    worker plays ahead while both ranks update; no trained turn is older than 1 version and the
+    async and sync metrics are logged (the probe is skipped: workers load versions on their own)."""
+    raw = tiny_config(tiny_dir, tmp_path / "runs", lora=True)
+    raw["run"].update(iterations=3, eval_every=0)
+    raw["rollout"].update(engines=1, max_staleness=1)
+    cfg_path = tmp_path / "cfg.yaml"
+    cfg_path.write_text(yaml.safe_dump(raw))
+    proc = _run([str(cfg_path)], nproc=2)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    run_dir = tmp_path / "runs" / "dp"
+    with TurnStore(run_dir / "store.sqlite", readonly=True) as store:
+        version = {t.turn_id: t.policy_version for e in store.load_episodes("dp") for t in e.turns}
+        trained = [(int(a.iteration), version[int(a.turn_id)]) for a in store.advantages("dp")]
+    assert trained and all(0 <= it - 1 - v <= 1 for it, v in trained)  # 1-based iteration k trains at version k − 1
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert all(r["async/staleness_max"] <= 1 and "sync/seconds" in r for r in rows)
+
+
 @pytest.mark.slow
 def test_torchrun_main_example_config(tmp_path):
     """The documented command on the packaged SmolLM2: ``torchrun --nproc-per-node 2 -m agentrl
