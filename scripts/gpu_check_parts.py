@@ -38,7 +38,9 @@ class Sizes:
     """Workload of one run. ``gen_batches``: prompts per ``generate`` call (one measurement
     each); ``prompt_len`` / ``new_tokens``: tokens per prompt / sampled per prompt;
     ``update_rows`` rows of ``update_prompt`` + ``update_completion`` tokens per optimizer
-    step, ``micro_batch`` rows per forward; ``steps`` timed optimizer steps after 1 warm-up."""
+    step, ``micro_batch`` rows per forward; ``steps`` timed optimizer steps after 1 warm-up;
+    ``peak_batch`` prompts of ``peak_prompt`` tokens sampling ``peak_new`` tokens each in the
+    ``rollout_peak`` section (one ``generate`` call with per-row seeds)."""
 
     gen_batches: tuple[int, ...]
     prompt_len: int
@@ -48,11 +50,17 @@ class Sizes:
     update_completion: int
     micro_batch: int
     steps: int
+    peak_batch: int = 4
+    peak_prompt: int = 32
+    peak_new: int = 8
 
 
-PRESETS = {"qwen1.5b": Sizes((16, 64), 128, 128, 32, 256, 128, 8, 3),
-           "smollm2": Sizes((16, 64), 128, 128, 32, 256, 128, 8, 3),
-           "tiny": Sizes((2, 4), 16, 8, 6, 12, 6, 2, 2)}
+_UPDATE = dict(update_rows=32, update_prompt=256, update_completion=128, micro_batch=8, steps=3)
+PRESETS = {"qwen1.5b": Sizes((16, 64), 128, 128, **_UPDATE, peak_batch=128, peak_prompt=4096, peak_new=256),
+           # SmolLM2's context is 2048 positions: the peak prompt leaves room for the new tokens
+           "smollm2": Sizes((16, 64), 128, 128, **_UPDATE, peak_batch=128, peak_prompt=1536, peak_new=256),
+           "tiny": Sizes((2, 4), 16, 8, update_rows=6, update_prompt=12, update_completion=6, micro_batch=2, steps=2,
+                         peak_batch=4, peak_prompt=32, peak_new=8)}
 
 
 def sync(device: torch.device) -> None:
@@ -171,7 +179,11 @@ def device_paths(device_spec: str, dtype: str) -> dict:
 def rollout(model, sizes: Sizes, device: torch.device) -> dict:
     """``HFEngine.generate`` tokens/s per batch size in ``sizes.gen_batches`` (after a warm-up
     call), and on the first batch: sampled logprobs vs ``score`` (bf16 rounding only) and
-    seeded repeatability."""
+    seeded repeatability. Every timed call and the seeded repeat start with an empty prefix
+    KV cache (``reset_prefix_cache``: a warm cache prefills only each prompt's last token, other
+    kernels, other bf16 rounding); ``warm_cache_*`` (informational, not part of ``ok``) then
+    repeats the call with the cache warm to show how far that moves the sampled tokens
+    (``warm_cache_reused_tokens``: prompt tokens that call took from the cache)."""
     from agentrl.llm.base import SamplingParams
     from agentrl.llm.hf import HFEngine
 
@@ -182,23 +194,56 @@ def rollout(model, sizes: Sizes, device: torch.device) -> dict:
     for i, b in enumerate(sizes.gen_batches):
         prompts = random_prompts(spec["vocab"], b, sizes.prompt_len, seed=b)
         sp = SamplingParams(max_tokens=sizes.new_tokens, seed=1)
-        reset_peak(device)
-        sync(device)
-        t0 = time.perf_counter()
-        outs = engine.generate(prompts, sp)
-        sync(device)
-        dt = time.perf_counter() - t0
+        outs, dt, out[f"b{b}_peak_mem_gib"] = timed_generate(engine, prompts, sp, device)
         n = sum(o.token_ids.size for o in outs)
         out[f"b{b}_tokens"], out[f"b{b}_seconds"], out[f"b{b}_tokens_per_s"] = n, dt, n / dt
-        out[f"b{b}_peak_mem_gib"] = peak_gib(device)
         if i == 0:
             gaps = [float(np.max(np.abs(engine.score(p, o.token_ids.tolist()) - o.logprobs)))
                     for p, o in zip(prompts[:4], outs[:4])]
             out["score_max_abs_gap"] = max(gaps)
-            again = engine.generate(prompts, sp)
+            engine.reset_prefix_cache()
+            again = engine.generate(prompts, sp)  # cold, like the first call
             out["seeded_repeatable"] = all(np.array_equal(a.token_ids, c.token_ids) for a, c in zip(outs, again))
+            cache = engine.prefix_cache
+            hits = cache.reused_tokens if cache is not None else 0
+            out.update(warm_cache_drift(outs, engine.generate(prompts, sp)))  # the cache holds `again`'s rows
+            out["warm_cache_reused_tokens"] = cache.reused_tokens - hits if cache is not None else 0
     out["ok"] = bool(out["score_max_abs_gap"] <= 0.1 and out["seeded_repeatable"])  # bf16 batch vs row: rounding
     return out
+
+
+def timed_generate(engine, prompts: list[list[int]], sp, device: torch.device) -> tuple[list, float, float | None]:
+    """``engine.generate(prompts, sp)`` from an empty prefix cache and a reset peak: (the
+    completions, wall-clock seconds, peak GiB during the call — None on CPU)."""
+    engine.reset_prefix_cache()
+    reset_peak(device)
+    sync(device)
+    t0 = time.perf_counter()
+    outs = engine.generate(prompts, sp)
+    sync(device)
+    return outs, time.perf_counter() - t0, peak_gib(device)
+
+
+def warm_cache_drift(cold: list, warm: list) -> dict:
+    """How a warm-cache repeat differs from the cold call with the same seed:
+    ``seeded_repeatable_warm_cache`` (every row the same tokens), ``warm_cache_rows_differ``
+    (rows whose tokens differ), ``warm_cache_first_diff_mean`` (mean index of the first
+    differing token over those rows, None when none) and ``warm_cache_logprob_max_gap`` (max
+    |logprob gap|, nats, over the tokens before each row's first difference)."""
+    firsts, gaps = [], [0.0]
+    for c, w in zip(cold, warm):
+        a, b = c.token_ids, w.token_ids
+        k = min(a.size, b.size)
+        diff = np.flatnonzero(a[:k] != b[:k])
+        first = int(diff[0]) if diff.size else (k if a.size != b.size else None)
+        upto = a.size if first is None else first
+        if upto:
+            gaps.append(float(np.max(np.abs(c.logprobs[:upto] - w.logprobs[:upto]))))
+        if first is not None:
+            firsts.append(first)
+    return {"seeded_repeatable_warm_cache": not firsts, "warm_cache_rows_differ": len(firsts),
+            "warm_cache_first_diff_mean": float(np.mean(firsts)) if firsts else None,
+            "warm_cache_logprob_max_gap": max(gaps)}
 
 
 def model_ids(model) -> dict:
@@ -280,7 +325,7 @@ def fsdp_update(name: str, lora: bool, ctx, sizes: Sizes, device: torch.device, 
         ok = ok and out["push_logprob_max_gap"] <= 0.1
     out["ok"] = bool(ok)
     del model, opt
-    _free(device)
+    free_memory(device)
     return out
 
 
@@ -318,7 +363,8 @@ def weight_push(model, ctx, engine, batch, trainer_lp: torch.Tensor, device: tor
             "push_gib": n_bytes / 2**30, "push_version": engine.policy_version, "push_logprob_max_gap": gap}
 
 
-def _free(device: torch.device) -> None:
+def free_memory(device: torch.device) -> None:
+    """Collect garbage and return cached CUDA blocks to the driver (peaks then start clean)."""
     import gc
 
     gc.collect()
