@@ -229,9 +229,9 @@ class PrefixKVCache:
             self._entries[self._next] = _Entry(toks, kv, nbytes)
             self._next += 1
             self._bytes += nbytes
-        while self._bytes > self.max_bytes:
-            _, old = self._entries.popitem(last=False)
-            self._bytes -= old.nbytes
+            while self._bytes > self.max_bytes:  # oldest first, row by row: never B rows' copies over the bound
+                _, old = self._entries.popitem(last=False)
+                self._bytes -= old.nbytes
 
     def _covered(self, toks: np.ndarray) -> bool:
         """True when an entry already starts with all of ``toks``."""
