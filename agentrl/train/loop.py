@@ -34,6 +34,7 @@ from agentrl.log import make_logger
 from agentrl.rollout.stats import proxy_metrics, rollout_stats, sample_turns
 from agentrl.rollout.tree import add_linked
 from agentrl.store import EVAL_RUN, TurnStore
+from agentrl.train.colocate import engine_asleep
 from agentrl.train.critic import Critic, critic_step, load_critic, make_critic, save_critic, with_values
 from agentrl.train.launches import Launch
 from agentrl.train.run_dir import RunLock, prepare_run_dir, set_aside_interrupted
@@ -162,10 +163,11 @@ def chain_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
         parts.store.set_advantages(cfg.run.name, table.turn_id, adv, iteration=it + 1,  # 1-based, as everywhere
                                    estimator=cfg.algorithm.estimator)
     t2 = time.perf_counter()
-    stats, corr = update_policy(parts.policy, parts.optimizer, cfg, table, adv, episodes, it, dp=parts.dp)
+    with engine_asleep(parts.policy.engine):  # a colocated engine frees the device for the update
+        stats, corr = update_policy(parts.policy, parts.optimizer, cfg, table, adv, episodes, it, dp=parts.dp)
     if corr is not None:  # behaviour–trainer KL, capped / masked token fractions
         extra.update(corr.as_metrics())
-    sync_weights(parts.policy, engines=parts.engines, dp=parts.dp)
+    sync_weights(parts.policy, engines=parts.engines, dp=parts.dp)  # wakes the engine's KV cache after the push
     critic_stats = critic_step(parts.critic, cfg, table, all_turns, it) if parts.critic is not None else []
     seconds = {"rollout": t1 - t0, "credit": t2 - t1, "update": time.perf_counter() - t2}
     return IterationResult(episodes, table, adv, stats, critic_stats, seconds, extra)

@@ -27,6 +27,7 @@ from agentrl.rollout.ray_backend import make_env_pool
 from agentrl.rollout.reverse import RtpoRound, run_rtpo_iteration
 from agentrl.rollout.tree import add_linked, sample_trees
 from agentrl.store import TurnStore
+from agentrl.train.colocate import engine_asleep
 from agentrl.types import Episode, EpisodeStatus, TurnTable
 from agentrl.update.batch import TrainBatch, build_batch, minibatches
 from agentrl.update.correction import Correction, apply_rollout_correction
@@ -221,7 +222,8 @@ def update_policy(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config,
                   advantages: np.ndarray | None, episodes: list[Episode], iteration: int,
                   dp: DistContext | None = None) -> tuple[list, Correction | None]:
     """Run the steps of ``plan_update``; returns their UpdateStats and the off-policy
-    correction of the phase (``update.rollout_correction``; None when ``none`` or no step).
+    correction of the phase (``update.rollout_correction``; its KL is measured for ``none``
+    too; None when no step was taken).
 
     ``dp`` (data-parallel runs): rank 0 plans from its ``table``/``advantages``/``episodes``
     and broadcasts the plan; the other ranks pass None for those and receive it; each step
@@ -268,7 +270,8 @@ def rtpo_iteration(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config
         mine = np.isin(branch, rnd.branch_ids) | (new & (branch < 0))
         store.set_advantages(cfg.run.name, table.turn_id[mine], adv[mine], iteration=iteration + 1, estimator=est)
         written.update(zip(table.turn_id[mine].tolist(), adv[mine].tolist()))
-        stats.extend(update_policy(policy, optimizer, cfg, table, adv, list(rnd.episodes), iteration)[0])
+        with engine_asleep(policy.engine):  # a colocated engine frees the device for the update
+            stats.extend(update_policy(policy, optimizer, cfg, table, adv, list(rnd.episodes), iteration)[0])
         sync_weights(policy)  # the next round samples with the updated weights
 
     episodes = run_rtpo_iteration(policy.engine, policy.renderer, collect_config(cfg, iteration), cfg.rollout.tree,
