@@ -45,12 +45,13 @@ from agentrl.config_sections import (  # noqa: F401  (re-exported: the public co
     UpdateConfig,
     _check,
 )
+from agentrl.config_vllm import VLLMSpec
 from agentrl.registry import closest
 
 __all__ = [
     "ConfigError", "RunConfig", "EnvConfig", "LoraSpec", "PolicyConfig", "HarnessConfig", "TreeConfig", "RolloutConfig",
     "AlgorithmConfig", "UpdateConfig", "LogConfig", "Config", "load_config", "config_from_dict",
-    "apply_overrides", "validate_config", "to_dict", "dump_config",
+    "apply_overrides", "validate_config", "to_dict", "dump_config", "resolve_rollout_correction", "VLLMSpec",
 ]
 
 
@@ -290,8 +291,9 @@ def _resolve_estimator_kwargs(name: str, kwargs: Mapping[str, Any]) -> dict[str,
 def validate_config(cfg: Config, *, check_registries: bool = True) -> Config:
     """Check names against the registries and return ``cfg`` with defaults in effect filled.
 
-    Fills ``update.sum_norm_tokens`` (default ``policy.max_tokens``) and the estimator's
-    keyword defaults into ``algorithm.kwargs``. With ``check_registries`` (default) the env
+    Fills ``update.sum_norm_tokens`` (default ``policy.max_tokens``), resolves
+    ``update.rollout_correction: auto`` (``resolve_rollout_correction``) and fills the
+    estimator's keyword defaults into ``algorithm.kwargs``. With ``check_registries`` (default) the env
     id must be registered (P10) and the estimator kwargs must bind to its signature.
     Raises:
         ConfigError: unknown env id or estimator, kwargs that do not bind, or a chain
@@ -302,6 +304,8 @@ def validate_config(cfg: Config, *, check_registries: bool = True) -> Config:
     update = cfg.update
     if update.sum_norm_tokens is None:
         update = dataclasses.replace(update, sum_norm_tokens=cfg.policy.max_tokens)
+    if update.rollout_correction == "auto":
+        update = dataclasses.replace(update, rollout_correction=resolve_rollout_correction(cfg))
     algorithm = cfg.algorithm
     _validate_out_dir(cfg.run.out_dir, cfg.run.name)
     if check_registries:
@@ -311,6 +315,20 @@ def validate_config(cfg: Config, *, check_registries: bool = True) -> Config:
         algorithm = dataclasses.replace(algorithm, kwargs=_resolve_estimator_kwargs(algorithm.estimator, algorithm.kwargs))
         _validate_tree_estimator(algorithm.estimator, cfg.rollout.sampler)
     return dataclasses.replace(cfg, update=update, algorithm=algorithm)
+
+
+def resolve_rollout_correction(cfg: Config) -> str:
+    """What ``update.rollout_correction: auto`` means for ``cfg``: ``tis`` when the sampler is
+    not the trained model itself — ``policy.engine`` other than ``hf`` (vLLM samples with its
+    own kernels), a half-precision ``policy.dtype`` (KV-cache sampling vs the full forward of
+    the update) or ``rollout.engines`` ≥ 1 (engine-worker copies, possibly versions behind) —
+    else ``none`` (the in-process fp32 HF engine samples from the very model that trains).
+    An explicit value is returned unchanged."""
+    if cfg.update.rollout_correction != "auto":
+        return cfg.update.rollout_correction
+    p = cfg.policy
+    copy = p.engine != "hf" or p.dtype != "float32" or cfg.rollout.engines >= 1
+    return "tis" if copy else "none"
 
 
 def _validate_tree_estimator(name: str, sampler: str) -> None:

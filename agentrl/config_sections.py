@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
+from agentrl.config_vllm import VLLMSpec
+
 
 class ConfigError(ValueError):
     """A config file or override is invalid; the message names the dotted key and the fix."""
@@ -117,7 +119,8 @@ class PolicyConfig:
     ``decode_attention``: ``grouped`` (default) runs the HF engine's float32 decode steps with
     ``agentrl.llm.decode_attention`` — grouped-query attention without copying the cache on
     padded batches — or ``sdpa`` (transformers' stock attention). Speed only, like
-    ``prefix_cache_mb``; longer queries (prefill, the update) always run ``sdpa``."""
+    ``prefix_cache_mb``; longer queries (prefill, the update) always run ``sdpa``.
+    ``vllm``: the vLLM engine's arguments (``policy.engine: vllm``; ``agentrl.config_vllm.VLLMSpec``)."""
 
     model: str = "smollm2-135m-instruct"
     engine: Literal["hf", "vllm", "vllm_http", "openai_http", "scripted"] = "hf"
@@ -138,6 +141,7 @@ class PolicyConfig:
     device: str = "auto"
     prefix_cache_mb: int = 1024
     decode_attention: Literal["grouped", "sdpa"] = "grouped"
+    vllm: VLLMSpec = field(default_factory=VLLMSpec)
 
     def __post_init__(self) -> None:
         _check(isinstance(self.device, str) and DEVICE_PATTERN.fullmatch(self.device) is not None,
@@ -152,6 +156,9 @@ class PolicyConfig:
         _check(self.max_batch is None or self.max_batch >= 1, "policy.max_batch must be >= 1 or null (all active slots)")
         _check(self.action_constraint == "none" or self.action_format == "whole" or self.action_format.startswith("tag:"),
                "policy.action_constraint=admissible renders actions in the format: use action_format 'whole' or 'tag:NAME'")
+        _check(not (self.device == "cpu" and self.vllm.enable_sleep_mode),
+               "policy.vllm.enable_sleep_mode=true needs CUDA (vLLM's sleep mode); set it to null or false with "
+               "policy.device: cpu")
 
 
 @dataclass(frozen=True)
@@ -313,13 +320,19 @@ class UpdateConfig:
     critic's weight decay is ``weight_decay``).
 
     Rollout (off-policy) correction (``agentrl.update.correction``): ``rollout_correction``
-    ``none`` (default: π_old = the engine's behaviour logprobs, no weight) | ``tis`` | ``mis``
-    | ``icepop`` recomputes π_old with the trainer at the start of each update phase and
-    weights each token's policy loss by w = f(ρ), ρ = π_old/π_behav (detached): ``tis``
+    ``auto`` (default: ``tis`` where the sampler is not the trained model itself —
+    ``policy.engine`` other than ``hf``, a half-precision ``policy.dtype``, or engine workers
+    ``rollout.engines`` ≥ 1 — else ``none``; resolved when the config is loaded, so config.yaml
+    records the value in effect) | ``none`` (π_old = the engine's behaviour logprobs, no
+    weight) | ``tis`` | ``mis`` | ``icepop``: the last three recompute π_old with the trainer at
+    the start of each update phase and weight each token's policy loss by w = f(ρ),
+    ρ = π_old/π_behav (detached): ``tis``
     min(ρ, C); ``mis`` ρ if ρ ≤ C else 0; ``icepop`` ρ if α ≤ ρ ≤ C else 0, with
     C = ``correction_high`` (> 1) and α = ``correction_low`` (in (0, 1), icepop only).
     ``correction_level``: ``token`` (one ρ per token) | ``sequence`` (one ρ per turn, the
     product of its tokens' ρ, on all its tokens). Masked tokens stay in the denominators.
+    Every mode, ``none`` included, logs ``correction/kl`` (the trainer–sampler KL, measured by
+    one forward pass without gradients per update phase).
     """
 
     loss: str = "ppo_clip"
@@ -345,7 +358,7 @@ class UpdateConfig:
     critic_minibatch: int = 0
     critic_top_n_layers: Optional[int] = None
     value_clip: Optional[float] = None
-    rollout_correction: Literal["none", "tis", "mis", "icepop"] = "none"
+    rollout_correction: Literal["auto", "none", "tis", "mis", "icepop"] = "auto"
     correction_level: Literal["token", "sequence"] = "token"
     correction_high: float = 2.0
     correction_low: float = 0.5

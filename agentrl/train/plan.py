@@ -138,7 +138,8 @@ def update_policy(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config,
                   advantages: np.ndarray | None, episodes: list[Episode], iteration: int,
                   dp: DistContext | None = None) -> tuple[list, Correction | None]:
     """Run the steps of ``plan_update``; returns their UpdateStats and the off-policy
-    correction of the phase (``update.rollout_correction``; None when ``none`` or no step).
+    correction of the phase (``update.rollout_correction``; its KL is measured for ``none``
+    too; None when no step was taken).
 
     ``dp`` (data-parallel runs): rank 0 plans from its ``table``/``advantages``/``episodes``
     and broadcasts the plan (ragged token arrays and row indices); the other ranks pass None

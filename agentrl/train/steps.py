@@ -27,6 +27,7 @@ from agentrl.rollout.ray_backend import make_env_pool
 from agentrl.rollout.reverse import RtpoRound, run_rtpo_iteration
 from agentrl.rollout.tree import add_linked, sample_trees
 from agentrl.store import TurnStore
+from agentrl.train.colocate import engine_asleep
 from agentrl.train.plan import update_policy
 from agentrl.train.sync import sync_weights
 from agentrl.types import Episode, TurnTable
@@ -205,7 +206,8 @@ def rtpo_iteration(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config
         mine = np.isin(branch, rnd.branch_ids) | (new & (branch < 0))
         store.set_advantages(cfg.run.name, table.turn_id[mine], adv[mine], iteration=iteration + 1, estimator=est)
         written.update(zip(table.turn_id[mine].tolist(), adv[mine].tolist()))
-        stats.extend(update_policy(policy, optimizer, cfg, table, adv, list(rnd.episodes), iteration)[0])
+        with engine_asleep(policy.engine):  # a colocated engine frees the device for the update
+            stats.extend(update_policy(policy, optimizer, cfg, table, adv, list(rnd.episodes), iteration)[0])
         sync_weights(policy)  # the next round samples with the updated weights
 
     episodes = run_rtpo_iteration(policy.engine, policy.renderer, collect_config(cfg, iteration), cfg.rollout.tree,

@@ -19,7 +19,8 @@ The decoupled objective (Hilton et al. 2021, arXiv 2110.00641) clips the proxima
 ``update.rollout_correction`` picks f (registered in ``CORRECTIONS``; C = ``correction_high``,
 α = ``correction_low``):
 
-- ``none``: no recompute, π_old := π_behav and no weight (the classic PPO objective).
+- ``none``: π_old := π_behav and no weight (the classic PPO objective); the trainer's
+  logprobs are still recomputed once, to measure the KL (``correction/kl``).
 - ``tis``: truncated IS, w = min(ρ, C) (Yao et al. 2025, "Your efficient RL framework
   secretly brings you off-policy RL training").
 - ``mis``: masked IS, w = ρ if ρ ≤ C else 0 (Liu et al. 2025, "When speed kills stability").
@@ -169,7 +170,7 @@ def correction_weights(train_logprobs: torch.Tensor, behaviour_logprobs: torch.T
 
 def apply_rollout_correction(model: torch.nn.Module, batch: TrainBatch, cfg: UpdateConfig, *,
                              temperature: float = 1.0, dp: GatherGroup | None = None
-                             ) -> tuple[TrainBatch, Correction | None]:
+                             ) -> tuple[TrainBatch, Correction]:
     """Prepare an update phase's batch for ``cfg.rollout_correction`` (see the module doc).
 
     Recomputes the trainer's logprobs of ``batch`` with ``model``'s current weights (no
@@ -178,6 +179,11 @@ def apply_rollout_correction(model: torch.nn.Module, batch: TrainBatch, cfg: Upd
     and ``is_weights`` = the correction weights against the stored behaviour logprobs
     (``batch.old_logprobs``), with the ``Correction``. Call it once per update phase, before
     the first optimizer step, so every epoch and minibatch uses the same π_old.
+
+    ``none`` keeps the batch (π_old = the behaviour logprobs, no weights) but still runs the
+    recompute and returns its ``Correction`` (weights 1), so ``correction/kl`` — how far the
+    sampler is from the trainer — is logged whatever the mode. ``auto`` (an ``UpdateConfig``
+    built by hand, not resolved by ``agentrl.config.validate_config``) acts as ``none``.
 
     Args:
         model: the policy. Data-parallel (FSDP2-sharded): call it on every rank with the
@@ -191,13 +197,14 @@ def apply_rollout_correction(model: torch.nn.Module, batch: TrainBatch, cfg: Upd
             micro_batch).
         temperature: the sampling temperature the update uses (the same as ``update``'s).
     Returns:
-        ``(batch, None)`` unchanged for ``none``; otherwise ``(corrected batch, Correction)``.
+        ``(batch, Correction)``: for ``none`` the same batch object; otherwise the corrected batch.
     """
-    if cfg.rollout_correction == "none":
-        return batch, None
+    mode = "none" if cfg.rollout_correction == "auto" else cfg.rollout_correction
     train_lp = sharded_batch_logprobs(model, batch, dp, micro_batch=cfg.micro_batch, temperature=temperature,
                                       loss_only=True) * batch.loss_mask  # (B, T), 0 off the mask like old_logprobs
     corr = correction_weights(train_lp, batch.old_logprobs, batch.loss_mask, batch.turn_ids,
-                              mode=cfg.rollout_correction, level=cfg.correction_level,
+                              mode=mode, level=cfg.correction_level,
                               low=cfg.correction_low, high=cfg.correction_high)
+    if mode == "none":
+        return batch, corr
     return dataclasses.replace(batch, old_logprobs=train_lp, is_weights=corr.weights), corr

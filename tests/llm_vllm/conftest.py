@@ -34,25 +34,37 @@ def pytest_terminal_summary(terminalreporter) -> None:
         terminalreporter.write_line(SKIP_NOTE, yellow=True)
 
 
-@pytest.fixture(scope="session")
-def tiny32_dir() -> Path:
-    """Tiny BPE-2k tokenizer + random Qwen3 model with head_dim 32 (built once, cached)."""
+def _tiny32(name: str, max_context: int) -> Path:
+    """Build (once, cached) the tiny BPE-2k tokenizer + random Qwen3 model with head_dim 32."""
     import torch
 
     torch.set_num_threads(1)
     from agentrl.llm.tiny import build_tiny_model, build_tiny_tokenizer
 
     cache = Path(tempfile.gettempdir()) / "agentrl-test-cache"
-    out = cache / "tiny-qwen3-bpe2k-hd32"
+    out = cache / name
     if not (out / "config.json").is_file():
         cache.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix="tiny32-", dir=str(cache)))
-        build_tiny_model(tmp, build_tiny_tokenizer(tmp), head_dim=32, max_context=2048)
+        build_tiny_model(tmp, build_tiny_tokenizer(tmp), head_dim=32, max_context=max_context)
         try:
             tmp.rename(out)  # atomic; a concurrent builder's copy is dropped
         except OSError:
             shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny32_dir() -> Path:
+    """Tiny BPE-2k tokenizer + random Qwen3 model with head_dim 32, context 2048 (built once, cached)."""
+    return _tiny32("tiny-qwen3-bpe2k-hd32", 2048)
+
+
+@pytest.fixture(scope="session")
+def tiny32_long_dir() -> Path:
+    """The same tiny model (same seed, same weights) with ``max_position_embeddings`` 8192,
+    SmolLM2's context (built once, cached)."""
+    return _tiny32("tiny-qwen3-bpe2k-hd32-ctx8k", 8192)
 
 
 @pytest.fixture(scope="session")

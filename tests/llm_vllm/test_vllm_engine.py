@@ -144,15 +144,17 @@ def test_from_pretrained_rejects_a_non_model_folder(tmp_path):
         VLLMEngine.from_pretrained(tmp_path)
 
 
-def test_update_weights_through_a_folder_when_the_core_is_another_process(vllm_tiny, hf_tiny, monkeypatch):
+def test_update_weights_packed_as_for_a_core_in_another_process(vllm_tiny, hf_tiny, monkeypatch):
+    """The packed buckets an engine core in another process receives (one host buffer each,
+    no temporary folder; tests/llm_vllm/test_vllm_colocate.py runs a real one), unpacked by
+    the in-process worker here."""
     sp = SamplingParams(max_tokens=8, seed=4)
     original = {k: v.clone() for k, v in hf_tiny.model.state_dict().items()}
     with torch.no_grad():
         hf_tiny.model.model.embed_tokens.weight.mul_(6.0)
-    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # → temporary safetensors folder, not an iterator
+    monkeypatch.setattr(vllm_tiny, "pack_buckets", True)
     try:
         vllm_tiny.update_weights(hf_tiny.model.state_dict(), version=7)
         assert _max_gap(hf_tiny.score, PROMPTS, vllm_tiny.generate(PROMPTS, sp)) <= 1e-4
     finally:
-        monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         vllm_tiny.update_weights(original, version=0)

@@ -115,8 +115,14 @@ def _grads(batch, cfg: UpdateConfig = CFG):
 def test_none_and_unit_weights_are_bit_identical_to_no_weights() -> None:
     model = tiny_model(0)
     batch = _batch(model)
-    same, corr = apply_rollout_correction(model, batch, CFG)  # rollout_correction: none (the default)
-    assert same is batch and corr is None and batch.is_weights is None
+    assert CFG.rollout_correction == "auto"  # a hand-built UpdateConfig: auto acts as none
+    same, corr = apply_rollout_correction(model, batch, CFG)
+    assert same is batch and batch.is_weights is None  # π_old stays the behaviour logprobs, no weights
+    # ... but the KL is measured: the noisy behaviour logprobs are off the trainer's
+    assert corr.kl > 0.01 and corr.mean_weight == 1.0 and corr.capped_frac == corr.masked_frac == 0.0
+    _, explicit = apply_rollout_correction(model, batch, dataclasses.replace(CFG, rollout_correction="none"))
+    _, tis = apply_rollout_correction(model, batch, dataclasses.replace(CFG, rollout_correction="tis"))
+    assert explicit.kl == corr.kl == tis.kl  # the same measurement whatever the mode
     base = _grads(batch)
     for other in (_grads(same), _grads(batch.with_(is_weights=batch.loss_mask.clone()))):
         assert base[0] == other[0]
@@ -222,7 +228,7 @@ def test_config_fields_and_validation() -> None:
     assert cfg.update.rollout_correction == "icepop" and cfg.update.correction_level == "sequence"
     assert cfg.update.correction_high == 5.0 and isinstance(cfg.update.correction_high, float)
     d = UpdateConfig()
-    assert (d.rollout_correction, d.correction_level, d.correction_high, d.correction_low) == ("none", "token", 2.0, 0.5)
+    assert (d.rollout_correction, d.correction_level, d.correction_high, d.correction_low) == ("auto", "token", 2.0, 0.5)
     bad = [(["update.rollout_correction=tiss"], r"update\.rollout_correction: 'tiss' is not allowed.*did you mean 'tis'"),
            (["update.correction_level=turn"], r"update\.correction_level: 'turn' is not allowed"),
            (["update.correction_high=1.0"], r"update\.correction_high must be > 1"),

@@ -1,0 +1,30 @@
+"""``DistContext.from_env`` and a default process group it did not make: a 1-rank group (an
+in-process vLLM engine makes one for itself) is not a data-parallel run, unless the caller asks
+for the 1-rank FSDP2 path (``init_single``); neither context destroys it."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from agentrl.distributed import DistContext  # noqa: E402
+
+
+def test_a_foreign_one_rank_group_is_not_a_data_parallel_run(tmp_path, monkeypatch):
+    import torch.distributed as dist
+
+    for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(key, raising=False)
+    assert not dist.is_initialized()
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        ctx = DistContext.from_env("cpu")
+        assert not ctx.distributed and (ctx.rank, ctx.world_size, ctx.backend) == (0, 1, None)
+        single = DistContext.from_env("cpu", init_single=True)
+        assert single.distributed and single.backend == "gloo" and not single.owns_group
+        ctx.close()
+        single.close()
+        assert dist.is_initialized()  # not theirs to destroy
+    finally:
+        dist.destroy_process_group()
