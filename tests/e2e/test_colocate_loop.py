@@ -57,7 +57,7 @@ def _stand_in(monkeypatch, log: list) -> list:
     """Make ``train`` load the policy with a ``RecordingEngine`` and log every optimizer step;
     returns the list the loaded ``Policy`` is appended to."""
     import agentrl.train.loop as loop
-    import agentrl.train.steps as steps
+    import agentrl.train.plan as plan
     from agentrl.distributed import engine_copy
     from agentrl.llm.policy import Policy, load_policy
 
@@ -69,14 +69,14 @@ def _stand_in(monkeypatch, log: list) -> list:
                                pad_id=p.pad_id, shares_weights=False))
         return policies[-1]
 
-    real_update = steps.update
+    real_update = plan.update
 
     def step(model, *args, **kwargs):
         log.append("step:" + ("asleep" if policies[-1].engine.asleep else "awake"))
         return real_update(model, *args, **kwargs)
 
     monkeypatch.setattr(loop, "load_policy", load)
-    monkeypatch.setattr(steps, "update", step)
+    monkeypatch.setattr(plan, "update", step)
     return policies
 
 
