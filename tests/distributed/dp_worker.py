@@ -2,11 +2,11 @@
 
 Reads ``cases.pt`` (the initial weights, the batch, and per case the update config, LoRA
 on/off and whether normalisation is per-rank), trains each case for ``cfg.epochs`` ×
-minibatches optimizer steps through FSDP2 + ``update(dp=ctx)``, and rank 0 writes the
-stats and the gathered full parameters to ``out.pt``, with the inference weights each rank
-streamed from its shards after the steps (``iter_inference_weights``) and π_old of the
-rollout correction recomputed both sharded by rows (``dp=ctx``) and replicated.
-Usage: ``dp_worker.py DIR``.
+minibatches optimizer steps (``update_fixtures.sgd`` with momentum, as the 1-process run)
+through FSDP2 + ``update(dp=ctx)``, and rank 0 writes the stats and the gathered full
+parameters to ``out.pt``, with the inference weights each rank streamed from its shards
+after the steps (``iter_inference_weights``) and π_old of the rollout correction recomputed
+both sharded by rows (``dp=ctx``) and replicated. Usage: ``dp_worker.py DIR``.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 
 import agentrl.update.step as step  # noqa: E402
 from agentrl.distributed import DistContext, iter_inference_weights, parallelize  # noqa: E402
-from agentrl.update import apply_rollout_correction, make_optimizer, prepare_policy, train_on_batch  # noqa: E402
+from agentrl.update import apply_rollout_correction, prepare_policy, train_on_batch  # noqa: E402
 from agentrl.update.lora import apply_lora  # noqa: E402
-from update_fixtures import tiny_model  # noqa: E402
+from update_fixtures import sgd, tiny_model  # noqa: E402
 
 
 def _per_rank_scale(mine, norm_tokens, dp):
@@ -39,7 +39,7 @@ def run_case(case: dict, init: dict, batch, ctx: DistContext) -> dict:
         model = apply_lora(model, case["lora"])
     model.load_state_dict(init[case["name"]])
     model = parallelize(prepare_policy(model, case["cfg"]), ctx)
-    opt = make_optimizer(model, case["cfg"].lr, case["cfg"].weight_decay)
+    opt = sgd(model, case["cfg"].lr, momentum=0.9)
     real = step._global_scale
     if case["per_rank"]:
         step._global_scale = _per_rank_scale

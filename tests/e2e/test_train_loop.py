@@ -225,10 +225,15 @@ def test_harness_config_trains_on_proxy_recorded_episodes(tiny_dir, tmp_path):
 def test_ray_backend_trains_like_local(tiny_dir, tmp_path, finished_run):
     """rollout.backend=ray (Ray actors as env workers) gives the same first iteration as the
     local EnvPool with the same seed."""
+    import ray
+
     from agentrl.train import train
 
     reference, _ = finished_run
-    ray_run = train(_cfg(tiny_dir, tmp_path, name="ray", iterations=1, rollout__backend="ray"), resume=False)
+    try:
+        ray_run = train(_cfg(tiny_dir, tmp_path, name="ray", iterations=1, rollout__backend="ray"), resume=False)
+    finally:  # the pool started a local Ray and left it running (RayEnvPool.close keeps Ray): stop it, as the
+        ray.shutdown()  # tests/rollout_ray files do; else test_ray_train.py, if next on this xdist worker, finds it
     with TurnStore(reference.store_path, readonly=True) as a, TurnStore(ray_run.store_path, readonly=True) as b:
         first = [e.episode_id for e in a.episodes(reference.run_id) if e.group_id < 2]
         ta, tb = a.table(run_id=reference.run_id, episode_ids=first), b.table(run_id=ray_run.run_id)

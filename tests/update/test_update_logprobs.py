@@ -95,8 +95,13 @@ def test_token_mask_path_equals_full_logits_with_gradients():
         grads.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
         if not kw:
             full = out
-    assert torch.equal(full.logprobs * mask, out.logprobs * mask)
-    assert torch.allclose(full.entropy * mask, out.entropy * mask, atol=1e-6)
+    # the LM head's matmul over K kept columns instead of all T may block its sums differently: on
+    # AVX2 kernels the logits differ by 1 ulp (6e-8; bit-equal on AVX-512), the logprobs and
+    # entropies (|x| ≈ 5.5, ulp 4.8e-7) by 1–2 ulps and the gradients (max |g| ≈ 4.7) by 1.3e-6.
+    # A column off by one moves these logprobs by 8e-3 to units: 2000× the tolerance and more.
+    assert torch.allclose(full.logprobs * mask, out.logprobs * mask, rtol=0, atol=4e-6)
+    assert float(out.logprobs.detach()[mask].abs().min()) > 0.1  # real values at every masked token, not zeros
+    assert torch.allclose(full.entropy * mask, out.entropy * mask, rtol=0, atol=4e-6)
     assert len(grads[0]) == len(grads[1])
     for g_full, g_kept in zip(*grads):
-        assert torch.allclose(g_full, g_kept, atol=1e-6)
+        assert torch.allclose(g_full, g_kept, rtol=1e-5, atol=1e-6)

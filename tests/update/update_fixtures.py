@@ -1,7 +1,9 @@
 """Shared helpers for tests/update: a tiny random causal LM and synthetic multi-turn turns.
 
 The model is a 2-layer Qwen3 with vocab 256 and hidden 32 (~40k params), built in memory
-from a fixed seed; fp32, eager attention, one thread.
+from a fixed seed; fp32, eager attention, one thread. ``sgd`` and ``assert_same_step`` compare
+the optimizer steps of two computation paths (micro-batch sizes, shared prefix, 1 process vs
+2 ranks) without AdamW's amplification of rounding noise.
 """
 
 from __future__ import annotations
@@ -52,3 +54,37 @@ def random_turns(seed: int, episodes: tuple[int, ...] = (3, 1, 2)) -> tuple[list
     lps = [(-rng.random(c.size) * 3).astype(np.float32) for c in comps]
     adv = rng.normal(size=len(prompts))
     return prompts, comps, lps, adv
+
+
+def sgd(model: torch.nn.Module, lr: float = 0.1, momentum: float = 0.0) -> torch.optim.SGD:
+    """SGD over the trainable parameters, for comparing the steps of two computation paths: its
+    update is linear in the gradient, so the float noise of two paths (another summation order,
+    AVX2 vs AVX-512 kernels) stays noise in the weights. AdamW's first step is lr·g/(|g| + eps):
+    ~lr·sign(g), so a near-zero gradient entry whose rounding differs moves by up to 2·lr on one
+    path only (and a global gradient scale, e.g. a wrong clip norm, cancels out of it)."""
+    return torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=lr, momentum=momentum)
+
+
+def step_mismatch(a: dict, b: dict, before: dict, rel: float = 1e-3) -> float:
+    """How far apart weights ``a`` and ``b`` (name → tensor) are after the same SGD steps from
+    ``before`` on two computation paths, as a multiple of what float noise allows (≤ 1: the same
+    steps). Per tensor the allowance is ``rel`` of how far the steps moved its largest entry, or
+    4·eps of its largest weight (four float32 ulps: ``w − lr·g`` rounds on each path, each step),
+    whichever is larger."""
+    assert a.keys() == b.keys() == before.keys() and len(a) > 0
+    eps = torch.finfo(torch.float32).eps
+    worst = 0.0
+    for n in a:
+        step = float((a[n] - before[n]).abs().max())
+        allowed = max(rel * step, 4 * eps * float(before[n].abs().max()), 1e-12)
+        worst = max(worst, float((a[n] - b[n]).abs().max()) / allowed)
+    return worst
+
+
+def assert_same_step(a: dict, b: dict, before: dict, rel: float = 1e-3) -> None:
+    """``a`` and ``b`` took the same steps from ``before`` (``step_mismatch`` ≤ 1), and the steps
+    moved the weights."""
+    differ = {n: (float((a[n] - b[n]).abs().max()), float((a[n] - before[n]).abs().max()))  # (gap, step)
+              for n in a if not torch.equal(a[n], b[n])}
+    assert step_mismatch(a, b, before, rel) <= 1.0, differ
+    assert max(float((a[n] - before[n]).abs().max()) for n in a) > 1e-4
