@@ -280,7 +280,7 @@ class VLLMEngine:
         from vllm.inputs import TokensPrompt
 
         seq = [int(t) for t in prompt_ids] + [int(t) for t in completion_ids]
-        if not prompt_ids or not completion_ids:
+        if len(prompt_ids) == 0 or len(completion_ids) == 0:  # lists or numpy arrays
             raise ValueError("score() needs a non-empty prompt and completion")
         clamp_max_tokens(len(seq), 1, self.max_context)
         params = self._params(SamplingParams(max_tokens=1, greedy=True), 1, None, prompt_logprobs=0)
