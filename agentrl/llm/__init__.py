@@ -5,7 +5,8 @@ Owns the ``LLMClient`` protocol (token-in/token-out), ``SamplingParams`` and ``C
 OpenAI-compatible server; ``scripted`` — deterministic, for tests), the chat renderer and
 loss-mask helpers (``chat``), tiny offline test models (``tiny``) and the packaged model
 cache (``models``). May import ``agentrl.types`` and ``agentrl.registry`` only. torch is
-imported only by ``hf`` (and ``tiny`` / ``models``, lazily).
+imported only by ``hf`` and its decoding helpers (``step_logprobs``, ``trie_decode``,
+``grammar_decode``, ...), and lazily by ``tiny`` / ``models``.
 """
 
 from agentrl.llm.base import (

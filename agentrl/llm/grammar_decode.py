@@ -4,8 +4,8 @@
 llguidance matcher by the token sampled at the previous step, writes the next bitmask
 (int32[W]) into the row's record and sets the scores of the ids it does not allow to −inf
 (before temperature / top-p, which transformers applies after custom processors, so they
-warp the restricted distribution). ``restricted_logprobs`` then turns one row's raw logits
-into the logprobs of its sampled ids renormalised over the recorded masks — the numbers the
+warp the restricted distribution). ``agentrl.llm.step_logprobs`` then takes the logprobs of
+the sampled ids from the raw logits, renormalised over the recorded masks — the numbers the
 update recomputes from the same masks (``agentrl.update.bitmask``). ``unpack_bits`` is the
 one bitmask → bool decoder both sides use.
 """
@@ -18,7 +18,7 @@ import torch
 from agentrl.llm.grammar import Grammar, one_hot_mask
 from agentrl.llm.grammar_close import MARGIN, WINDOW, closing_path
 
-__all__ = ["unpack_bits", "GrammarLogits", "restricted_logprobs"]
+__all__ = ["unpack_bits", "GrammarLogits"]
 
 _SHIFTS = torch.arange(32, dtype=torch.int32)
 
@@ -92,24 +92,3 @@ class GrammarLogits:
                 scores[b] = scores[b].masked_fill(~allowed, float("-inf"))
         return scores
 
-
-def restricted_logprobs(logits: torch.Tensor, new: torch.Tensor, masks: list[np.ndarray],
-                        n_tokens: int) -> torch.Tensor:
-    """float32[T] logprobs of one row's sampled ids ``new`` (T,) renormalised over its recorded
-    bitmasks, from the raw logits (T, V): position k < ``n_tokens`` gets
-    ``logits[k, new[k]] − logsumexp(logits[k, allowed_k])``; later positions are 0.
-
-    Raises:
-        ValueError: fewer recorded masks than ``n_tokens``.
-    """
-    out = torch.zeros(new.shape[0], dtype=torch.float32, device=logits.device)
-    if n_tokens == 0:
-        return out
-    if len(masks) < n_tokens:
-        raise ValueError(f"{len(masks)} grammar masks recorded for {n_tokens} sampled tokens")
-    bits = torch.from_numpy(np.stack(masks[:n_tokens])).to(logits.device)  # (C, W)
-    z = logits[:n_tokens].float()
-    allowed = unpack_bits(bits, z.shape[-1])  # (C, V)
-    lse = torch.logsumexp(z.masked_fill(~allowed, float("-inf")), dim=-1)
-    out[:n_tokens] = z.gather(-1, new[:n_tokens].unsqueeze(-1)).squeeze(-1) - lse
-    return out

@@ -2,8 +2,9 @@
 
 Batched sampling with left padding; temperature / top-p / max-tokens / stop ids; seeded
 (``torch.random.fork_rng`` so the global stream is untouched). Logprobs of the sampled
-tokens come from the **raw** logits (``generate(output_logits=True)``), never from the
-processed scores (MODELS.md §2.5). With ``allowed`` (constrained decoding,
+tokens come from the **raw** logits, never from the processed scores (MODELS.md §2.5),
+one decoding step at a time (``agentrl.llm.step_logprobs``: a (B, V) row per step, never the
+(B, T, V) tensor of ``generate(output_logits=True)``). With ``allowed`` (constrained decoding,
 ``agentrl.llm.constrained``) each row follows a token trie and its logprobs are
 renormalised over the allowed ids at each step. Loads weights in fp32 by default (the packaged
 SmolLM2 folder is stored in bf16; bf16 → fp32 is exact). The engine follows its model's device:
@@ -34,9 +35,10 @@ from agentrl.llm.base import (
 from agentrl.llm.constrained import TokenTrie
 from agentrl.llm.decode_attention import set_decode_attention
 from agentrl.llm.grammar import Grammar
-from agentrl.llm.grammar_decode import GrammarLogits, restricted_logprobs
+from agentrl.llm.grammar_decode import GrammarLogits
 from agentrl.llm.prefix_cache import PrefixKVCache, supports_prefix_cache
-from agentrl.llm.trie_decode import TrieMask, trie_logprobs
+from agentrl.llm.step_logprobs import StepLogprobs, hf_model
+from agentrl.llm.trie_decode import TrieMask
 
 #: Default ``HFEngine(prefix_cache_mb=...)``: 1 GiB of cached keys/values.
 DEFAULT_PREFIX_CACHE_MB = 1024
@@ -160,66 +162,36 @@ class HFEngine:
             raise ValueError("a prompt has both allowed completions and a grammar; constrain it with one of them")
         if len(batches) > 1:  # a long prompt would cut a short one's room (or overrun absolute positions)
             return self._generate_split(rows, sampling, batches, return_hidden, allowed, top_logprobs, grammars)
+        return self._generate_batch(rows, sampling, budgets, return_hidden, allowed, top_logprobs, grammars)
+
+    def _generate_batch(self, rows: list[np.ndarray], sampling: SamplingParams, budgets: list[int],
+                        return_hidden: bool, allowed: list, top_logprobs: int, grammars: list) -> list[Completion]:
+        """``generate`` of one batch that fits the context (arguments checked)."""
+        from transformers import LogitsProcessorList
+
         tries = [None if a is None else TokenTrie(a) for a in allowed]
         ids, mask = _left_pad(rows, self.pad_token_id)  # (B, P)
         ids, mask = ids.to(_device(self.model)), mask.to(_device(self.model))  # GPU: inputs on the model's device
         past = self._cached_prefixes(rows, ids.device)  # keys/values of every prompt but its last token, or None
         stops = [self.eos_token_id, *sampling.stop_token_ids]
-        kwargs = dict(
-            input_ids=ids,
-            attention_mask=mask,
-            max_new_tokens=max(budgets),
-            eos_token_id=stops,
-            pad_token_id=self.pad_token_id,
-            output_logits=True,
-            output_hidden_states=return_hidden,
-            return_dict_in_generate=True,
-            do_sample=not sampling.greedy,
-        )
-        if past is not None:
-            kwargs["past_key_values"] = past
-        row_seeded = sampling.row_seeds is not None and not sampling.greedy
-        if not sampling.greedy and not row_seeded:  # top_k=0: no top-k cut (the model's generation_config may set one)
-            kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
-        procs = [TrieMask(tries, ids.shape[1], set(stops))] if any(t is not None for t in tries) else []
+        kwargs = self._generate_kwargs(ids, mask, max(budgets), stops, sampling, past)
         gmask = GrammarLogits(grammars, ids.shape[1], set(stops), budgets) if any(g is not None for g in grammars) else None
+        steps = StepLogprobs(tries, gmask, ids.shape[1], set(stops), budgets, top_logprobs)  # raw-logit logprobs
+        procs = [steps] + ([TrieMask(tries, ids.shape[1], set(stops))] if any(t is not None for t in tries) else [])
         procs += [gmask] if gmask is not None else []
-        if row_seeded:  # each row samples from its own generator: Gumbel-max over the warped scores, argmax
+        if sampling.row_seeds is not None and not sampling.greedy:  # Gumbel-max over the warped scores, argmax
             procs.append(_row_sampler(sampling, len(rows), ids.device))
-            kwargs["do_sample"] = False
-        if procs:
-            from transformers import LogitsProcessorList
-
-            kwargs["logits_processor"] = LogitsProcessorList(procs)
-        was_training = self.model.training  # the trainer may share this model object
-        self.model.eval()
-        try:
-            dev = _device(self.model)  # on a GPU manual_seed reseeds CUDA too: fork (restore) that stream as well
-            if sampling.seed is None:  # unseeded: fresh draws from the global RNG (it advances)
-                out = self.model.generate(**kwargs)
-            else:
-                with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
-                    torch.manual_seed(sampling.seed)
-                    out = self.model.generate(**kwargs)
-        finally:
-            self.model.train(was_training)
+        kwargs["logits_processor"] = LogitsProcessorList(procs)
+        with steps.attach(hf_model(self.model), hidden=return_hidden):
+            out = self._run_generate(kwargs, sampling.seed)
         new = out.sequences[:, ids.shape[1] :]  # (B, T)
         if self.prefix_cache is not None:
             self.prefix_cache.store(rows, mask, new, [_length(new[b], budgets[b], set(stops)) for b in range(len(rows))],
                                     out.past_key_values)
-        logits = torch.stack(out.logits, dim=1).float()  # (B, T, V) raw
-        sampled = logits.log_softmax(-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)  # (B, T)
-        for b, trie in enumerate(tries):
-            if trie is not None:
-                sampled[b] = trie_logprobs(logits[b], new[b], trie, budgets[b], set(stops))
-        for b, masks in enumerate(gmask.masks if gmask is not None else ()):
-            if grammars[b] is not None:
-                sampled[b] = restricted_logprobs(logits[b], new[b], masks, _length(new[b], budgets[b], set(stops)))
-        hidden = out.hidden_states[0][-1][:, -1, :].float() if return_hidden else None  # (B, H)
-        top = logits.log_softmax(-1).topk(min(int(top_logprobs), logits.shape[-1]), dim=-1) if top_logprobs else None
+        sampled, top = steps.finish(out.sequences)  # (B, T) float32; top-k (B, T, K) ids and logprobs
         outs = [
-            self._one(new[b], sampled[b], budgets[b], set(stops), None if hidden is None else hidden[b],
-                      None if top is None else (top.indices[b], top.values[b]))
+            self._one(new[b], sampled[b], budgets[b], set(stops), None if steps.hidden is None else steps.hidden[b],
+                      None if top is None else (top[0][b], top[1][b]))
             for b in range(len(rows))
         ]
         for b, c in enumerate(outs):
@@ -227,6 +199,34 @@ class HFEngine:
                 c.grammar_masks = np.stack(gmask.masks[b][:c.token_ids.size]) if c.token_ids.size else None
                 c.grammar_close_at = gmask.close_at[b]
         return outs
+
+    def _generate_kwargs(self, ids: torch.Tensor, mask: torch.Tensor, max_new: int, stops: list[int],
+                         sampling: SamplingParams, past) -> dict:
+        """``model.generate`` keyword arguments (without logits processors)."""
+        kwargs = dict(input_ids=ids, attention_mask=mask, max_new_tokens=max_new, eos_token_id=stops,
+                      pad_token_id=self.pad_token_id, return_dict_in_generate=True, do_sample=not sampling.greedy)
+        if past is not None:
+            kwargs["past_key_values"] = past
+        if sampling.row_seeds is not None and not sampling.greedy:  # each row samples from its own generator
+            kwargs["do_sample"] = False
+        elif not sampling.greedy:  # top_k=0: no top-k cut (the model's generation_config may set one)
+            kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
+        return kwargs
+
+    def _run_generate(self, kwargs: dict, seed: int | None):
+        """``model.generate(**kwargs)`` in eval mode; a ``seed`` forks and seeds the RNG (the
+        global stream is left as it was), None draws from (and advances) the global RNG."""
+        was_training = self.model.training  # the trainer may share this model object
+        self.model.eval()
+        try:
+            dev = _device(self.model)  # on a GPU manual_seed reseeds CUDA too: fork (restore) that stream as well
+            if seed is None:
+                return self.model.generate(**kwargs)
+            with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
+                torch.manual_seed(seed)
+                return self.model.generate(**kwargs)
+        finally:
+            self.model.train(was_training)
 
     def _cached_prefixes(self, rows: list[np.ndarray], device: torch.device):
         """The prefix cache's keys/values for ``rows`` laid out as ``_left_pad``'s batch (a

@@ -9,7 +9,7 @@ with the row's seed) and the argmax is taken. By the Gumbel-max identity
 softmax(top_p(logits / T)) — the distribution of ``do_sample=True`` — while its draws depend
 only on its own seed and step, never on the batch it shares (a sampler seeded once per
 batch draws row b's tokens from a stream that the other rows also consume). The stored
-logprobs still come from the raw logits (the engine's ``output_logits``).
+logprobs still come from the raw logits (``agentrl.llm.step_logprobs``).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Admissible-command tries in the HF engine's decoding loop (torch side of ``agentrl.llm.constrained``).
 
 ``TrieMask`` is a transformers logits processor that lets row b sample only the ids its
-``TokenTrie`` allows after the row's generated prefix; ``trie_logprobs`` turns one row's raw
-logits into the logprobs of its sampled ids renormalised over those ids (what the update
-recomputes from ``constraint_masks``).
+``TokenTrie`` allows after the row's generated prefix. The logprobs of the sampled ids,
+renormalised over those ids (what the update recomputes from ``constraint_masks``), are
+taken step by step from the raw logits by ``agentrl.llm.step_logprobs``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 
 from agentrl.llm.constrained import TokenTrie
 
-__all__ = ["TrieMask", "trie_logprobs"]
+__all__ = ["TrieMask"]
 
 
 class TrieMask:
@@ -36,15 +36,3 @@ class TrieMask:
             scores[b] = row
         return scores
 
-
-def trie_logprobs(logits: torch.Tensor, new: torch.Tensor, trie: TokenTrie, budget: int,
-                         stops: set[int]) -> torch.Tensor:
-    """float32[T] logprobs of one row's sampled ids, renormalised over the trie's allowed ids
-    at each step (raw logits (T, V); positions after the completion ends are left as 0)."""
-    out = torch.zeros(new.shape[0], dtype=torch.float32, device=logits.device)
-    toks = new[:budget].tolist()
-    end = next((k + 1 for k, t in enumerate(toks) if t in stops), len(toks))
-    for k, ids in enumerate(trie.walk(toks[:end])):
-        z = logits[k, torch.from_numpy(ids).to(logits.device)]
-        out[k] = logits[k, toks[k]] - torch.logsumexp(z, dim=0)
-    return out

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 import torch
 
 from agentrl.update.batch import TrainBatch, model_device
-from agentrl.update.bitmask import BatchMasks, masked_logsumexp
-from agentrl.update.shared_prefix import common_prefix, duplicate_rows, prefix_logits
+from agentrl.update.bitmask import BatchMasks
+from agentrl.update.shared_prefix import common_prefix, duplicate_rows
+from agentrl.update.token_head import TokenPairs, stats_forward, token_entropy, token_logprobs
 
 __all__ = ["TokenStats", "logprobs_from_logits", "entropy_from_logits", "forward_token_stats", "batch_logprobs"]
 
@@ -45,16 +46,11 @@ def _pad_first(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([x.new_zeros(x.shape[0], 1), x], dim=1)
 
 
-_NEG = -1e30  # finite "minus infinity" for padded allowed slots (keeps gradients NaN-free)
-
-
-def _restricted(z: torch.Tensor, allowed_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logits at the allowed ids: (B, T-1, V) z, (B, T, A) ids → (B, T-1, A) logits (padded
-    slots ``_NEG``) and (B, T-1) bool "this position is constrained"."""
-    ids = allowed_ids[:, 1:]
-    valid = ids >= 0
-    za = z.gather(-1, ids.clamp(min=0)).masked_fill(~valid, _NEG)
-    return za, valid.any(-1)
+def _shifted(allowed_ids: torch.Tensor | None, grammar_mask: BatchMasks | None) -> dict:
+    """The constraint keywords of ``token_logprobs`` for columns 1..T-1."""
+    return dict(allowed=None if allowed_ids is None else allowed_ids[:, 1:],
+                gindex=None if grammar_mask is None else grammar_mask.index[:, 1:],
+                bits=None if grammar_mask is None else grammar_mask.bits)
 
 
 def logprobs_from_logits(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0,
@@ -69,15 +65,7 @@ def logprobs_from_logits(logits: torch.Tensor, input_ids: torch.Tensor, temperat
     ``grammar_mask`` (index (B, T) aligned with ``input_ids``) likewise over its bitmasks.
     """
     z = logits[:, :-1].float() / temperature  # (B, T-1, V)
-    picked = z.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # (B, T-1)
-    lse = torch.logsumexp(z, dim=-1)
-    if allowed_ids is not None:
-        za, constrained = _restricted(z, allowed_ids)
-        lse = torch.where(constrained, torch.logsumexp(za, dim=-1), lse)
-    if grammar_mask is not None:
-        got = masked_logsumexp(z, grammar_mask.index[:, 1:], grammar_mask.bits)
-        lse = lse if got is None else lse.index_put(got[0], got[1])
-    return _pad_first(picked - lse)
+    return _pad_first(token_logprobs(z, input_ids[:, 1:], **_shifted(allowed_ids, grammar_mask)))
 
 
 def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0,
@@ -87,33 +75,21 @@ def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0,
     entropy of the distribution predicting token t (over the allowed ids where
     ``allowed_ids`` (B, T, A) constrains it); ``out[:, 0] = 0``."""
     z = logits[:, :-1].float() / temperature
-    logp = torch.log_softmax(z, dim=-1)
-    ent = -(logp.exp() * logp).sum(-1)
-    if allowed_ids is not None:
-        za, constrained = _restricted(z, allowed_ids)
-        lpa = torch.log_softmax(za, dim=-1)
-        ent = torch.where(constrained, -(lpa.exp() * lpa).sum(-1), ent)
-    if grammar_mask is not None:
-        got = masked_logsumexp(z, grammar_mask.index[:, 1:], grammar_mask.bits, entropy=True)
-        ent = ent if got is None else ent.index_put(got[0], got[2])
-    return _pad_first(ent)
-
-
-def _kept_columns(token_mask: torch.Tensor) -> torch.Tensor:
-    """Sorted token columns t ≥ 1 needed by any row of ``token_mask`` (B, T) → (K,) int64."""
-    cols = torch.nonzero(token_mask[:, 1:].any(0)).squeeze(-1) + 1
-    return cols if cols.numel() else torch.ones(1, dtype=torch.long, device=token_mask.device)
+    return _pad_first(token_entropy(z, **_shifted(allowed_ids, grammar_mask)))
 
 
 def forward_token_stats(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
                         temperature: float = 1.0, with_entropy: bool = False,
                         entropy_grad: bool = False, allowed_ids: torch.Tensor | None = None,
                         token_mask: torch.Tensor | None = None, grammar_mask: BatchMasks | None = None,
-                        share_prefix: bool = False) -> TokenStats:
+                        share_prefix: bool = False, chunk: int | None = None) -> TokenStats:
     """One forward pass of a causal LM (HF ``...ForCausalLM`` or peft-wrapped) on a batch.
 
+    The LM head runs only at the positions asked for, in chunks of ``chunk`` tokens that the
+    backward recomputes one at a time (``agentrl.update.token_head``): no (B, T, V) logits.
     Args:
-        model: returns an object with ``.logits`` (B, T, V) for ``(input_ids, attention_mask)``.
+        model: an HF causal LM (``get_decoder()``, ``get_output_embeddings()``), peft-wrapped
+            or FSDP2-sharded or neither.
         input_ids, attention_mask: (B, T) int64, right padded.
         temperature: sampling temperature the behaviour policy used (> 0).
         with_entropy: also return the per-token entropy.
@@ -124,10 +100,10 @@ def forward_token_stats(model: torch.nn.Module, input_ids: torch.Tensor, attenti
         grammar_mask: optional ``BatchMasks`` (``TrainBatch.grammar_mask``): the same over
             grammar bitmasks.
         token_mask: optional (B, T) mask of the tokens whose stats are needed (e.g. the loss
-            mask). The LM head and the softmax then run only at the columns some row needs
-            (HF ``logits_to_keep``): for multi-turn prompts with short completions this skips
-            most of the (T, V) logits — the largest cost of a small-model update. Other
-            columns are returned as 0.
+            mask). The LM head and the softmax then run only at each row's own masked
+            positions: for multi-turn prompts with short completions most of the (T, V)
+            logits — the largest cost of a small-model update — are never formed. Other
+            positions are returned as 0. None: every column t ≥ 1.
         share_prefix: with ``token_mask``, run identical rows once (``duplicate_rows``: their
             stats are gathered back, so each copy's loss still reaches the shared forward's
             gradient), then the tokens every row shares at the start once and the rows'
@@ -135,56 +111,34 @@ def forward_token_stats(model: torch.nn.Module, input_ids: torch.Tensor, attenti
             logprobs to float rounding, less compute when the rows are turns of one task).
             The prefix part is off under gradient checkpointing (it drops the cache); rows
             with grammar bitmasks are not deduplicated.
+        chunk: tokens per LM-head call (default: ``token_head.CHUNK_BYTES`` of float32 logits).
     Returns:
         ``TokenStats`` with (B, T) float32 tensors (gradients flow through ``logprobs``
         when grad mode is on).
+    Raises:
+        ValueError: a model whose logits are not its output embedding of the final hidden
+            state (``token_head.OutputHead``), or ``chunk`` < 1.
     """
     dup = duplicate_rows(input_ids, attention_mask, allowed_ids) if share_prefix and token_mask is not None \
         and grammar_mask is None else None
-    if dup is not None:  # one forward per distinct row; a kept column of any copy is kept
+    if dup is not None:  # one forward per distinct row; a kept position of any copy is kept
         first, inverse = dup
         keep = torch.zeros((first.numel(), token_mask.shape[1]), dtype=torch.long, device=token_mask.device)
         keep = keep.index_add_(0, inverse, token_mask.long()) > 0
         sub = forward_token_stats(model, input_ids[first], attention_mask[first], temperature=temperature,
                                   with_entropy=with_entropy, entropy_grad=entropy_grad,
                                   allowed_ids=None if allowed_ids is None else allowed_ids[first],
-                                  token_mask=keep, share_prefix=True)
+                                  token_mask=keep, share_prefix=True, chunk=chunk)
         return TokenStats(logprobs=sub.logprobs[inverse],
                           entropy=None if sub.entropy is None else sub.entropy[inverse])
-    if token_mask is None:
-        logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
-        ids, allowed, gmask = input_ids, allowed_ids, grammar_mask
-    else:  # logits only where a kept token t is predicted (at t - 1), then aligned as a (B, K+1) sequence
-        cols = _kept_columns(token_mask)
-        shared = min(common_prefix(input_ids, attention_mask), int(cols[0]) - 1) if share_prefix and not \
-            getattr(model, "is_gradient_checkpointing", False) else 0
-        if shared >= 1:
-            logits = prefix_logits(model, input_ids, attention_mask, cols - 1, shared)
-        else:
-            logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
-                           logits_to_keep=cols - 1).logits  # (B, K, V)
-        logits = torch.cat([logits, logits[:, -1:]], dim=1)  # dummy last step, dropped by the shift
-        ids = torch.cat([input_ids[:, :1], input_ids[:, cols]], dim=1)
-        allowed = None if allowed_ids is None else torch.cat([allowed_ids[:, :1], allowed_ids[:, cols]], dim=1)
-        gmask = None if grammar_mask is None else grammar_mask.columns(cols)
-    lp = logprobs_from_logits(logits, ids, temperature, allowed, gmask)
-    ent = None
-    if with_entropy:
-        if entropy_grad:
-            ent = entropy_from_logits(logits, temperature, allowed, gmask)
-        else:
-            with torch.no_grad():
-                ent = entropy_from_logits(logits.detach(), temperature, allowed, gmask)
-    if token_mask is not None:
-        lp = _scatter_columns(lp[:, 1:], cols, input_ids.shape)
-        ent = None if ent is None else _scatter_columns(ent[:, 1:], cols, input_ids.shape)
-    return TokenStats(logprobs=lp, entropy=ent)
-
-
-def _scatter_columns(values: torch.Tensor, cols: torch.Tensor, shape: torch.Size) -> torch.Tensor:
-    """(B, K) values at token columns ``cols`` → (B, T) float32, 0 elsewhere (keeps grads)."""
-    out = values.new_zeros(shape)
-    return out.index_copy(1, cols, values)
+    pairs = TokenPairs.of(input_ids, token_mask, allowed_ids, grammar_mask)
+    shared = 0
+    if share_prefix and token_mask is not None and not getattr(model, "is_gradient_checkpointing", False):
+        shared = max(0, min(common_prefix(input_ids, attention_mask), int(pairs.cols.min()) - 1))
+    out = stats_forward(model, input_ids, attention_mask, pairs, prefix=shared, temperature=temperature,
+                        with_entropy=with_entropy, entropy_grad=entropy_grad, chunk=chunk)
+    return TokenStats(logprobs=pairs.scatter(out.logprobs, input_ids.shape),
+                      entropy=None if out.entropy is None else pairs.scatter(out.entropy, input_ids.shape))
 
 
 @torch.no_grad()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["common_prefix", "prefix_order", "prefix_logits", "prefix_forward", "duplicate_rows"]
+__all__ = ["common_prefix", "prefix_order", "prefix_logits", "prefix_forward", "shared_cache", "duplicate_rows"]
 
 
 def common_prefix(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
@@ -111,9 +111,25 @@ def prefix_forward(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
         The model's output for the columns ``prefix..T-1`` (e.g. ``.last_hidden_state``
         (B, T − prefix, H)); positions continue from the prefix.
     """
-    head = model(input_ids=input_ids[:1, :prefix], attention_mask=attention_mask[:1, :prefix], use_cache=True,
-                 **(prefix_kwargs or {}))
-    cache = head.past_key_values
-    cache.batch_repeat_interleave(input_ids.shape[0])
+    cache = shared_cache(model, input_ids, attention_mask, prefix, **(prefix_kwargs or {}))
     return model(input_ids=input_ids[:, prefix:], attention_mask=attention_mask, past_key_values=cache,
                  use_cache=True, **kwargs)
+
+
+def shared_cache(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, prefix: int,
+                 **prefix_kwargs):
+    """The key/value cache of the first ``prefix`` tokens, computed once (row 0, with
+    ``prefix_kwargs``) and repeated over the B rows in the autograd graph: run the rows'
+    tokens after it on it (``prefix_forward``; ``agentrl.update.token_head.stats_forward``
+    takes the final hidden states of that forward).
+
+    Args:
+        input_ids, attention_mask: (B, T) int64, right padded; 1 ≤ ``prefix`` < T.
+    Returns:
+        A transformers ``Cache`` of B rows × ``prefix`` positions.
+    """
+    head = model(input_ids=input_ids[:1, :prefix], attention_mask=attention_mask[:1, :prefix], use_cache=True,
+                 **prefix_kwargs)
+    cache = head.past_key_values
+    cache.batch_repeat_interleave(input_ids.shape[0])
+    return cache

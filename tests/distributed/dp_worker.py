@@ -22,6 +22,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "update")]
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict  # noqa: E402
 
 import agentrl.update.step as step  # noqa: E402
+import agentrl.update.token_head as token_head  # noqa: E402
 from agentrl.distributed import DistContext, iter_inference_weights, parallelize  # noqa: E402
 from agentrl.update import apply_rollout_correction, prepare_policy, train_on_batch  # noqa: E402
 from agentrl.update.lora import apply_lora  # noqa: E402
@@ -59,6 +60,7 @@ def main() -> None:
     torch.set_num_threads(1)
     folder = Path(sys.argv[1])
     spec = torch.load(folder / "cases.pt", weights_only=False)
+    token_head.CHUNK_BYTES = spec["chunk_bytes"]  # the LM head in chunks of a few tokens, as in the 1-process run
     ctx = DistContext.from_env("cpu")
     out = {c["name"]: run_case(c, spec["init"], spec["batch"], ctx) for c in spec["cases"]}
     streams = ctx.gather_object({k: v["streamed"] for k, v in out.items()})  # every rank's own stream

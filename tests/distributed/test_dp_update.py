@@ -36,7 +36,7 @@ from agentrl.update import (
 from agentrl.update.lora import apply_lora, inference_state_dict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "update"))
-from update_fixtures import PAD, assert_same_step, random_turns, sgd, step_mismatch, tiny_model  # noqa: E402
+from update_fixtures import PAD, VOCAB, assert_same_step, random_turns, sgd, step_mismatch, tiny_model  # noqa: E402
 
 WORKER = Path(__file__).with_name("dp_worker.py")
 BASE = UpdateConfig(lr=0.1, grad_clip=0.0, micro_batch=2, minibatch=5, epochs=1, sum_norm_tokens=8)  # SGD's lr
@@ -51,7 +51,12 @@ CASES = {
     # π_old recomputed on every rank through the sharded model, weights on every rank's rows
     "icepop-sequence": dict(aggregation="seq-mean-token-mean", rollout_correction="icepop", correction_level="sequence"),
     "tis-token": dict(aggregation="token-mean", rollout_correction="tis"),
+    # the LM head's hooks inside the FSDP2 root's forward under gradient checkpointing
+    "checkpointing": dict(aggregation="seq-mean-token-mean", gradient_checkpointing=True, entropy_coef=0.01),
 }
+#: The LM head runs in chunks of 3 tokens (``agentrl.update.token_head``) in both processes: the
+#: backward recomputes each chunk after FSDP2 has resharded the root's parameters.
+CHUNK_BYTES = 3 * 4 * VOCAB
 
 
 def _batch():
@@ -88,21 +93,25 @@ def _max_param_diff(a: dict, b: dict) -> float:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Every case once in this process and once on 2 gloo ranks (one torchrun for all)."""
+    import agentrl.update.token_head as token_head
+
     torch.set_num_threads(1)
     folder = tmp_path_factory.mktemp("dp")
     batch = _batch()
     cases, init, single = [], {}, {}
-    for name, changes in CASES.items():
-        for lora in (None, LORA):
-            key = f"{name}/{'lora' if lora else 'full'}"
-            cfg = dataclasses.replace(BASE, **changes)
-            init[key] = {k: v.clone() for k, v in _model(lora).state_dict().items()}
-            single[key] = _single(cfg, lora, init[key], batch)
-            cases.append({"name": key, "cfg": cfg, "lora": lora, "per_rank": False})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(token_head, "CHUNK_BYTES", CHUNK_BYTES)
+        for name, changes in CASES.items():
+            for lora in (None, LORA):
+                key = f"{name}/{'lora' if lora else 'full'}"
+                cfg = dataclasses.replace(BASE, **changes)
+                init[key] = {k: v.clone() for k, v in _model(lora).state_dict().items()}
+                single[key] = _single(cfg, lora, init[key], batch)
+                cases.append({"name": key, "cfg": cfg, "lora": lora, "per_rank": False})
     for key in ("token-mean/full", "seq-mean-token-mean/full"):  # the bug the test must catch
         cases.append({**next(c for c in cases if c["name"] == key), "name": key + "/per-rank", "per_rank": True})
         init[key + "/per-rank"] = init[key]
-    torch.save({"init": init, "batch": batch, "cases": cases}, folder / "cases.pt")
+    torch.save({"init": init, "batch": batch, "cases": cases, "chunk_bytes": CHUNK_BYTES}, folder / "cases.pt")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            str(WORKER), str(folder)]
