@@ -109,8 +109,11 @@ def forward_token_stats(model: torch.nn.Module, input_ids: torch.Tensor, attenti
             gradient), then the tokens every row shares at the start once and the rows'
             suffixes on its key/value cache (``agentrl.update.shared_prefix``; the same
             logprobs to float rounding, less compute when the rows are turns of one task).
-            The prefix part is off under gradient checkpointing (it drops the cache); rows
-            with grammar bitmasks are not deduplicated.
+            The prefix part is off under gradient checkpointing (it drops the cache) and, with
+            gradients, on an FSDP2-sharded model (the prefix's key/value cache carries the
+            gradient into layers whose pre-backward hooks sit on their outputs, so their
+            resharded weights would be gone in backward); rows with grammar bitmasks are not
+            deduplicated.
         chunk: tokens per LM-head call (default: ``token_head.CHUNK_BYTES`` of float32 logits).
     Returns:
         ``TokenStats`` with (B, T) float32 tensors (gradients flow through ``logprobs``
@@ -133,12 +136,20 @@ def forward_token_stats(model: torch.nn.Module, input_ids: torch.Tensor, attenti
                           entropy=None if sub.entropy is None else sub.entropy[inverse])
     pairs = TokenPairs.of(input_ids, token_mask, allowed_ids, grammar_mask)
     shared = 0
-    if share_prefix and token_mask is not None and not getattr(model, "is_gradient_checkpointing", False):
+    if share_prefix and token_mask is not None and not getattr(model, "is_gradient_checkpointing", False) \
+            and not (torch.is_grad_enabled() and _fsdp_sharded(model)):
         shared = max(0, min(common_prefix(input_ids, attention_mask), int(pairs.cols.min()) - 1))
     out = stats_forward(model, input_ids, attention_mask, pairs, prefix=shared, temperature=temperature,
                         with_entropy=with_entropy, entropy_grad=entropy_grad, chunk=chunk)
     return TokenStats(logprobs=pairs.scatter(out.logprobs, input_ids.shape),
                       entropy=None if out.entropy is None else pairs.scatter(out.entropy, input_ids.shape))
+
+
+def _fsdp_sharded(model: torch.nn.Module) -> bool:
+    """True for a model wrapped by FSDP2's ``fully_shard`` (``agentrl.distributed.parallelize``)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
 
 
 @torch.no_grad()

@@ -51,6 +51,9 @@ CASES = {
     # π_old recomputed on every rank through the sharded model, weights on every rank's rows
     "icepop-sequence": dict(aggregation="seq-mean-token-mean", rollout_correction="icepop", correction_level="sequence"),
     "tis-token": dict(aggregation="token-mean", rollout_correction="tis"),
+    # rows sorted, identical rows run once; on 2 ranks without the shared-prefix forward (FSDP2 would
+    # free the prefix layers' weights before its backward: that crashed), in 1 process with it
+    "share-prefix": dict(aggregation="token-mean", share_prefix=True),
     # the LM head's hooks inside the FSDP2 root's forward under gradient checkpointing
     "checkpointing": dict(aggregation="seq-mean-token-mean", gradient_checkpointing=True, entropy_coef=0.01),
 }
