@@ -61,7 +61,12 @@ def grouped_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         if q > 1:  # rows of the folded axis are (group, query position): repeat the mask per group
             mask = mask.unsqueeze(2).expand(mask.shape[0], 1, groups, q, length).reshape(mask.shape[0], 1, groups * q, length)
         scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
-    out = torch.matmul(scores.softmax(-1), value)  # (B, H_kv, g·q, D)
+    probs = scores.softmax(-1)
+    if attention_mask is not None and mask.dtype == torch.bool:  # a fully masked row (a left pad's query
+        empty = ~mask.any(-1, keepdim=True)  # in a ≤ MAX_QUERY-wide prefill) attends to nothing: 0, as sdpa
+        if bool(empty.any()):  # gives, not the NaN of softmax(all −inf), which its keys/values would spread
+            probs = probs.masked_fill(empty, 0.0)
+    out = torch.matmul(probs, value)  # (B, H_kv, g·q, D)
     return out.reshape(b, h, q, d).transpose(1, 2).contiguous(), None
 
 

@@ -86,6 +86,25 @@ def test_engine_tokens_and_logprobs_match_sdpa(tiny_dir, tiny_tokenizer):
     assert grouped.prefix_cache.hits >= 1
 
 
+def test_short_padded_prompts_without_a_prefix_cache_stay_finite(tiny_dir):
+    """A left-padded batch at most MAX_QUERY tokens wide runs its prefill here: the pad columns'
+    queries attend to nothing. softmax over all −inf is NaN, and those NaN keys/values spread to
+    every later step of the padded row; sdpa gives 0 there. Greedy tokens and logprobs equal sdpa's."""
+    torch.set_num_threads(1)
+    grouped = HFEngine.from_pretrained(tiny_dir, num_threads=1, prefix_cache_mb=0)
+    stock = HFEngine.from_pretrained(tiny_dir, num_threads=1, prefix_cache_mb=0, decode_attention="sdpa")
+    prompts = [[100, 200, 300], [5, 6, 7, 8]]  # 4 columns wide, the first row padded once
+    sp = SamplingParams(max_tokens=6, greedy=True)
+    for x, y in zip(grouped.generate(prompts, sp), stock.generate(prompts, sp)):
+        assert np.isfinite(x.logprobs).all()
+        assert np.array_equal(x.token_ids, y.token_ids) and np.max(np.abs(x.logprobs - y.logprobs)) <= 1e-5
+    module, query, key, value = _qkv(q=2)
+    mask = torch.ones(3, 1, 2, key.shape[2], dtype=torch.bool)
+    mask[0, :, 0] = False  # row 0's first query attends to nothing
+    got, want = grouped_attention(module, query, key, value, mask)[0], _sdpa(module, query, key, value, mask)[0]
+    assert torch.isfinite(got).all() and float((got - want).abs().max()) <= 1e-6
+
+
 def test_set_decode_attention_modes_and_errors(tiny_dir):
     eng = HFEngine.from_pretrained(tiny_dir, num_threads=1)
     assert set_decode_attention(eng.model, "sdpa") == "sdpa" == eng.model.config._attn_implementation
