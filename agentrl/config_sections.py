@@ -11,20 +11,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
+from agentrl.config_errors import ConfigError
+from agentrl.config_errors import check as _check
 from agentrl.config_vllm import VLLMSpec
-
-
-class ConfigError(ValueError):
-    """A config file or override is invalid; the message names the dotted key and the fix."""
 
 
 #: The accepted forms of ``policy.device`` (resolved to a torch device by ``agentrl.llm.device``).
 DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
-
-
-def _check(ok: bool, msg: str) -> None:
-    if not ok:
-        raise ConfigError(msg)
 
 
 # --------------------------------------------------------------------------- sections

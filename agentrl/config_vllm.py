@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from agentrl.config_errors import check as _check
+
 __all__ = ["VLLMSpec"]
 
 
@@ -47,7 +49,6 @@ class VLLMSpec:
     weight_bucket_mb: float = 512.0
 
     def __post_init__(self) -> None:
-        from agentrl.config_sections import _check  # here: config_sections imports this module
 
         _check(self.max_model_len is None or self.max_model_len >= 16, f"policy.vllm.max_model_len must be >= 16 "
                f"tokens or null (the model's context), got {self.max_model_len}")

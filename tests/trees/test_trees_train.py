@@ -48,17 +48,17 @@ def test_tree_grpo_training_stores_trees(tiny_dir, tmp_path):
 
 def test_rtpo_trainer_follows_the_reverse_turn_schedule(tiny_dir, tmp_path, monkeypatch):
     import agentrl.train as T  # noqa: N812
-    import agentrl.train.steps as steps
+    import agentrl.train.plan as plan
 
     recorded = []
-    real = steps.update_groups
+    real = plan.update_groups
 
     def spy(name, table, rows):
         groups = real(name, table, rows)
         recorded.append([(int(table.t[rows[g]].min()), {int(b) for b in table.branch[rows[g]]}) for g in groups])
         return groups
 
-    monkeypatch.setattr(steps, "update_groups", spy)
+    monkeypatch.setattr(plan, "update_groups", spy)
     fake.register_dense()  # shaping reward: siblings' returns differ, so branch groups get a signal
     cfg = _cfg(tiny_dir, tmp_path, "rtpo", {"sampler": "rtpo", "tree": {"stride": 1, "siblings": 3, "branch_points": 3}},
                {"estimator": "rtpo"}, env_id=fake.DENSE_ID)
