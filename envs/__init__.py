@@ -8,6 +8,7 @@ from gymnasium import register
 
 register(id="agentrl/ALFWorld-v0", entry_point="agentrl_envs.alfworld.env:ALFWorldEnv", kwargs={"split": "train"})
 register(id="agentrl/Toy-v0", entry_point="agentrl_envs.toy.env:ToyEnv")
+register(id="agentrl/JunctionMaze-v0", entry_point="agentrl_envs.junction.env:JunctionMazeEnv")
 register(id="agentrl/TextWorld-v0", entry_point="agentrl_envs.textworld.env:TextWorldEnv", kwargs={"family": "custom", "params": {"world_size": 2, "nb_objects": 3, "quest_length": 1}, "max_turns": 50})
 register(id="agentrl/TextWorld-CU1-v0", entry_point="agentrl_envs.textworld.env:TextWorldEnv", kwargs={"family": "custom", "params": {"world_size": 2, "nb_objects": 3, "quest_length": 1}, "max_turns": 8})
 register(id="agentrl/TextWorld-CC3-v0", entry_point="agentrl_envs.textworld.env:TextWorldEnv", kwargs={"family": "tw-coin_collector", "params": {"level": 3}, "max_turns": 10})

@@ -5,8 +5,9 @@ Owns the estimator registry and one module per estimator of ALGORITHMS.md: GRPO 
 ``tree_grpo``, ``bipace`` (PROPOSED), ``rtpo`` (PROPOSED), ``turn_ppo``; plus the
 per-token ``token_gae`` baseline, the optional per-estimator breakdown of an advantage
 into named terms (``explain_advantages``, ``breakdown``), and the multi-output helpers ``turn_gae_returns``,
-``rtpo_update_order`` and ``tree_grpo_nodes``. Every registered estimator maps a
-``TurnTable`` to float64[N]; rows of failed episodes and non-trainable rows take part in
+``rtpo_update_order`` and ``tree_grpo_nodes``; and the exact values and advantages of a
+policy on a known task graph (``exact_values``, ``exact_advantages``: the oracle arm).
+Every registered estimator maps a ``TurnTable`` to float64[N]; rows of failed episodes and non-trainable rows take part in
 no statistic and get 0 (PITFALLS P5, P6). No torch here.
 """
 
@@ -22,6 +23,7 @@ from agentrl.credit.registry import (
 )
 from agentrl.credit.breakdown import Breakdown, Term, breakdown_estimators, explain_advantages, has_breakdown
 from agentrl.credit import bipace, g2po, gigpo, graphgpo, grpo, hgpo, rtpo, tree_grpo, turn_ppo  # noqa: F401  (register)
+from agentrl.credit.exact import ExactValues, exact_advantages, exact_values, uniform_policy
 from agentrl.credit.ppo_token import TokenGAE, token_gae
 from agentrl.credit.rtpo import rtpo_update_order
 from agentrl.credit.success import check_success_reward
@@ -31,6 +33,7 @@ from agentrl.credit.turn_ppo import TurnGAE, turn_gae_returns
 __all__ = [
     "Breakdown",
     "EstimatorSpec",
+    "ExactValues",
     "Term",
     "breakdown_estimators",
     "explain_advantages",
@@ -41,6 +44,8 @@ __all__ = [
     "check_success_reward",
     "compute_advantages",
     "estimator_params",
+    "exact_advantages",
+    "exact_values",
     "get_estimator",
     "list_estimators",
     "register_estimator",
@@ -48,6 +53,7 @@ __all__ = [
     "token_gae",
     "tree_grpo_nodes",
     "turn_gae_returns",
+    "uniform_policy",
     "update_groups",
     "validate_estimator_kwargs",
 ]

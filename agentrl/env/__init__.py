@@ -1,6 +1,7 @@
 """agentrl.env — the text-env layer (L1): the TextEnv contract on ``gymnasium.Env``,
-``UnicodeText`` spaces, id registry helpers, ``check_env`` and the crash-isolated
-``EnvPool``. Imports only agentrl L0 modules, gymnasium and NumPy; never ``envs/``.
+``UnicodeText`` spaces, id registry helpers, ``check_env``, the crash-isolated
+``EnvPool`` and ``TaskGraph`` (a small task's explicit state graph, for exact values).
+Imports only agentrl L0 modules, gymnasium and NumPy; never ``envs/``.
 """
 
 from agentrl.env.contract import (
@@ -23,11 +24,12 @@ from agentrl.env.pool import EnvPool, EnvPoolError, EnvResult
 from agentrl.env.registry import action_normalization, env_metadata, list_ids, make, validate_id
 from agentrl.env.preflight import check_env_kwargs
 from agentrl.env.spaces import UnicodeText, text_spaces
+from agentrl.env.task_graph import TaskGraph
 
 __all__ = [
     "INFO_ADMISSIBLE", "INFO_ANCHOR", "INFO_TASK", "INFO_VALID", "INFO_WALKTHROUGH", "INFO_WON",
     "DataMissingError", "MissingExtraError", "require_module", "list_ids", "make", "validate_id",
-    "UnicodeText", "text_spaces",
+    "UnicodeText", "text_spaces", "TaskGraph",
     "ACTION_EXACT", "ACTION_WHITESPACE", "META_ACTION_NORMALIZE", "normalize_action", "action_normalization",
     "env_metadata", "check_env_kwargs",
     "check_env", "check_kwargs", "CheckReport", "EnvCheckError", "EnvPool", "EnvPoolError", "EnvResult",

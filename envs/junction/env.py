@@ -1,0 +1,156 @@
+"""``agentrl/JunctionMaze-v0``: K decisive junctions per episode, cue words decide the exits.
+
+A benchmark for credit assignment (issue 38; docs/LEARNING.md, "Junction maze"): an episode
+crosses ``k`` junctions (default 5; ``k = 1`` is the control with one decisive choice). Before
+each junction lies a corridor of 1 or 2 filler rooms with one onward move (the first room of the
+first corridor is the entrance). Junction ``j`` has ``n_exits`` exits (default 3: north, east,
+west) and a sign with a cue word; junction ``j``'s own fixed cue table (``maze.cue_table``: seeded
+by ``j``, shared by every maze and every ``k``, ``n_cues`` words, default 24, each mapped to one
+exit, balanced) says which exit goes on. A wrong exit ends the episode (terminated, reward 0,
+won False); the right exit of the last junction enters the goal (terminated, reward 1.0, won
+True). Each junction has the same prior difficulty at every ``k``. ``look`` and ``wait`` are
+no-ops, admissible in every non-terminal room; they only spend turns. After ``max_turns`` turns
+(the horizon, default 24; the walkthrough takes 2k..3k) the episode is truncated.
+
+Observations are Markov: the text is a pure function of the state (no history), e.g.
+``You are at junction 2 of 5. A sign reads 'amber'. Exits: north, east, west.``; ``anchor_obs``
+is that text; ``admissible_actions`` are the room's moves (``go north``, ...) then ``look``,
+``wait``. Any other action is ``action_valid=False``, answered ``Nothing happens.`` followed by
+the room's text, and spends a turn in place (the graph does not model it). Actions are matched
+after whitespace normalisation (``metadata["agentrl.action_normalize"] = "whitespace"``).
+
+Tasks: a maze is fully determined by its task id (``maze.Maze.task_id``, e.g.
+``k2x3c24-ne7-w13``); ``reset(seed=s)`` draws a maze of the split from ``s``. ``train`` (up to
+4096 mazes) and ``eval`` (up to 512) are disjoint sets of mazes (by the hash of the id; both
+draw on the same cue tables, so what is learned on train transfers), ``all`` is their union
+(``maze.split_mazes``). ``env.unwrapped.task_graph()`` gives the current maze's
+``agentrl.env.TaskGraph``; ``step`` follows it exactly (same next states, rewards, texts), so exact values and advantages
+(``agentrl.credit.exact``) apply to episodes played here.
+
+Difficulty: a uniform choice among 3 exits wins with (1/3)^k, about 0.4 % at k = 5; the target
+of "the untrained SmolLM2 policy succeeds 10-30 % at k = 5" is left to tuning ``n_cues`` and
+``n_exits`` (constructor kwargs).
+"""
+
+from __future__ import annotations
+
+import gymnasium
+
+from agentrl.env import (ACTION_WHITESPACE, INFO_ADMISSIBLE, INFO_ANCHOR, INFO_TASK, INFO_VALID,
+                         INFO_WALKTHROUGH, INFO_WON, TaskGraph, normalize_action, text_spaces)
+from agentrl.env.tasks import TaskRef, check_split_disjoint
+
+from agentrl_envs.junction.maze import SPLITS, Maze, check_sizes, split_mazes, split_refs
+
+NOTHING = "Nothing happens."
+OVER = "The episode is over; call reset()."
+
+
+class JunctionMazeEnv(gymnasium.Env):
+    """The junction maze (see module docstring).
+
+    Args:
+        k: junctions per episode (>= 1; default 5).
+        split: ``"train"``, ``"eval"`` (disjoint from train) or ``"all"``.
+        max_turns: the horizon: turns after which the episode is truncated (>= 3k; default 24).
+        n_cues: cue words per junction (``n_exits``..64; default 24).
+        n_exits: exits per junction (2..6; default 3).
+    Raises:
+        ValueError: a bad size, an unknown split, or ``max_turns < 3 * k`` (the longest
+            walkthrough would not fit).
+    """
+
+    metadata = {"render_modes": [], "agentrl.check_kwargs": {}, "agentrl.action_normalize": ACTION_WHITESPACE,
+                "agentrl.splits": SPLITS}
+
+    @classmethod
+    def list_tasks(cls, split: str = "train", k: int = 5, n_cues: int = 24, n_exits: int = 3,
+                   **_: object) -> list[TaskRef]:
+        """Task-list hook (``agentrl.env.tasks``): every maze of ``split``. Raises ValueError as
+        ``maze.split_mazes``."""
+        return list(split_refs(int(k), int(n_cues), int(n_exits), split))
+
+    def __init__(self, k: int = 5, split: str = "train", max_turns: int = 24, n_cues: int = 24,
+                 n_exits: int = 3) -> None:
+        if not isinstance(k, int) or k < 1:
+            raise ValueError(f"k (junctions per episode) must be an int >= 1, got {k!r}")
+        check_sizes(n_cues, n_exits)
+        if split not in SPLITS:
+            raise ValueError(f"unknown junction-maze split {split!r}; choose one of {SPLITS}")
+        if not isinstance(max_turns, int) or max_turns < 3 * k:
+            raise ValueError(f"max_turns must be an int >= 3 * k = {3 * k} (the longest walkthrough), "
+                             f"got {max_turns!r}")
+        self.k, self.split, self.max_turns, self.n_cues, self.n_exits = k, split, max_turns, n_cues, n_exits
+        check_split_disjoint(type(self), split, {"k": k, "n_cues": n_cues, "n_exits": n_exits}, SPLITS)
+        self._mazes = split_mazes(k, n_cues, n_exits, split)
+        self._ids = {m.task_id for m in self._mazes}
+        self.observation_space, self.action_space = text_spaces()
+        self.maze: Maze | None = None
+        self._graph: TaskGraph | None = None
+
+    def _maze(self, task_id: str) -> Maze:
+        """The maze ``task_id`` of this env's split and sizes. Raises ValueError for a malformed
+        id, other sizes, or a maze of another split (a train env never plays an eval maze)."""
+        maze = Maze.parse(task_id)
+        if maze.task_id not in self._ids:
+            raise ValueError(f"junction maze {task_id!r} is not in split {self.split!r} with k={self.k}, "
+                             f"n_exits={self.n_exits}, n_cues={self.n_cues} ({len(self._mazes)} mazes, e.g. "
+                             f"{self._mazes[0].task_id!r})")
+        return maze
+
+    def _start(self, maze: Maze) -> None:
+        self.maze, self._graph = maze, maze.graph(self.max_turns)
+        self.state, self.turns, self.done, self._won = self._graph.start, 0, False, False
+
+    def task_graph(self) -> TaskGraph:
+        """The current maze's ``TaskGraph`` (horizon = ``max_turns``). Raises RuntimeError before reset."""
+        if self._graph is None:
+            raise RuntimeError("JunctionMazeEnv.task_graph called before reset()")
+        return self._graph
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        tid = (options or {}).get(INFO_TASK)
+        self._start(self._maze(str(tid)) if tid else self._mazes[int(self.np_random.integers(len(self._mazes)))])
+        obs = self._graph.observation[self.state]
+        return obs, {INFO_ANCHOR: obs, INFO_ADMISSIBLE: list(self._graph.actions[self.state]), INFO_WON: False,
+                     INFO_TASK: self.maze.task_id, INFO_WALKTHROUGH: self.maze.walkthrough()}
+
+    def step(self, action: str):
+        if self._graph is None:
+            raise RuntimeError("JunctionMazeEnv.step called before reset()")
+        g = self._graph
+        if self.done:
+            room = g.observation[self.state]
+            return OVER, 0.0, self.state in g.terminal, self.state not in g.terminal, {
+                INFO_ANCHOR: room, INFO_ADMISSIBLE: [], INFO_WON: self._won, INFO_VALID: False}
+        act = normalize_action(action, ACTION_WHITESPACE) if isinstance(action, str) else ""
+        valid = act in g.actions[self.state]
+        reward = 0.0
+        if valid:
+            reward = float(g.reward[(self.state, act)])
+            self.state = g.next_state[(self.state, act)]
+        self.turns += 1
+        room = g.observation[self.state]
+        terminated = self.state in g.terminal
+        truncated = not terminated and self.turns >= self.max_turns
+        self._won = terminated and g.kind[self.state] == "goal"
+        self.done = terminated or truncated
+        info = {INFO_ANCHOR: room, INFO_ADMISSIBLE: [] if self.done else list(g.actions[self.state]),
+                INFO_WON: self._won, INFO_VALID: valid}
+        return (room if valid else f"{NOTHING} {room}"), reward, terminated, truncated, info
+
+    def snapshot(self) -> dict:
+        """The full game state as a small JSON-able dict (``agentrl.rollout.branching``);
+        ``restore`` puts it back. Raises RuntimeError before reset."""
+        if self.maze is None:
+            raise RuntimeError("JunctionMazeEnv.snapshot called before reset()")
+        return {"task": self.maze.task_id, "state": self.state, "turns": self.turns, "done": self.done,
+                "won": self._won}
+
+    def restore(self, snapshot: dict) -> None:
+        """Restore a ``snapshot()`` state (the maze draws randomness only at reset). Raises
+        ValueError for a maze outside this env's split."""
+        self._start(self._maze(str(snapshot["task"])))
+        self.state, self.turns = str(snapshot["state"]), int(snapshot["turns"])
+        self.done, self._won = bool(snapshot["done"]), bool(snapshot["won"])
