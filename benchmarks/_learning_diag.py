@@ -13,6 +13,10 @@ once). Added from the run's store, per iteration:
 * ``anchor``: the env-state anchor groups, (group, ``anchor_key``) — share of training turns
   in a group of size >= 2 and the mean size of the distinct groups (every estimator; the
   groups GiGPO compares inside);
+* ``informative_share``, ``sign_vs_grpo``, ``noise_share`` (issue 38, ``_fidelity.py``): share of
+  training turns in informative anchor groups (>= 2 distinct returns and >= 2 distinct actions),
+  share whose advantage sign differs from GRPO's on the same table, and Var(A) outside
+  informative groups / Var(A) inside them;
 * ``terms``: for an estimator with a registered breakdown, the comparison groups of each of
   its terms (GRPO's episode group, GiGPO's step groups, HGPO's history windows, GraphGPO's
   node groups, ...), with the same two statistics over the turns the term covers.
@@ -26,6 +30,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+from _fidelity import informative_rows, noise_share_by_mask, sign_vs_grpo
 
 
 def zero_fraction(advantages: np.ndarray, use: np.ndarray) -> float:
@@ -138,6 +143,10 @@ def iteration_diagnostics(table, advantages: np.ndarray, estimator: str, kwargs:
                                                                                             table.reward, use),
            "anchor": group_stats(anchor_codes(table.group, table.anchor_key), use),
            "signs": outcome_signs(table.group, table.episode, table.reward, advantages, use)}
+    informative = informative_rows(table)
+    out["informative_share"] = float(np.mean(informative[use])) if use.any() else float("nan")
+    out["sign_vs_grpo"] = sign_vs_grpo(table, advantages)
+    out["noise_share"] = noise_share_by_mask(np.asarray(advantages)[use], informative[use])
     from agentrl.credit.registry import get_estimator
 
     if get_estimator(estimator).breakdown is not None:
