@@ -153,6 +153,10 @@ class RemoteEnv(gymnasium.Env):
             raise RuntimeError(str(exc)) from None
         self._turns, self._live = 0, True
         info = self._info(reply, reset=True)
+        if self.tasks:  # the row is the task (so options["task_id"] replays it); keep the server's id too
+            if INFO_TASK in info and str(info[INFO_TASK]) != task_id:
+                info["remote_task_id"] = info[INFO_TASK]
+            info[INFO_TASK] = task_id
         info.setdefault(INFO_TASK, task_id if task_id is not None else str(seed))
         info[INFO_TASK] = str(info[INFO_TASK])
         return reply.text, info
