@@ -15,3 +15,4 @@ register(id="agentrl/TextWorld-CC3-v0", entry_point="agentrl_envs.textworld.env:
 register(id="agentrl/WebShop-v0", entry_point="agentrl_envs.webshop.env:WebShopEnv")
 register(id="agentrl/HumanEval-v0", entry_point="agentrl_envs.code.humaneval_env:HumanEvalEnv")
 register(id="agentrl/HumanEvalTools-v0", entry_point="agentrl_envs.code.tools_env:HumanEvalToolsEnv")
+register(id="agentrl/Remote-v0", entry_point="agentrl_envs.remote.env:RemoteEnv")

@@ -6,7 +6,9 @@ packages named in the ``gymnasium.envs`` entry-point group — with its entry po
 ``--all`` adds Gymnasium's built-in ids. ``play`` lets a
 person play an env in the terminal: it prints the observation and the admissible actions
 (numbered) and reads one action per line from standard input — the action text or its
-number; ``quit`` or end of input stops.
+number; ``quit`` or end of input stops. ``serve ID --protocol openenv`` serves an env id to
+OpenEnv clients (TRL, SkyRL, ``openenv-core``'s ``GenericEnvClient``, ``agentrl/Remote-v0``) on
+loopback by default; it prints the URL and runs until Ctrl-C.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ QUIT_WORDS = ("quit", "exit", "q")
 
 def register(subparsers) -> None:
     """Add the ``envs list`` / ``envs play`` sub-commands to ``subparsers``."""
-    p = subparsers.add_parser("envs", help="list registered envs or play one in the terminal",
+    p = subparsers.add_parser("envs", help="list registered envs, play one in the terminal, or serve one over OpenEnv",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="envs_command", metavar="ACTION", required=True)
     ls = sub.add_parser("list", help="registered env ids (ours and third-party) and their entry points")
@@ -30,6 +32,9 @@ def register(subparsers) -> None:
     play.add_argument("--seed", type=int, default=0, help="reset seed (selects the task; default: 0)")
     play.add_argument("--split", default=None, help="dataset split passed to the env as split=...")
     play.set_defaults(func=play_env)
+    from agentrl.cli._envs_serve import add_serve_parser
+
+    add_serve_parser(sub)
 
 
 def _entry_point(env_id: str) -> str:

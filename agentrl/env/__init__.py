@@ -21,7 +21,7 @@ from agentrl.env.contract import (
 )
 from agentrl.env.check import CheckReport, EnvCheckError, check_env, check_kwargs
 from agentrl.env.pool import EnvPool, EnvPoolError, EnvResult
-from agentrl.env.registry import action_normalization, env_metadata, list_ids, make, validate_id
+from agentrl.env.registry import action_normalization, env_metadata, list_ids, local_ids, make, validate_id
 from agentrl.env.preflight import check_env_kwargs
 from agentrl.env.spaces import UnicodeText, text_spaces
 from agentrl.env.task_graph import TaskGraph
@@ -31,6 +31,6 @@ __all__ = [
     "DataMissingError", "MissingExtraError", "require_module", "list_ids", "make", "validate_id",
     "UnicodeText", "text_spaces", "TaskGraph",
     "ACTION_EXACT", "ACTION_WHITESPACE", "META_ACTION_NORMALIZE", "normalize_action", "action_normalization",
-    "env_metadata", "check_env_kwargs",
+    "env_metadata", "check_env_kwargs", "local_ids",
     "check_env", "check_kwargs", "CheckReport", "EnvCheckError", "EnvPool", "EnvPoolError", "EnvResult",
 ]

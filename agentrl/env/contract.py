@@ -61,6 +61,10 @@ ACTION_NORMALIZE_MODES = (ACTION_EXACT, ACTION_WHITESPACE)
 META_SPLITS = "agentrl.splits"
 #: class ``metadata`` key: constructor kwargs under which reset gives ``info["walkthrough"]``.
 META_WALKTHROUGH_KWARGS = "agentrl.walkthrough_kwargs"
+#: class ``metadata`` key: True for an env that plays an env served by another process
+#: (``agentrl/Remote-v0``): it cannot be built without a server URL, so checks that build every
+#: registered id with its declared kwargs (``agentrl.env.registry.local_ids``) leave it out.
+META_REMOTE = "agentrl.remote"
 #: optional classmethod of an env class: ``check_data(**constructor_kwargs) -> None``.
 DATA_CHECK_HOOK = "check_data"
 

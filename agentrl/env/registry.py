@@ -16,7 +16,7 @@ import gymnasium
 from gymnasium.envs.registration import EnvSpec, load_env_creator
 
 from agentrl._gym_ids import register_ids
-from agentrl.env.contract import ACTION_EXACT, ACTION_NORMALIZE_MODES, META_ACTION_NORMALIZE
+from agentrl.env.contract import ACTION_EXACT, ACTION_NORMALIZE_MODES, META_ACTION_NORMALIZE, META_REMOTE
 from agentrl.registry import unknown_name_error
 
 _PLUGINS_LOADED = False
@@ -44,6 +44,12 @@ def list_ids(prefix: str = "agentrl/") -> list[str]:
     """Registered env ids starting with ``prefix`` (all ids with ``prefix=""``), sorted."""
     load_plugins()
     return sorted(i for i in gymnasium.registry if i.startswith(prefix))
+
+
+def local_ids(prefix: str = "agentrl/") -> list[str]:
+    """``list_ids(prefix)`` without the ids whose class declares ``metadata["agentrl.remote"]``
+    (envs served by another process, built only with a server URL)."""
+    return [i for i in list_ids(prefix) if not env_metadata(i).get(META_REMOTE)]
 
 
 def validate_id(env_id: str) -> str:

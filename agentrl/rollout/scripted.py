@@ -16,8 +16,8 @@ from typing import Callable
 
 import numpy as np
 
-from agentrl.env.contract import (INFO_ADMISSIBLE, INFO_ANCHOR, INFO_TASK, INFO_VALID, INFO_WALKTHROUGH, INFO_WON,
-                                  META_WALKTHROUGH_KWARGS)
+from agentrl.env.contract import (INFO_ADMISSIBLE, INFO_ANCHOR, INFO_ENV_ERROR, INFO_TASK, INFO_VALID, INFO_WALKTHROUGH,
+                                  INFO_WON, META_WALKTHROUGH_KWARGS)
 from agentrl.rollout.jobs import LazyQueue
 from agentrl.rollout.request import RolloutRequest
 from agentrl.types import Episode, EpisodeStatus, Turn
@@ -156,8 +156,9 @@ def run_scripted(req: RolloutRequest, on_episode: Callable[[Episode], None]) -> 
             results = pool.step(actions) if actions else {}
             for slot, res in results.items():
                 lv = live[slot]
-                if res.error is not None:
-                    on_episode(_close(live.pop(slot), EpisodeStatus.ENV_ERROR, res.error))
+                error = res.error or res.info.get(INFO_ENV_ERROR)  # the env's own report (e.g. a remote server died)
+                if error:
+                    on_episode(_close(live.pop(slot), EpisodeStatus.ENV_ERROR, str(error)))
                     free.append(slot)
                     continue
                 turn = _turn(lv, actions[slot], res, req.max_turns)

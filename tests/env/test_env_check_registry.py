@@ -11,10 +11,10 @@ import envcheck_bad_envs as bad
 import pytest
 
 from agentrl.env.check import GARBAGE_ACTIONS
-from agentrl.env import EnvCheckError, MissingExtraError, check_env, check_kwargs, list_ids, make
+from agentrl.env import EnvCheckError, MissingExtraError, check_env, check_kwargs, list_ids, local_ids, make
 
 
-@pytest.mark.parametrize("env_id", list_ids())
+@pytest.mark.parametrize("env_id", local_ids())  # Remote-v0 needs a server: tests/envs_remote
 def test_check_env_on_every_registered_id(env_id):
     try:
         report = check_env(env_id)

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.env import MissingExtraError, list_ids, make
+from agentrl.env import MissingExtraError, local_ids, make
 from agentrl.env.panels import draw_panel
 from agentrl.env.tasks import TRAIN_SPLIT, SplitOverlapError, TaskRef, env_class, has_task_list, split_names, tasks_of
 
-ENV_IDS = list_ids()
+ENV_IDS = local_ids()  # Remote-v0 needs a server: tests/envs_remote
 #: constructor kwargs a test env needs here (HumanEval: a sandbox that needs no isolation tool)
 BUILD_KWARGS = {"agentrl/HumanEval-v0": {"sandbox": "unsafe_local"},
                 "agentrl/HumanEvalTools-v0": {"sandbox": "unsafe_local"}}

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from agentrl.env import (DataMissingError, EnvPool, MissingExtraError, action_normalization, check_kwargs, list_ids,
+from agentrl.env import (DataMissingError, EnvPool, MissingExtraError, action_normalization, check_kwargs, local_ids,
                          make)
 from agentrl.env.contract import INFO_VALID, INFO_WALKTHROUGH, INFO_WON
 from agentrl.llm.base import SamplingParams
@@ -112,7 +112,7 @@ def _renderer(tiny_tokenizer) -> ChatRenderer:
     return r
 
 
-@pytest.mark.parametrize("env_id", list_ids())
+@pytest.mark.parametrize("env_id", local_ids())  # Remote-v0 needs a server: tests/envs_remote
 def test_walkthrough_through_the_loop_scores_as_direct(env_id, tiny_tokenizer):
     renderer = _renderer(tiny_tokenizer)
     kwargs, seeds = PLAY.get(env_id, (check_kwargs(env_id), (0, 1)))
