@@ -314,6 +314,7 @@ def validate_config(cfg: Config, *, check_registries: bool = True) -> Config:
         _validate_loss(update.loss)
         algorithm = dataclasses.replace(algorithm, kwargs=_resolve_estimator_kwargs(algorithm.estimator, algorithm.kwargs))
         _validate_tree_estimator(algorithm.estimator, cfg.rollout.sampler)
+        _validate_group_by_version(algorithm.estimator, algorithm.group_by_version)
     return dataclasses.replace(cfg, update=update, algorithm=algorithm)
 
 
@@ -329,6 +330,20 @@ def resolve_rollout_correction(cfg: Config) -> str:
     p = cfg.policy
     copy = p.engine != "hf" or p.dtype != "float32" or cfg.rollout.engines >= 1
     return "tis" if copy else "none"
+
+
+def _validate_group_by_version(name: str, on: bool) -> None:
+    """``algorithm.group_by_version: true`` needs an estimator whose groups are task groups (ConfigError)."""
+    if not on:
+        return
+    try:
+        registry = importlib.import_module("agentrl.credit.registry")
+    except ModuleNotFoundError:
+        return
+    try:
+        registry.check_group_by_version(name)
+    except ValueError as exc:
+        raise ConfigError(f"algorithm.group_by_version: {exc}") from None
 
 
 def _validate_tree_estimator(name: str, sampler: str) -> None:

@@ -275,10 +275,15 @@ class RolloutConfig:
 class AlgorithmConfig:
     """``algorithm``: the credit estimator (``agentrl.credit`` registry name) and its keyword
     hyperparameters, validated against the estimator's signature; after validation ``kwargs``
-    holds every keyword in effect, defaults included (PITFALLS P4)."""
+    holds every keyword in effect, defaults included (PITFALLS P4). ``group_by_version``: true
+    computes every group statistic per policy version (comparison groups split by the version
+    that started each episode, so an asynchronous run's baseline never mixes versions;
+    ``agentrl.credit.versions``; estimators whose groups are task groups, not tree_grpo, rtpo or
+    turn_ppo)."""
 
     estimator: str = "grpo"
     kwargs: dict[str, Any] = field(default_factory=dict)
+    group_by_version: bool = False
 
 
 @dataclass(frozen=True)

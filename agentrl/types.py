@@ -226,6 +226,10 @@ class TurnTable:
             last row of each episode; 0 where unavailable).
         tree: int64[N] or None, tree id for tree rollouts (Tree-GRPO).
         branch: int64[N] or None, branch-group id of a branching turn (RTPO), -1 otherwise.
+        policy_version: int64[N] or None, the policy version that sampled the turn
+            (``Turn.policy_version``: optimizer updates applied to the sampler); filled by
+            ``from_episodes`` and the store's ``table()``. Read only by the staleness-aware
+            credit options (``agentrl.credit.versions``), never by an estimator itself.
         anchor_vocab: the interned strings, ``anchor_vocab[code] == text``.
     Raises:
         ValueError: a column has the wrong shape or a required column is missing.
@@ -250,6 +254,7 @@ class TurnTable:
     bootstrap_value: np.ndarray | None = None
     tree: np.ndarray | None = None
     branch: np.ndarray | None = None
+    policy_version: np.ndarray | None = None
     anchor_vocab: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -262,7 +267,7 @@ class TurnTable:
         for name in ("value", "bootstrap_value"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, _column(self, name, n, np.float64))
-        for name in ("tree", "branch"):
+        for name in ("tree", "branch", "policy_version"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, _column(self, name, n, np.int64))
         if self.hidden is not None:
@@ -280,7 +285,8 @@ class TurnTable:
         if missing:
             raise ValueError(
                 f"TurnTable lacks column(s) {missing}; they are filled only when the rollout "
-                f"records them (hidden: policy.return_hidden=true; value: a critic; tree/branch: tree rollouts)"
+                f"records them (hidden: policy.return_hidden=true; value: a critic; tree/branch: tree rollouts; "
+                f"policy_version: TurnTable.from_episodes or TurnStore.table)"
             )
 
     def take(self, idx: np.ndarray) -> "TurnTable":
@@ -310,8 +316,9 @@ class TurnTable:
                 (``Turn.has_tokens``) not marked ``info["trainable"] = False``. Text-only turns
                 are not trainable, so estimators give them 0 and keep them out of every group
                 statistic.
-        ``tree`` / ``branch`` are filled from ``Turn.info["tree"]`` / ``Turn.info["branch"]``
-        when any turn records them (-1 on the other rows).
+        ``policy_version`` is each turn's ``Turn.policy_version``; ``tree`` / ``branch`` are
+        filled from ``Turn.info["tree"]`` / ``Turn.info["branch"]`` when any turn records them
+        (-1 on the other rows).
         """
         turns = [tr for ep in episodes for tr in ep.turns]
         ok = [ep.status == EpisodeStatus.OK and ep.return_ is not None for ep in episodes for _ in ep.turns]
@@ -349,6 +356,7 @@ class TurnTable:
             hidden=hidden,
             tree=tree,
             branch=branch,
+            policy_version=[tr.policy_version for tr in turns],
             anchor_vocab=tuple(vocab),
         )
 

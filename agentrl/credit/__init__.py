@@ -6,7 +6,9 @@ Owns the estimator registry and one module per estimator of ALGORITHMS.md: GRPO 
 per-token ``token_gae`` baseline, the optional per-estimator breakdown of an advantage
 into named terms (``explain_advantages``, ``breakdown``), and the multi-output helpers ``turn_gae_returns``,
 ``rtpo_update_order`` and ``tree_grpo_nodes``; and the exact values and advantages of a
-policy on a known task graph (``exact_values``, ``exact_advantages``: the oracle arm).
+policy on a known task graph (``exact_values``, ``exact_advantages``: the oracle arm); and
+staleness-aware credit (``agentrl.credit.versions``: ``version_mixing`` of the comparison groups,
+``split_by_version`` behind ``compute_advantages(..., group_by_version=True)``).
 Every registered estimator maps a ``TurnTable`` to float64[N]; rows of failed episodes and non-trainable rows take part in
 no statistic and get 0 (PITFALLS P5, P6). No torch here.
 """
@@ -18,6 +20,7 @@ from agentrl.credit.registry import (
     get_estimator,
     list_estimators,
     register_estimator,
+    check_group_by_version,
     update_groups,
     validate_estimator_kwargs,
 )
@@ -29,6 +32,7 @@ from agentrl.credit.rtpo import rtpo_update_order
 from agentrl.credit.success import check_success_reward
 from agentrl.credit.tree_grpo import TreeNodeAdvantages, tree_grpo_nodes
 from agentrl.credit.turn_ppo import TurnGAE, turn_gae_returns
+from agentrl.credit.versions import VersionMixing, episode_versions, split_by_version, version_mixing
 
 __all__ = [
     "Breakdown",
@@ -41,8 +45,11 @@ __all__ = [
     "TokenGAE",
     "TreeNodeAdvantages",
     "TurnGAE",
+    "VersionMixing",
+    "check_group_by_version",
     "check_success_reward",
     "compute_advantages",
+    "episode_versions",
     "estimator_params",
     "exact_advantages",
     "exact_values",
@@ -50,10 +57,12 @@ __all__ = [
     "list_estimators",
     "register_estimator",
     "rtpo_update_order",
+    "split_by_version",
     "token_gae",
     "tree_grpo_nodes",
     "turn_gae_returns",
     "uniform_policy",
     "update_groups",
     "validate_estimator_kwargs",
+    "version_mixing",
 ]

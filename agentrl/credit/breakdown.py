@@ -19,7 +19,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from agentrl.credit import _segments as S
-from agentrl.credit.registry import get_estimator, is_branching, tree_estimators, validate_estimator_kwargs
+from agentrl.credit.registry import (get_estimator, is_branching, prepare_table, tree_estimators,
+                                     validate_estimator_kwargs)
 from agentrl.types import TurnTable
 
 #: ``Term.formula`` of the two normalisers (x = the normalised quantity).
@@ -140,16 +141,18 @@ def has_breakdown(name: str) -> bool:
     return get_estimator(name).breakdown is not None
 
 
-def explain_advantages(table: TurnTable, name: str, **kwargs: Any) -> Breakdown:
+def explain_advantages(table: TurnTable, name: str, *, group_by_version: bool = False, **kwargs: Any) -> Breakdown:
     """Run estimator ``name``'s breakdown on ``table`` (checked as ``compute_advantages``).
 
     Args:
         table: the turns (N rows).
         name: registered estimator name.
+        group_by_version: as ``compute_advantages``; the terms' ``group`` codes then name
+            (group, episode version) comparison groups.
         **kwargs: its hyperparameters (validated; defaults filled in before the call).
     Returns:
-        The ``Breakdown``; ``total()`` equals ``compute_advantages(table, name, **kwargs)``
-        to rounding.
+        The ``Breakdown``; ``total()`` equals ``compute_advantages(table, name,
+        group_by_version=group_by_version, **kwargs)`` to rounding.
     Raises:
         LookupError: the estimator has no breakdown.
         KeyError / TypeError / ValueError: as ``compute_advantages``.
@@ -160,6 +163,7 @@ def explain_advantages(table: TurnTable, name: str, **kwargs: Any) -> Breakdown:
     if spec.breakdown is None:
         raise LookupError(f"estimator {name!r} has no breakdown of its advantage; estimators with one: "
                           f"{', '.join(breakdown_estimators())}")
+    table = prepare_table(table, name, group_by_version)
     table.require(spec.requires)
     if not spec.accepts_trees and is_branching(table):
         raise ValueError(f"estimator {name!r} scores chains, but the table branches (tree rollouts); "

@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from agentrl.credit.versions import split_by_version
 from agentrl.registry import Registry, closest
 from agentrl.types import TurnTable
 
@@ -44,6 +45,10 @@ class EstimatorSpec:
         breakdown: optional ``(table, **every hyperparameter) -> agentrl.credit.breakdown.Breakdown``:
             the named terms the advantage is made of and their comparison groups' statistics
             (``explain_advantages``); None: the estimator shows no breakdown.
+        groups_by_task: every comparison group of the estimator lies inside one task group and
+            is keyed by the ``group`` column, so ``group_by_version`` (``split_by_version``)
+            splits them all by policy version. False for estimators whose baselines are trees,
+            branch groups or a critic (Tree-GRPO, RTPO, turn-PPO): the option is refused there.
     """
 
     name: str
@@ -55,7 +60,12 @@ class EstimatorSpec:
     accepts_trees: bool = False
     ranges: Mapping[str, tuple] = field(default_factory=dict)
     breakdown: Callable[..., Any] | None = None
+    groups_by_task: bool = True
 
+
+#: Keyword arguments of ``compute_advantages`` / ``explain_advantages`` themselves, which no
+#: estimator may take as a hyperparameter.
+RESERVED_PARAMS = ("group_by_version",)
 
 #: Allowed values of hyperparameters by their conventional name, for every estimator that has
 #: one (ALGORITHMS.md): discounts and mixing factors in [0, 1], thresholds and penalties in
@@ -102,6 +112,7 @@ def register_estimator(
     name: str, requires: tuple[str, ...] = (), choices: Mapping[str, tuple] | None = None,
     update_order: Callable[[TurnTable], list] | None = None, accepts_trees: bool = False,
     ranges: Mapping[str, tuple] | None = None, breakdown: Callable[..., Any] | None = None,
+    groups_by_task: bool = True,
 ) -> Callable[[EstimatorFn], EstimatorFn]:
     """Decorator registering ``fn`` under ``name``; returns ``fn`` unchanged.
 
@@ -114,14 +125,19 @@ def register_estimator(
         accepts_trees: see ``EstimatorSpec.accepts_trees``.
         ranges: ``{keyword: (low, high)}`` closed intervals (see ``EstimatorSpec.ranges``).
         breakdown: see ``EstimatorSpec.breakdown``; its keywords must be the estimator's.
+        groups_by_task: see ``EstimatorSpec.groups_by_task``.
     Raises:
-        TypeError: the signature is not ``(table, *, kw=default, ...)``, or ``breakdown``
-            takes other keywords.
+        TypeError: the signature is not ``(table, *, kw=default, ...)``, ``breakdown``
+            takes other keywords, or a hyperparameter is named as one of ``RESERVED_PARAMS``.
         ValueError: ``name`` is already registered, or ``choices`` / ``ranges`` name an unknown keyword.
     """
 
     def deco(fn: EstimatorFn) -> EstimatorFn:
         params = _signature_params(name, fn)
+        reserved = [k for k in params if k in RESERVED_PARAMS]
+        if reserved:
+            raise TypeError(f"estimator {name!r}: hyperparameter name(s) {reserved} are reserved for "
+                            "compute_advantages; rename them")
         ch, rg = dict(choices or {}), dict(ranges or {})
         bad = [k for k in [*ch, *rg] if k not in params]
         if bad:
@@ -129,7 +145,7 @@ def register_estimator(
         if breakdown is not None:
             _check_breakdown(name, breakdown, params)
         _REGISTRY.register(name, EstimatorSpec(name, fn, tuple(requires), params, ch, update_order, accepts_trees, rg,
-                                               breakdown))
+                                               breakdown, groups_by_task))
         return fn
 
     return deco
@@ -219,12 +235,39 @@ def validate_estimator_kwargs(name: str, kwargs: Mapping[str, Any]) -> dict[str,
     return {**spec.params, **kwargs}
 
 
-def compute_advantages(table: TurnTable, name: str, **kwargs: Any) -> np.ndarray:
+def check_group_by_version(name: str) -> None:
+    """Raise ValueError unless estimator ``name`` supports ``group_by_version``
+    (``EstimatorSpec.groups_by_task``); KeyError for an unknown name."""
+    if not get_estimator(name).groups_by_task:
+        ok = ", ".join(n for n in list_estimators() if get_estimator(n).groups_by_task)
+        raise ValueError(f"group_by_version splits task groups by policy version, but estimator {name!r} compares "
+                         f"within trees, branch groups or against a critic, which it would not split; set "
+                         f"algorithm.group_by_version: false, or use one of: {ok}")
+
+
+def prepare_table(table: TurnTable, name: str, group_by_version: bool) -> TurnTable:
+    """The table estimator ``name`` runs on: ``table`` itself, or with ``group_by_version``
+    its ``split_by_version`` (``group`` re-keyed to (group, episode version)).
+
+    Raises:
+        ValueError: ``group_by_version`` with an estimator that does not support it
+            (``check_group_by_version``) or a table without ``policy_version``.
+    """
+    if not group_by_version:
+        return table
+    check_group_by_version(name)
+    return split_by_version(table)
+
+
+def compute_advantages(table: TurnTable, name: str, *, group_by_version: bool = False, **kwargs: Any) -> np.ndarray:
     """Run estimator ``name`` on ``table``.
 
     Args:
         table: the turns (N rows).
         name: registered estimator name.
+        group_by_version: compute every group statistic per policy version: the estimator runs
+            on ``split_by_version(table)`` (``agentrl.credit.versions``; needs the
+            ``policy_version`` column and an estimator with ``groups_by_task``).
         **kwargs: its hyperparameters (validated first).
     Returns:
         float64[N] advantage per turn row (0 for rows of failed episodes and
@@ -234,11 +277,13 @@ def compute_advantages(table: TurnTable, name: str, **kwargs: Any) -> np.ndarray
             (``warn_if_untrainable``); the result is the same as without the warning.
     Raises:
         KeyError / TypeError / ValueError: as ``validate_estimator_kwargs``; ValueError when
-        the table lacks a required column, or branches under a chain estimator; RuntimeError when the estimator returns a
-        wrong shape or a non-finite value.
+        the table lacks a required column, or branches under a chain estimator, or
+        ``group_by_version`` is refused (``prepare_table``); RuntimeError when the estimator
+        returns a wrong shape or a non-finite value.
     """
     validate_estimator_kwargs(name, kwargs)
     spec = get_estimator(name)
+    table = prepare_table(table, name, group_by_version)
     table.require(spec.requires)
     if not spec.accepts_trees and is_branching(table):
         raise ValueError(f"estimator {name!r} scores chains, but the table branches (a turn with several children: "

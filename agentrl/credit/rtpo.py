@@ -37,7 +37,8 @@ def _check_branches(table: TurnTable) -> None:
 
 
 @register_estimator("rtpo", requires=("branch",), choices={"mode": S.MODES},
-                    update_order=lambda table: rtpo_update_groups(table), accepts_trees=True)
+                    update_order=lambda table: rtpo_update_groups(table), accepts_trees=True,
+                    groups_by_task=False)  # branch groups: siblings of later rounds (newer versions) by design
 def rtpo(table: TurnTable, *, gamma: float = 1.0, mode: str = "mean_std_norm", eps: float = S.EPS) -> np.ndarray:
     """RTPO branch-group advantage on branching-turn rows (§9.3).
 

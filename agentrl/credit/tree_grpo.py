@@ -107,7 +107,8 @@ def tree_grpo_nodes(table: TurnTable, *, eps: float = S.EPS) -> TreeNodeAdvantag
     return TreeNodeAdvantages(is_leaf, np.where(is_leaf, score, 0.0), adv, adv_sum, count, mean)
 
 
-@register_estimator("tree_grpo", choices={"node_weight": ("sum", "mean")}, accepts_trees=True)
+@register_estimator("tree_grpo", choices={"node_weight": ("sum", "mean")}, accepts_trees=True,
+                    groups_by_task=False)  # intra-tree groups are keyed by tree
 def tree_grpo(table: TurnTable, *, node_weight: str = "sum", eps: float = S.EPS) -> np.ndarray:
     """Tree-GRPO advantage per node row (§7.3).
 

@@ -63,7 +63,7 @@ def turn_gae_returns(table: TurnTable, *, gamma: float = 0.99, lam: float = 0.9,
     return TurnGAE(S.uncanon(order, np.where(S.eligible(st), adv, 0.0)), ret)
 
 
-@register_estimator("turn_ppo", requires=("value",))
+@register_estimator("turn_ppo", requires=("value",), groups_by_task=False)  # a critic baseline, no group
 def turn_ppo(
     table: TurnTable, *, gamma: float = 0.99, lam: float = 0.9, whiten: bool = False, c_inv: float = 0.0
 ) -> np.ndarray:

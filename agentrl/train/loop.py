@@ -25,6 +25,7 @@ import torch
 from agentrl.config import Config, ConfigError, to_dict
 from agentrl.credit import check_success_reward, compute_advantages, get_estimator
 from agentrl.credit.stats import advantage_stats
+from agentrl.credit.versions import version_mixing
 from agentrl.distributed import DistContext, distribute_policy, engine_copy
 from agentrl.env.panels import Panel
 from agentrl.eval import EvalResult, eval_panel, evaluate, fresh_run_id, record_panel
@@ -170,7 +171,8 @@ def chain_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
         if parts.critic is not None:  # turn-PPO: V(s_t) per turn before the estimator runs
             table, all_turns = with_values(parts.critic, table, episodes, parts.policy.pad_id, cfg.update.micro_batch,
                                            cfg.update.share_prefix)
-        adv = compute_advantages(table, cfg.algorithm.estimator, **cfg.algorithm.kwargs)
+        adv = compute_advantages(table, cfg.algorithm.estimator, group_by_version=cfg.algorithm.group_by_version,
+                                 **cfg.algorithm.kwargs)
         parts.store.set_advantages(cfg.run.name, table.turn_id, adv, iteration=it + 1,  # 1-based, as everywhere
                                    estimator=cfg.algorithm.estimator)
     t2 = time.perf_counter()
@@ -198,6 +200,8 @@ def iteration_metrics(out: IterationResult) -> dict[str, float]:
     m = rollout_stats(out.episodes).as_metrics()
     m.update(proxy_metrics(out.episodes))  # harness episodes: drift rate, segments, forks by cause
     m.update(advantage_stats(out.table, out.advantages).as_metrics())
+    if out.table.policy_version is not None:  # comparison groups that mix policy versions (async runs)
+        m.update(version_mixing(out.table).as_metrics())
     if out.stats:
         for key in ("loss", "clip_frac", "approx_kl", "entropy", "grad_norm", "kl"):
             m[f"update/{key}"] = float(np.mean([getattr(s, key) for s in out.stats]))

@@ -48,7 +48,7 @@ def _assert_tables_equal(a: TurnTable, b: TurnTable) -> None:
 
 
 def test_table_equals_from_episodes_with_trees_branches_and_filters(tmp_path):
-    root = _episode(0, [_turn(t, info={"tree": 3, "won": t == 2}) for t in range(3)])
+    root = _episode(0, [_turn(t, info={"tree": 3, "won": t == 2}, policy_version=t) for t in range(3)])
     root.turns[1].action = "  go EAST 1 "  # normalises like "Go  East 1"
     with TurnStore(tmp_path / "s.sqlite") as store:
         store.add_episodes([root], run_id="r")
@@ -68,6 +68,7 @@ def test_table_equals_from_episodes_with_trees_branches_and_filters(tmp_path):
         assert table.episode_ok.tolist() == [True] * 5 + [False] * 3
         assert table.trainable.tolist() == [True, True, True, True, False, True, True, True]
         assert table.hidden.shape == (8, 4)
+        assert table.policy_version.dtype == np.int64 and table.policy_version.tolist() == [0, 1, 2, 0, 0, 0, 0, 0]
         # a subset: parents outside it become -1, as in from_episodes
         sub = store.table("r", episode_ids=[1, 3])
         _assert_tables_equal(sub, TurnTable.from_episodes(store.load_episodes("r", [1, 3])))
