@@ -43,6 +43,8 @@ from agentrl.env.tasks import TaskRef, check_split_disjoint
 from agentrl_envs.junction.maze import SPLITS, Maze, check_sizes, split_mazes, split_refs
 
 NOTHING = "Nothing happens."
+#: default sizes: tuned so the untrained SmolLM2 wins 10-30 % at k = 5 (module docstring).
+N_EXITS, N_CUES, N_HINTED = 2, 24, 20
 OVER = "The episode is over; call reset()."
 
 
@@ -64,25 +66,27 @@ class JunctionMazeEnv(gymnasium.Env):
                 "agentrl.splits": SPLITS}
 
     @classmethod
-    def list_tasks(cls, split: str = "train", k: int = 5, n_cues: int = 24, n_exits: int = 3,
-                   **_: object) -> list[TaskRef]:
+    def list_tasks(cls, split: str = "train", k: int = 5, n_cues: int = N_CUES, n_exits: int = N_EXITS,
+                   n_hinted: int = N_HINTED, **_: object) -> list[TaskRef]:
         """Task-list hook (``agentrl.env.tasks``): every maze of ``split``. Raises ValueError as
         ``maze.split_mazes``."""
-        return list(split_refs(int(k), int(n_cues), int(n_exits), split))
+        return list(split_refs(int(k), int(n_cues), int(n_exits), split, int(n_hinted)))
 
-    def __init__(self, k: int = 5, split: str = "train", max_turns: int = 24, n_cues: int = 24,
-                 n_exits: int = 3) -> None:
+    def __init__(self, k: int = 5, split: str = "train", max_turns: int = 24, n_cues: int = N_CUES,
+                 n_exits: int = N_EXITS, n_hinted: int = N_HINTED) -> None:
         if not isinstance(k, int) or k < 1:
             raise ValueError(f"k (junctions per episode) must be an int >= 1, got {k!r}")
-        check_sizes(n_cues, n_exits)
+        check_sizes(n_cues, n_exits, n_hinted)
         if split not in SPLITS:
             raise ValueError(f"unknown junction-maze split {split!r}; choose one of {SPLITS}")
         if not isinstance(max_turns, int) or max_turns < 3 * k:
             raise ValueError(f"max_turns must be an int >= 3 * k = {3 * k} (the longest walkthrough), "
                              f"got {max_turns!r}")
         self.k, self.split, self.max_turns, self.n_cues, self.n_exits = k, split, max_turns, n_cues, n_exits
-        check_split_disjoint(type(self), split, {"k": k, "n_cues": n_cues, "n_exits": n_exits}, SPLITS)
-        self._mazes = split_mazes(k, n_cues, n_exits, split)
+        self.n_hinted = n_hinted
+        check_split_disjoint(type(self), split, {"k": k, "n_cues": n_cues, "n_exits": n_exits, "n_hinted": n_hinted},
+                             SPLITS)
+        self._mazes = split_mazes(k, n_cues, n_exits, split, n_hinted)
         self._ids = {m.task_id for m in self._mazes}
         self.observation_space, self.action_space = text_spaces()
         self.maze: Maze | None = None
@@ -94,7 +98,7 @@ class JunctionMazeEnv(gymnasium.Env):
         maze = Maze.parse(task_id)
         if maze.task_id not in self._ids:
             raise ValueError(f"junction maze {task_id!r} is not in split {self.split!r} with k={self.k}, "
-                             f"n_exits={self.n_exits}, n_cues={self.n_cues} ({len(self._mazes)} mazes, e.g. "
+                             f"n_exits={self.n_exits}, n_cues={self.n_cues}, n_hinted={self.n_hinted} ({len(self._mazes)} mazes, e.g. "
                              f"{self._mazes[0].task_id!r})")
         return maze
 
