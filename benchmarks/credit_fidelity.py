@@ -23,6 +23,20 @@ the previous batch, updated with step 0.5; at the fidelity batch, fitted on one 
 Tree-GRPO and RTPO score tree rollouts; on these chain batches (one tree per episode, no branch
 groups) they are reported as they come out.
 
+**LLM mode** (``--policy smollm2``; ``benchmarks/_llm_maze.py``): the fidelity table on batches
+sampled by the packaged SmolLM2 through the real rollout path (Markov prompt, constrained
+decoding, groups of ``--group``), ``--seeds`` batches of ``--tasks`` mazes per K. The exact
+advantages use the policy's own constrained-decoding probabilities in every state of each maze
+(one forward per distinct prompt). turn-PPO's tabular critic is cross-fitted (fitted on the
+other seeds' batches of the same K); BiPACE reads the model's final-layer hidden states. Checks
+reported with it: every stored prompt equals the rebuilt state prompt, the stored logprob of
+each sampled action equals log π(a|s), no episode left the graph, and per-state empirical action
+frequencies vs π on the most visited states. Output ``--out`` defaults to
+``results/credit_fidelity_llm.json``.
+
+The committed ``results/credit_fidelity.json`` predates the env's current defaults: it was run on
+3 exits with bare cues (``n_exits=3, n_hinted=0``) and ``--cue-prior 1.3``.
+
 Usage: ``python benchmarks/credit_fidelity.py [--ks 1 5] [--seeds 200] [--iterations 30]
 [--tasks 4] [--group 8] [--lr 0.7] [--workers 2] [--out benchmarks/results/credit_fidelity.json]``;
 ``--summary`` prints the Markdown tables of ``--out``.
@@ -179,6 +193,101 @@ def _fmt(ci, scale: float = 1.0, sign: bool = False) -> str:
     return f"{f.format(m)} [{f.format(lo)}, {f.format(hi)}]" if np.isfinite(lo) else f.format(m)
 
 
+def _critic_values(fit_on: list, table) -> np.ndarray:
+    """float64[N]: turn-PPO's tabular critic (``TabularCritic``, per anchor text) fitted on the
+    mapped batches ``fit_on`` (in order), read on ``table``'s rows (0 for unseen texts)."""
+    from _llm_maze import returns_to_go
+
+    critic = TabularCritic()
+    for mb in fit_on:
+        for key, g in zip(mb.table.anchor_key, returns_to_go(mb.table)):
+            obs = mb.table.anchor_vocab[key]
+            critic.v[obs] = critic.v.get(obs, 0.0) + critic.rate * (g - critic.v.get(obs, 0.0))
+    return np.array([critic(table.anchor_vocab[key]) for key in table.anchor_key], np.float64)
+
+
+def run_llm(args: argparse.Namespace) -> dict:
+    """The LLM mode (module docstring): per K and seed, sample, map, score; returns the JSON."""
+    import dataclasses
+    import tempfile
+
+    import torch
+    from _llm_maze import PolicyTables, frequency_check, map_batch, markov_loop, sample_batch
+    from transformers import AutoTokenizer
+
+    from agentrl.llm.chat import ChatRenderer
+    from agentrl.llm.hf import HFEngine
+    from agentrl.llm.models import resolve_model
+    from agentrl.store import TurnStore
+
+    torch.set_num_threads(1)
+    path = resolve_model(args.model)
+    engine = HFEngine.from_pretrained(path, dtype=args.dtype, num_threads=1)
+    renderer = ChatRenderer(AutoTokenizer.from_pretrained(path))
+    tables = PolicyTables(engine.model, renderer, markov_loop(args.max_turns), engine.pad_token_id)
+    t0, load0 = time.time(), os.getloadavg()[0]
+    by_k = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        store = TurnStore(args.store or Path(tmp) / "llm.sqlite")
+        for k in args.ks:
+            mapped, t_k = [], time.time()
+            for seed in range(args.seeds):
+                run_id = f"{args.tag}-k{k}-s{seed}"
+                eps = sample_batch(engine, renderer, store, run_id, k=k, seed=1000 * seed + 17 * k, n_tasks=args.tasks,
+                                   group=args.group, max_turns=args.max_turns)
+                mapped.append(map_batch(store, run_id, eps, tables, args.max_turns))
+            fids = []
+            for i, mb in enumerate(mapped):
+                table = dataclasses.replace(  # chains: one tree per episode, no branch groups (as the tabular mode)
+                    mb.table, value=_critic_values(mapped[:i] + mapped[i + 1:], mb.table), tree=mb.table.episode,
+                    branch=np.full(len(mb.table), -1, np.int64))
+                row = {}
+                for name in list_estimators() + [ORACLE]:
+                    a = mb.a_true if name == ORACLE else compute_advantages(table, name, **KWARGS.get(name, {}))
+                    row[name] = fidelity(a, mb.a_true, mb.kind, mb.onward, mb.won)
+                    row[name]["informative_share"] = informative_share(table)
+                    row[name]["sign_vs_grpo"] = sign_vs_grpo(table, a)
+                fids.append(row)
+            n_ep = [len(np.unique(mb.table.episode)) for mb in mapped]
+            wins = [int(np.sum([mb.won[mb.table.episode == e][0] for e in np.unique(mb.table.episode)])) for mb in mapped]
+            by_k[str(k)] = {
+                "seeds": len(mapped), "episodes": int(sum(n_ep)), "wins": int(sum(wins)),
+                "success_sampled": sum(wins) / max(sum(n_ep), 1),
+                "success_exact": float(np.mean([mb.success_exact for mb in mapped])),
+                "rows": int(sum(len(mb.table) for mb in mapped)),
+                "fidelity": {a: {m: mean_ci(np.array([f[a][m] for f in fids])) for m in METRICS} for a in fids[0]},
+                "checks": {"max_logprob_gap": max(mb.logp_gap for mb in mapped),
+                           "prompt_mismatches": int(sum(mb.prompt_mismatch for mb in mapped)),
+                           "invalid_episodes": int(sum(mb.invalid_episodes for mb in mapped)),
+                           "most_visited": frequency_check(mapped)},
+                "wall_s": time.time() - t_k}
+        store.close()
+    return {"config": {"policy": args.policy, "model": args.model, "dtype": args.dtype, "ks": args.ks,
+                       "seeds": args.seeds, "tasks": args.tasks, "group": args.group, "max_turns": args.max_turns,
+                       "env_seed_of_group": "1000 * seed + 17 * k + g", "temperature": 1.0,
+                       "loop": "window, window_k 0, action_format whole, action_constraint admissible",
+                       "critic": "turn-PPO tabular critic cross-fitted on the other seeds' batches",
+                       "torch_threads": 1},
+            "estimator_kwargs": KWARGS, "date": time.strftime("%Y-%m-%d"), "host": platform.node(),
+            "torch": torch.__version__, "forwards": tables.forwards, "wall_s": time.time() - t0,
+            "load": [load0, os.getloadavg()[0]], "by_k": by_k}
+
+
+def llm_summary(data: dict) -> str:
+    """Markdown: per K, the LLM-mode fidelity table, success rates and checks."""
+    lines = []
+    for k, d in data["by_k"].items():
+        c = d["checks"]
+        lines += [f"\nK = {k} ({d['seeds']} batches, {d['episodes']} episodes, {d['rows']} turns): success sampled "
+                  f"{d['wins']}/{d['episodes']} = {100 * d['success_sampled']:.1f} %, exact under π "
+                  f"{100 * d['success_exact']:.1f} %; checks: max |stored logprob − log π| {c['max_logprob_gap']:.2e}, "
+                  f"prompt mismatches {c['prompt_mismatches']}, invalid episodes {c['invalid_episodes']}\n",
+                  "| estimator | " + " | ".join(METRICS) + " |", "|---" * (len(METRICS) + 1) + "|"]
+        for a, row in d["fidelity"].items():
+            lines.append(f"| {a} | " + " | ".join(_fmt(row[m]) for m in METRICS) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ks", type=int, nargs="+", default=[1, 5])
@@ -187,21 +296,41 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=4)
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--lr", type=float, default=0.7)
-    ap.add_argument("--cue-prior", type=float, default=1.3,
-                    help="initial logit of a junction's right exit (others 0): per-junction success ~0.65")
+    ap.add_argument("--cue-prior", type=float, default=0.7,
+                    help="initial logit of a junction's right exit (others 0): per-junction success ~0.65 with the "
+                         "env's 2 exits (1.3 did that with the 3 exits of results/credit_fidelity.json)")
     ap.add_argument("--noop-logit", type=float, default=-3.0, help="initial logit of look/wait")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "credit_fidelity.json"))
+    ap.add_argument("--out", default=None, help="default results/credit_fidelity.json (tabular), "
+                    "results/credit_fidelity_llm.json (--policy smollm2)")
+    ap.add_argument("--policy", default="tabular", choices=["tabular", "smollm2"])
+    ap.add_argument("--model", default="smollm2-135m-instruct", help="LLM mode: packaged name or HF folder")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--max-turns", type=int, default=24)
+    ap.add_argument("--store", default=None, help="LLM mode: keep the sampled batches in this turn store")
+    ap.add_argument("--tag", default="fidelity", help="LLM mode: run-id prefix in the store")
     ap.add_argument("--summary", action="store_true", help="print the Markdown tables of --out and exit")
     args = ap.parse_args()
+    llm = args.policy != "tabular"
+    args.out = args.out or str(Path(__file__).parent / "results" / (
+        "credit_fidelity_llm.json" if llm else "credit_fidelity.json"))
+    show = llm_summary if llm else summary
     if args.summary:
-        print(summary(json.loads(Path(args.out).read_text())))
+        print(show(json.loads(Path(args.out).read_text())))
+        return
+    if llm:
+        data = run_llm(args)
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(data, indent=1, default=float))
+        print(show(data))
         return
     jobs = [(k, s, args) for k in args.ks for s in range(args.seeds)]
     t0, load0 = time.time(), os.getloadavg()[0]
     with Pool(args.workers) as pool:
         results = pool.map(run_seed, jobs, chunksize=1)
-    data = {"config": {k: v for k, v in vars(args).items() if k not in ("out", "summary")},
+    data = {"config": {k: v for k, v in vars(args).items() if k not in ("out", "summary", "model", "dtype", "store",
+                                                                         "tag")},
+            "env_kwargs": "defaults of agentrl/JunctionMaze-v0 (n_exits 2, n_cues 24, n_hinted 20)",
             "estimator_kwargs": KWARGS, "date": time.strftime("%Y-%m-%d"), "host": platform.node(),
             "wall_s": time.time() - t0, "cpu_s_per_seed": float(np.mean([r["cpu_s"] for r in results])),
             "load": [load0, os.getloadavg()[0]], "by_k": aggregate(results, args.ks)}

@@ -3,33 +3,42 @@
 A benchmark for credit assignment (issue 38; docs/LEARNING.md, "Junction maze"): an episode
 crosses ``k`` junctions (default 5; ``k = 1`` is the control with one decisive choice). Before
 each junction lies a corridor of 1 or 2 filler rooms with one onward move (the first room of the
-first corridor is the entrance). Junction ``j`` has ``n_exits`` exits (default 3: north, east,
-west) and a sign with a cue word; junction ``j``'s own fixed cue table (``maze.cue_table``: seeded
-by ``j``, shared by every maze and every ``k``, ``n_cues`` words, default 24, each mapped to one
-exit, balanced) says which exit goes on. A wrong exit ends the episode (terminated, reward 0,
+first corridor is the entrance). Junction ``j`` has ``n_exits`` exits (default 2: north, east)
+and a sign with a cue word; junction ``j``'s own fixed cue table (``maze.cue_table``: seeded by
+``j``, shared by every maze and every ``k``, ``n_cues`` words, default 24, each mapped to one
+exit, balanced) says which exit goes on. ``n_hinted`` of each table's cues (default 20, balanced
+over the exits, ``maze.hinted_cues``) are *hinted*: a voice names the right exit after the sign. A wrong exit ends the episode (terminated, reward 0,
 won False); the right exit of the last junction enters the goal (terminated, reward 1.0, won
 True). Each junction has the same prior difficulty at every ``k``. ``look`` and ``wait`` are
 no-ops, admissible in every non-terminal room; they only spend turns. After ``max_turns`` turns
 (the horizon, default 24; the walkthrough takes 2k..3k) the episode is truncated.
 
 Observations are Markov: the text is a pure function of the state (no history), e.g.
-``You are at junction 2 of 5. A sign reads 'amber'. Exits: north, east, west.``; ``anchor_obs``
+``You are at junction 2 of 5. Exits: north, east. A sign reads 'amber'. A voice says: go east.``
+(the voice only for a hinted cue); ``anchor_obs``
 is that text; ``admissible_actions`` are the room's moves (``go north``, ...) then ``look``,
 ``wait``. Any other action is ``action_valid=False``, answered ``Nothing happens.`` followed by
 the room's text, and spends a turn in place (the graph does not model it). Actions are matched
 after whitespace normalisation (``metadata["agentrl.action_normalize"] = "whitespace"``).
 
 Tasks: a maze is fully determined by its task id (``maze.Maze.task_id``, e.g.
-``k2x3c24-ne7-w13``); ``reset(seed=s)`` draws a maze of the split from ``s``. ``train`` (up to
+``k2x2c24h20-ne7-w13``); ``reset(seed=s)`` draws a maze of the split from ``s``. ``train`` (up to
 4096 mazes) and ``eval`` (up to 512) are disjoint sets of mazes (by the hash of the id; both
 draw on the same cue tables, so what is learned on train transfers), ``all`` is their union
 (``maze.split_mazes``). ``env.unwrapped.task_graph()`` gives the current maze's
 ``agentrl.env.TaskGraph``; ``step`` follows it exactly (same next states, rewards, texts), so exact values and advantages
 (``agentrl.credit.exact``) apply to episodes played here.
 
-Difficulty: a uniform choice among 3 exits wins with (1/3)^k, about 0.4 % at k = 5; the target
-of "the untrained SmolLM2 policy succeeds 10-30 % at k = 5" is left to tuning ``n_cues`` and
-``n_exits`` (constructor kwargs).
+Difficulty (issue 38: "the untrained SmolLM2 policy succeeds 10-30 % at k = 5"): with 3 exits and
+bare cue words the untrained SmolLM2-135M-Instruct (Markov prompt, constrained decoding,
+``examples/grpo_junction.yaml``) wins 0.1 % at k = 5 (exact, under its own π, 6 mazes): it takes
+the first listed exit ~75 % of the time whatever the sign says. Two levers keep each junction's
+prior difficulty the same at every k and the cue tables learnable: ``n_exits`` and the share of
+hinted cues ``n_hinted / n_cues``, which the untrained model follows more often than not (probe
+at junction 1, sign after the exit list, renormalised over the exits: hinted ~0.70, bare ~0.51
+with 2 exits; a voice or a sign reading ``go east`` before the exit list were followed less).
+The defaults (2 exits, 20 of 24 cues hinted) measured, same settings, fp32, temperature 1:
+k = 1: 42/64 episodes won (65.6 %; exact success under the model's own π 70.7 %); k = 5: 4/64 (6.2 %; exact 9.9 %), 2 seeds x 4 mazes x 8 episodes each (benchmarks/results/credit_fidelity_llm.json). That is just under the 10-30 % target; raising ``n_hinted`` toward ``n_cues`` raises it (unmeasured).
 """
 
 from __future__ import annotations
@@ -43,6 +52,8 @@ from agentrl.env.tasks import TaskRef, check_split_disjoint
 from agentrl_envs.junction.maze import SPLITS, Maze, check_sizes, split_mazes, split_refs
 
 NOTHING = "Nothing happens."
+#: default sizes: tuned so the untrained SmolLM2 wins 10-30 % at k = 5 (module docstring).
+N_EXITS, N_CUES, N_HINTED = 2, 24, 20
 OVER = "The episode is over; call reset()."
 
 
@@ -54,9 +65,10 @@ class JunctionMazeEnv(gymnasium.Env):
         split: ``"train"``, ``"eval"`` (disjoint from train) or ``"all"``.
         max_turns: the horizon: turns after which the episode is truncated (>= 3k; default 24).
         n_cues: cue words per junction (``n_exits``..64; default 24).
-        n_exits: exits per junction (2..6; default 3).
+        n_exits: exits per junction (2..6; default 2).
+        n_hinted: hinted cues per junction table (0..n_cues; default 20; ``maze.hinted_cues``).
     Raises:
-        ValueError: a bad size, an unknown split, or ``max_turns < 3 * k`` (the longest
+        ValueError: a bad size (``n_hinted > n_cues``, ...), an unknown split, or ``max_turns < 3 * k`` (the longest
             walkthrough would not fit).
     """
 
@@ -64,25 +76,27 @@ class JunctionMazeEnv(gymnasium.Env):
                 "agentrl.splits": SPLITS}
 
     @classmethod
-    def list_tasks(cls, split: str = "train", k: int = 5, n_cues: int = 24, n_exits: int = 3,
-                   **_: object) -> list[TaskRef]:
+    def list_tasks(cls, split: str = "train", k: int = 5, n_cues: int = N_CUES, n_exits: int = N_EXITS,
+                   n_hinted: int = N_HINTED, **_: object) -> list[TaskRef]:
         """Task-list hook (``agentrl.env.tasks``): every maze of ``split``. Raises ValueError as
         ``maze.split_mazes``."""
-        return list(split_refs(int(k), int(n_cues), int(n_exits), split))
+        return list(split_refs(int(k), int(n_cues), int(n_exits), split, int(n_hinted)))
 
-    def __init__(self, k: int = 5, split: str = "train", max_turns: int = 24, n_cues: int = 24,
-                 n_exits: int = 3) -> None:
+    def __init__(self, k: int = 5, split: str = "train", max_turns: int = 24, n_cues: int = N_CUES,
+                 n_exits: int = N_EXITS, n_hinted: int = N_HINTED) -> None:
         if not isinstance(k, int) or k < 1:
             raise ValueError(f"k (junctions per episode) must be an int >= 1, got {k!r}")
-        check_sizes(n_cues, n_exits)
+        check_sizes(n_cues, n_exits, n_hinted)
         if split not in SPLITS:
             raise ValueError(f"unknown junction-maze split {split!r}; choose one of {SPLITS}")
         if not isinstance(max_turns, int) or max_turns < 3 * k:
             raise ValueError(f"max_turns must be an int >= 3 * k = {3 * k} (the longest walkthrough), "
                              f"got {max_turns!r}")
         self.k, self.split, self.max_turns, self.n_cues, self.n_exits = k, split, max_turns, n_cues, n_exits
-        check_split_disjoint(type(self), split, {"k": k, "n_cues": n_cues, "n_exits": n_exits}, SPLITS)
-        self._mazes = split_mazes(k, n_cues, n_exits, split)
+        self.n_hinted = n_hinted
+        check_split_disjoint(type(self), split, {"k": k, "n_cues": n_cues, "n_exits": n_exits, "n_hinted": n_hinted},
+                             SPLITS)
+        self._mazes = split_mazes(k, n_cues, n_exits, split, n_hinted)
         self._ids = {m.task_id for m in self._mazes}
         self.observation_space, self.action_space = text_spaces()
         self.maze: Maze | None = None
@@ -94,7 +108,7 @@ class JunctionMazeEnv(gymnasium.Env):
         maze = Maze.parse(task_id)
         if maze.task_id not in self._ids:
             raise ValueError(f"junction maze {task_id!r} is not in split {self.split!r} with k={self.k}, "
-                             f"n_exits={self.n_exits}, n_cues={self.n_cues} ({len(self._mazes)} mazes, e.g. "
+                             f"n_exits={self.n_exits}, n_cues={self.n_cues}, n_hinted={self.n_hinted} ({len(self._mazes)} mazes, e.g. "
                              f"{self._mazes[0].task_id!r})")
         return maze
 

@@ -3,7 +3,8 @@
 
 A maze with ``k`` junctions is ``k`` segments; segment ``j`` (1-based) is a corridor of 1 or 2
 rooms, each with one onward move (a compass direction drawn per maze), followed by junction ``j``,
-whose sign shows cue ``cues[j-1]`` of junction ``j``'s table. The first room of segment 1 is the
+whose sign shows cue ``cues[j-1]`` of junction ``j``'s table (after the exits; a hinted cue's
+sign is followed by a voice naming the right exit, ``hinted_cues``). The first room of segment 1 is the
 start. The right exit of junction ``j < k`` leads into segment ``j + 1``, that of junction ``k``
 into the goal; every wrong exit leads into a dead end (terminal).
 """
@@ -44,7 +45,7 @@ EVAL_MODULUS = 4
 _TABLE_TAG, _STREAM_TAG = 0x4A554E43, 0x4D415A45  # seeds of the cue tables and of the maze stream
 _ENUMERATE_MAX = 50_000  # spaces up to this many mazes are enumerated, larger ones sampled
 _SEGMENT = re.compile(r"^([news]{1,2})(\d+)$")
-_HEAD = re.compile(r"^k(\d+)x(\d+)c(\d+)$")
+_HEAD = re.compile(r"^k(\d+)x(\d+)c(\d+)(?:h(\d+))?$")
 
 
 @lru_cache(maxsize=None)
@@ -67,29 +68,49 @@ def cue_table(junction: int, n_cues: int, n_exits: int) -> tuple[tuple[str, int]
     return tuple((WORDS[int(w)], int(e)) for w, e in zip(words, exits))
 
 
-def check_sizes(n_cues: int, n_exits: int) -> None:
-    """Raises ValueError unless ``2 <= n_exits <= len(EXITS)`` and ``n_exits <= n_cues <= len(WORDS)``."""
+@lru_cache(maxsize=None)
+def hinted_cues(junction: int, n_cues: int, n_exits: int, n_hinted: int) -> frozenset[int]:
+    """Indices into junction ``junction``'s ``cue_table`` of its ``n_hinted`` *hinted* cues, whose
+    sign comes with a voice saying the right exit (``A voice says: go east.``): taken round-robin
+    over the exits in table order, so every exit is the answer of ``n_hinted // n_exits`` or one
+    more of them. The rest are bare words the policy must learn. Raises ValueError as
+    ``check_sizes``."""
+    check_sizes(n_cues, n_exits, n_hinted)
+    by_exit = [[i for i, (_, e) in enumerate(cue_table(junction, n_cues, n_exits)) if e == x] for x in range(n_exits)]
+    order = [i for rank in range(n_cues) for col in by_exit if rank < len(col) for i in [col[rank]]]
+    return frozenset(order[:n_hinted])
+
+
+def check_sizes(n_cues: int, n_exits: int, n_hinted: int = 0) -> None:
+    """Raises ValueError unless ``2 <= n_exits <= len(EXITS)``, ``n_exits <= n_cues <= len(WORDS)``
+    and ``0 <= n_hinted <= n_cues``."""
     if not 2 <= n_exits <= len(EXITS):
         raise ValueError(f"n_exits must be in 2..{len(EXITS)}, got {n_exits}")
     if not n_exits <= n_cues <= len(WORDS):
         raise ValueError(f"n_cues must be in {n_exits}..{len(WORDS)} (n_exits..number of cue words), got {n_cues}")
+    if not 0 <= n_hinted <= n_cues:
+        raise ValueError(f"n_hinted must be in 0..n_cues = {n_cues}, got {n_hinted}")
 
 
 @dataclass(frozen=True)
 class Maze:
     """One maze: ``corridors[j-1]`` are the onward-move letters (``CORRIDOR``) of the 1 or 2 rooms
-    before junction ``j``; ``cues[j-1]`` the index of junction ``j``'s cue in its ``cue_table``."""
+    before junction ``j``; ``cues[j-1]`` the index of junction ``j``'s cue in its ``cue_table``;
+    ``n_hinted`` how many cues of each table are hinted (``hinted_cues``)."""
 
     k: int
     n_exits: int
     n_cues: int
     corridors: tuple[str, ...]
     cues: tuple[int, ...]
+    n_hinted: int = 0
 
     @property
     def task_id(self) -> str:
-        """e.g. ``k2x3c24-ne7-w13``: sizes, then per junction its corridor letters and cue index."""
-        return f"k{self.k}x{self.n_exits}c{self.n_cues}-" + "-".join(
+        """e.g. ``k2x2c24h20-ne7-w13``: sizes (``h``: hinted cues per table, left out when 0), then
+        per junction its corridor letters and cue index."""
+        hint = f"h{self.n_hinted}" if self.n_hinted else ""
+        return f"k{self.k}x{self.n_exits}c{self.n_cues}{hint}-" + "-".join(
             f"{c}{q}" for c, q in zip(self.corridors, self.cues))
 
     @classmethod
@@ -99,17 +120,22 @@ class Maze:
         m = _HEAD.match(head)
         parsed = [_SEGMENT.match(s) for s in segs]
         if not m or not segs or not all(parsed):
-            raise ValueError(f"bad junction-maze task_id {task_id!r}; expected e.g. 'k2x3c24-ne7-w13'")
-        k, n_exits, n_cues = map(int, m.groups())
-        check_sizes(n_cues, n_exits)
+            raise ValueError(f"bad junction-maze task_id {task_id!r}; expected e.g. 'k2x2c24h20-ne7-w13'")
+        k, n_exits, n_cues = map(int, m.groups()[:3])
+        n_hinted = int(m.group(4) or 0)
+        check_sizes(n_cues, n_exits, n_hinted)
         cues = tuple(int(p.group(2)) for p in parsed)
         if len(segs) != k or any(q >= n_cues for q in cues):
             raise ValueError(f"impossible junction-maze task_id {task_id!r}: need {k} segments, cues < {n_cues}")
-        return cls(k, n_exits, n_cues, tuple(p.group(1) for p in parsed), cues)
+        return cls(k, n_exits, n_cues, tuple(p.group(1) for p in parsed), cues, n_hinted)
 
     def cue(self, j: int) -> str:
         """The cue word on junction ``j``'s sign (1-based)."""
         return cue_table(j, self.n_cues, self.n_exits)[self.cues[j - 1]][0]
+
+    def hinted(self, j: int) -> bool:
+        """Whether junction ``j``'s cue is hinted (a voice says the right exit)."""
+        return self.cues[j - 1] in hinted_cues(j, self.n_cues, self.n_exits, self.n_hinted)
 
     def right_exit(self, j: int) -> str:
         """The direction of junction ``j``'s onward exit (1-based)."""
@@ -126,7 +152,8 @@ class Maze:
         """Task id and content digest (layout, cue words and right exits, texts' version)."""
         return TaskRef(self.task_id, content_digest({
             "env": "JunctionMaze-v0", "k": self.k, "exits": list(EXITS[: self.n_exits]),
-            "junctions": [{"corridor": [CORRIDOR[c] for c in corr], "cue": self.cue(j), "exit": self.right_exit(j)}
+            "junctions": [{"corridor": [CORRIDOR[c] for c in corr], "cue": self.cue(j), "exit": self.right_exit(j),
+                           **({"hinted": True} if self.hinted(j) else {})}
                           for j, corr in enumerate(self.corridors, 1)]}))
 
     def graph(self, horizon: int) -> TaskGraph:
@@ -135,8 +162,8 @@ class Maze:
         k, acts, nxt, rew, obs, kind = self.k, {}, {}, {}, {}, {}
         plural = "s" if k > 1 else ""
 
-        def room(sid: str, text: str, label: str, moves: dict[str, str]) -> None:
-            obs[sid], kind[sid] = text + f" Exits: {', '.join(moves)}.", label
+        def room(sid: str, text: str, label: str, moves: dict[str, str], after: str = "") -> None:
+            obs[sid], kind[sid] = text + f" Exits: {', '.join(moves)}." + after, label
             acts[sid] = tuple(f"go {d}" for d in moves) + NO_OPS
             for d, target in moves.items():
                 nxt[(sid, f"go {d}")], rew[(sid, f"go {d}")] = target, 1.0 if target == "goal" else 0.0
@@ -155,7 +182,8 @@ class Maze:
             right = self.right_exit(j)
             moves = {d: (("goal" if j == k else f"r{j + 1}.1") if d == right else f"dead{j}.{d}")
                      for d in EXITS[: self.n_exits]}
-            room(f"j{j}", f"You are at junction {j} of {k}. A sign reads '{self.cue(j)}'.", "junction", moves)
+            voice = f" A voice says: go {right}." if self.hinted(j) else ""
+            room(f"j{j}", f"You are at junction {j} of {k}.", "junction", moves, f" A sign reads '{self.cue(j)}'.{voice}")
             for d in EXITS[: self.n_exits]:
                 if d != right:
                     obs[f"dead{j}.{d}"] = (f"You take the {d} exit at junction {j} of {k} and fall into a pit. "
@@ -177,13 +205,13 @@ def _corridor_options() -> list[str]:
 
 
 @lru_cache(maxsize=32)
-def split_mazes(k: int, n_cues: int, n_exits: int, split: str) -> tuple[Maze, ...]:
+def split_mazes(k: int, n_cues: int, n_exits: int, split: str, n_hinted: int = 0) -> tuple[Maze, ...]:
     """The mazes of ``split`` in a fixed order (the same in every process).
 
     Mazes come from one seeded stream (all of them, shuffled, when the space of distinct
     mazes — ``(20 * n_cues) ** k`` — is small, e.g. 480 at k = 1; else random draws without
     repeats); a maze goes to ``eval`` when the SHA-256 of its task id is 0 modulo 4, else to
-    ``train``, so the splits share no maze; each keeps its first ``SPLIT_SIZE`` mazes. ``all`` is
+    ``train``, so the splits share no maze (``n_hinted`` changes the texts and ids, not the layouts); each keeps its first ``SPLIT_SIZE`` mazes. ``all`` is
     train then eval.
 
     Raises:
@@ -192,10 +220,10 @@ def split_mazes(k: int, n_cues: int, n_exits: int, split: str) -> tuple[Maze, ..
     if split not in SPLITS:
         raise ValueError(f"unknown junction-maze split {split!r}; choose one of {SPLITS}")
     if split == "all":
-        return split_mazes(k, n_cues, n_exits, "train") + split_mazes(k, n_cues, n_exits, "eval")
+        return split_mazes(k, n_cues, n_exits, "train", n_hinted) + split_mazes(k, n_cues, n_exits, "eval", n_hinted)
     if k < 1:
         raise ValueError(f"k (junctions per maze) must be >= 1, got {k}")
-    check_sizes(n_cues, n_exits)
+    check_sizes(n_cues, n_exits, n_hinted)
     rng = np.random.default_rng([_STREAM_TAG, k, n_cues, n_exits])
     options = _corridor_options()
     want, out, seen = SPLIT_SIZE[split], [], set()
@@ -208,7 +236,7 @@ def split_mazes(k: int, n_cues: int, n_exits: int, split: str) -> tuple[Maze, ..
                       for c, q in zip(rng.integers(len(options), size=(4096, k)).tolist(),
                                       rng.integers(n_cues, size=(4096, k)).tolist()))
     for segs in candidates:
-        maze = Maze(k, n_exits, n_cues, tuple(options[c] for c, _ in segs), tuple(q for _, q in segs))
+        maze = Maze(k, n_exits, n_cues, tuple(options[c] for c, _ in segs), tuple(q for _, q in segs), n_hinted)
         tid = maze.task_id
         if tid in seen:
             continue
@@ -221,6 +249,6 @@ def split_mazes(k: int, n_cues: int, n_exits: int, split: str) -> tuple[Maze, ..
 
 
 @lru_cache(maxsize=32)
-def split_refs(k: int, n_cues: int, n_exits: int, split: str) -> tuple[TaskRef, ...]:
+def split_refs(k: int, n_cues: int, n_exits: int, split: str, n_hinted: int = 0) -> tuple[TaskRef, ...]:
     """``TaskRef`` of every maze of ``split`` (``split_mazes`` order)."""
-    return tuple(m.ref() for m in split_mazes(k, n_cues, n_exits, split))
+    return tuple(m.ref() for m in split_mazes(k, n_cues, n_exits, split, n_hinted))

@@ -9,7 +9,7 @@ import pytest
 from agentrl.env import check_env, make
 from agentrl.env.tasks import tasks_of
 from agentrl_envs.junction.env import NOTHING, OVER
-from agentrl_envs.junction.maze import EXITS, Maze, cue_table, split_mazes
+from agentrl_envs.junction.maze import EXITS, Maze, cue_table, hinted_cues, split_mazes
 
 ID = "agentrl/JunctionMaze-v0"
 
@@ -21,14 +21,14 @@ def env5():
     env.close()
 
 
-@pytest.mark.parametrize("kwargs", [{"k": 1}, {"k": 5}, {"k": 3, "n_exits": 2, "n_cues": 6, "split": "eval"}])
+@pytest.mark.parametrize("kwargs", [{"k": 1}, {"k": 5}, {"k": 3, "n_exits": 3, "n_cues": 6, "n_hinted": 4, "split": "eval"}])
 def test_check_env_is_clean(kwargs):
     report = check_env(ID, **kwargs)
     assert report.walkthrough_won is True and report.episodes == 5 and report.steps >= 8
 
 
 def test_hand_played_episode_pins_the_texts():
-    env = make(ID, k=2, max_turns=8)
+    env = make(ID, k=2, max_turns=8, n_exits=3, n_hinted=0)  # three exits, bare cues (no voice)
     tid = "k2x3c24-se10-s11"  # the first train maze at k=2 (pins the generator)
     assert split_mazes(2, 24, 3, "train")[0].task_id == tid
     obs, info = env.reset(seed=0, options={"task_id": tid})
@@ -42,12 +42,12 @@ def test_hand_played_episode_pins_the_texts():
     assert (obs, r, term, trunc, info["action_valid"]) == (
         "You are in a corridor, room 2 of 2 before junction 1 of 2. Exits: east.", 0.0, False, False, True)
     obs, *_ , info = env.step("go east")
-    assert obs == f"You are at junction 1 of 2. A sign reads '{maze.cue(1)}'. Exits: north, east, west."
+    assert obs == f"You are at junction 1 of 2. Exits: north, east, west. A sign reads '{maze.cue(1)}'."
     assert info["admissible_actions"] == ["go north", "go east", "go west", "look", "wait"]
     assert env.step("look")[0] == env.step("wait")[0] == obs  # no-ops: same state, same text
     env.step(f"go {right1}")
     obs, r, term, trunc, info = env.step("go south")
-    assert obs == f"You are at junction 2 of 2. A sign reads '{maze.cue(2)}'. Exits: north, east, west."
+    assert obs == f"You are at junction 2 of 2. Exits: north, east, west. A sign reads '{maze.cue(2)}'."
     obs, r, term, trunc, info = env.step(f"go {right2}")
     assert obs == f"You take the {right2} exit at junction 2 of 2 and reach the treasure room. You won!"
     assert (r, term, trunc, info["won"], info["admissible_actions"]) == (1.0, True, False, True, [])
@@ -69,17 +69,17 @@ def test_walkthrough_wins_on_200_mazes(k):
         assert step_info["won"] and rewards == [0.0] * (len(walk) - 1) + [1.0]
         lengths.append(len(walk))
     assert 2 * k <= min(lengths) and max(lengths) <= 3 * k and len(set(lengths)) > 1
-    assert len(ids) > 150  # seeds draw many distinct mazes (k=1: 363 train mazes)
+    assert len(ids) > 150  # seeds draw many distinct mazes (k=1: 376 train mazes)
 
 
 def test_splits_are_disjoint_and_sized():
-    for k, (n_train, n_eval) in ((1, (363, 117)), (5, (4096, 512))):
+    for k, (n_train, n_eval) in ((1, (376, 104)), (5, (4096, 512))):
         train, ev, every = (tasks_of(ID, s, {"k": k}) for s in ("train", "eval", "all"))
         assert (len(train), len(ev), len(every)) == (n_train, n_eval, n_train + n_eval)
         assert not {r.task_id for r in train} & {r.task_id for r in ev}
         assert not {r.digest for r in train} & {r.digest for r in ev}
         assert set(every) == set(train) | set(ev)
-    assert n_train + n_eval == 4608 and 363 + 117 == 20 * 24  # k=1: every distinct maze, once
+    assert n_train + n_eval == 4608 and 376 + 104 == 20 * 24  # k=1: every distinct maze, once
     train_env, eval_env = make(ID, split="train"), make(ID, split="eval")
     train_ids = {r.task_id for r in tasks_of(ID, "train")}
     seen_train = {train_env.reset(seed=s)[1]["task_id"] for s in range(50)}
@@ -121,13 +121,13 @@ def test_task_graph_shape_and_markov_texts(env5):
     g = env5.unwrapped.task_graph()
     assert g.horizon == 24 and g.start == "r1.1" and g.kind["r1.1"] == "start"
     kinds = [g.kind[s] for s in g.states]
-    assert kinds.count("junction") == 5 and kinds.count("dead") == 10 and kinds.count("goal") == 1
+    assert kinds.count("junction") == 5 and kinds.count("dead") == 5 * (env5.unwrapped.n_exits - 1) and kinds.count("goal") == 1
     assert 4 <= kinds.count("filler") <= 9
     assert g.terminal == frozenset(s for s in g.states if g.kind[s] in ("goal", "dead"))
     assert len(set(g.observation.values())) == len(g.states)  # one text per state, no history
     for s, acts in g.actions.items():
         assert acts[-2:] == ("look", "wait") and all(g.next_state[(s, a)] == s for a in acts[-2:])
-        assert len(acts) == (5 if g.kind[s] == "junction" else 3)
+        assert len(acts) == (2 + env5.unwrapped.n_exits if g.kind[s] == "junction" else 3)
     assert sum(g.reward.values()) == 1.0 and g.reward[("j5", f"go {env5.unwrapped.maze.right_exit(5)}")] == 1.0
 
 
@@ -172,6 +172,29 @@ def test_cue_tables_are_per_junction_fixed_and_balanced():
     for k in (1, 5):
         for m in split_mazes(k, 24, 3, "train")[:50]:
             assert m.right_exit(1) == EXITS[dict(t1)[m.cue(1)]]
+
+
+def test_hinted_cues_are_balanced_and_voiced():
+    env = make(ID, k=5)
+    assert (env.unwrapped.n_exits, env.unwrapped.n_cues, env.unwrapped.n_hinted) == (2, 24, 20)  # the defaults
+    for j in (1, 2, 5):
+        hinted = hinted_cues(j, 24, 2, 20)
+        assert len(hinted) == 20 and sorted(np.bincount([cue_table(j, 24, 2)[i][1] for i in hinted]).tolist()) == [10, 10]
+        assert hinted_cues(j, 24, 3, 5) <= hinted_cues(j, 24, 3, 6)  # nested: more hints add to the same set
+    voiced = bare = 0
+    for seed in range(40):
+        env.reset(seed=seed)
+        maze, g = env.unwrapped.maze, env.unwrapped.task_graph()
+        assert maze.task_id.startswith("k5x2c24h20-") and Maze.parse(maze.task_id) == maze
+        for j in range(1, 6):
+            text = g.observation[f"j{j}"]
+            voice = f" A voice says: go {maze.right_exit(j)}."
+            assert text == f"You are at junction {j} of 5. Exits: north, east. A sign reads '{maze.cue(j)}'." + (
+                voice if maze.hinted(j) else "")
+            voiced, bare = voiced + maze.hinted(j), bare + (not maze.hinted(j))
+    assert voiced > 3 * bare > 0  # 20 of 24 cues hinted
+    with pytest.raises(ValueError, match="n_hinted"):
+        make(ID, n_hinted=25)
 
 
 def test_task_ids_round_trip_and_bad_input_raises():

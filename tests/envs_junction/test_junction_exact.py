@@ -116,7 +116,7 @@ def _rollouts(graph, policy, n, rng, gamma):
 
 
 def test_exact_values_match_monte_carlo_on_a_generated_maze():
-    env = make("agentrl/JunctionMaze-v0", k=5, max_turns=15)  # tight horizon: wasted turns cost
+    env = make("agentrl/JunctionMaze-v0", k=5, max_turns=15, n_exits=3, n_hinted=0)  # tight horizon: wasted turns cost
     env.reset(seed=4)
     graph = env.unwrapped.task_graph()
     policy = _maze_policy(graph)
@@ -138,7 +138,7 @@ def test_exact_values_match_monte_carlo_on_a_generated_maze():
     # with no room to waste turns, a look at the start is worth strictly less than moving on
     assert ev.q(0, graph.start, "look") < ev.q(0, graph.start, onward)
     assert ev.V[15].tolist() == [0.0] * len(ev.states)
-    roomy = make("agentrl/JunctionMaze-v0", k=5, max_turns=24)  # the default horizon: truncation is rare
+    roomy = make("agentrl/JunctionMaze-v0", k=5, max_turns=24, n_exits=3, n_hinted=0)  # the default horizon: truncation is rare
     roomy.reset(seed=4)
     big = roomy.unwrapped.task_graph()
     assert big.states == graph.states and abs(exact_values(big, policy).v(0, big.start) - (8 / 9) ** 5) < 0.002
