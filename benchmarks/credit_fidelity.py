@@ -34,11 +34,11 @@ each sampled action equals log π(a|s), no episode left the graph, and per-state
 frequencies vs π on the most visited states. Output ``--out`` defaults to
 ``results/credit_fidelity_llm.json``.
 
-The committed ``results/credit_fidelity.json`` predates the env's current defaults: it was run on
-3 exits with bare cues (``n_exits=3, n_hinted=0``) and ``--cue-prior 1.3``.
+The committed ``results/credit_fidelity.json`` was run on 3 exits with bare cues, before the env's
+defaults changed for SmolLM2: reproduce it with ``--n-exits 3 --n-hinted 0 --cue-prior 1.3``.
 
 Usage: ``python benchmarks/credit_fidelity.py [--ks 1 5] [--seeds 200] [--iterations 30]
-[--tasks 4] [--group 8] [--lr 0.7] [--workers 2] [--out benchmarks/results/credit_fidelity.json]``;
+[--tasks 4] [--group 8] [--lr 0.7] [--cue-prior 0.7] [--n-exits N] [--n-hinted N] [--workers 2] [--out benchmarks/results/credit_fidelity.json]``;
 ``--summary`` prints the Markdown tables of ``--out``.
 """
 
@@ -72,14 +72,21 @@ ENV_ID = "agentrl/JunctionMaze-v0"
 ORACLE = "oracle"
 KWARGS = {"g2po": {"success_reward": 1.0}, "graphgpo": {"goal_value": 1.0, "gamma": 0.95}}
 METRICS = ("corr", "sign_acc", "failed_credit", "noise_share", "informative_share", "sign_vs_grpo")
-_ENVS: dict[int, gym.Env] = {}
+_ENVS: dict[tuple, gym.Env] = {}
 
 
-def mazes(k: int, seed: int, iteration: int, n_tasks: int) -> list:
+def maze_kwargs(args: argparse.Namespace) -> dict[str, int]:
+    """The env kwargs ``--n-exits`` / ``--n-hinted`` set (the env's defaults where None)."""
+    kw = {"n_exits": getattr(args, "n_exits", None), "n_hinted": getattr(args, "n_hinted", None)}
+    return {k: v for k, v in kw.items() if v is not None}
+
+
+def mazes(k: int, seed: int, iteration: int, n_tasks: int, env_kwargs: dict[str, int] | None = None) -> list:
     """The ``n_tasks`` task graphs of (seed, iteration) from the env's train split."""
-    env = _ENVS.get(k)
+    key = (k, tuple(sorted((env_kwargs or {}).items())))
+    env = _ENVS.get(key)
     if env is None:
-        env = _ENVS[k] = gym.make(ENV_ID, k=k, split="train").unwrapped
+        env = _ENVS[key] = gym.make(ENV_ID, k=k, split="train", **(env_kwargs or {})).unwrapped
     out = []
     for i in range(n_tasks):
         env.reset(seed=(seed * 1009 + iteration) * n_tasks + i)
@@ -131,7 +138,7 @@ def run_seed(job: tuple[int, int, argparse.Namespace]) -> dict:
     arms = list_estimators() + [ORACLE]
     t0 = time.process_time()
     policy, critic = TabularPolicy(lr=args.lr, cue_prior=args.cue_prior, noop_logit=args.noop_logit), TabularCritic()
-    graphs = mazes(k, seed, 0, args.tasks)
+    graphs = mazes(k, seed, 0, args.tasks, maze_kwargs(args))
     critic.fit(play(graphs, policy, args.group, np.random.default_rng([seed, k, 99]), seed=seed))
     batch = play(graphs, policy, args.group, np.random.default_rng([seed, k, 0]), critic, seed=seed)
     a_true = true_advantages(batch, policy)
@@ -145,7 +152,7 @@ def run_seed(job: tuple[int, int, argparse.Namespace]) -> dict:
     for name in arms:
         policy, critic, succ = TabularPolicy(lr=args.lr, cue_prior=args.cue_prior, noop_logit=args.noop_logit), TabularCritic(), []
         for it in range(args.iterations):
-            graphs = mazes(k, seed, it, args.tasks)
+            graphs = mazes(k, seed, it, args.tasks, maze_kwargs(args))
             b = play(graphs, policy, args.group, np.random.default_rng([seed, k, it]), critic, seed=seed)
             succ.append(success_rate(b))
             policy.step(policy_gradient(b, policy, advantages(name, b, policy)))
@@ -299,6 +306,8 @@ def main() -> None:
     ap.add_argument("--cue-prior", type=float, default=0.7,
                     help="initial logit of a junction's right exit (others 0): per-junction success ~0.65 with the "
                          "env's 2 exits (1.3 did that with the 3 exits of results/credit_fidelity.json)")
+    ap.add_argument("--n-exits", type=int, default=None, help="tabular mode: the env's n_exits (default: the env's)")
+    ap.add_argument("--n-hinted", type=int, default=None, help="tabular mode: the env's n_hinted (default: the env's)")
     ap.add_argument("--noop-logit", type=float, default=-3.0, help="initial logit of look/wait")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", default=None, help="default results/credit_fidelity.json (tabular), "
@@ -330,7 +339,7 @@ def main() -> None:
         results = pool.map(run_seed, jobs, chunksize=1)
     data = {"config": {k: v for k, v in vars(args).items() if k not in ("out", "summary", "model", "dtype", "store",
                                                                          "tag")},
-            "env_kwargs": "defaults of agentrl/JunctionMaze-v0 (n_exits 2, n_cues 24, n_hinted 20)",
+            "env_kwargs": maze_kwargs(args) or "defaults of agentrl/JunctionMaze-v0 (n_exits 2, n_cues 24, n_hinted 20)",
             "estimator_kwargs": KWARGS, "date": time.strftime("%Y-%m-%d"), "host": platform.node(),
             "wall_s": time.time() - t0, "cpu_s_per_seed": float(np.mean([r["cpu_s"] for r in results])),
             "load": [load0, os.getloadavg()[0]], "by_k": aggregate(results, args.ks)}
