@@ -51,7 +51,8 @@ from agentrl.registry import closest
 __all__ = [
     "ConfigError", "RunConfig", "EnvConfig", "LoraSpec", "PolicyConfig", "HarnessConfig", "TreeConfig", "RolloutConfig",
     "AlgorithmConfig", "UpdateConfig", "LogConfig", "Config", "load_config", "config_from_dict",
-    "apply_overrides", "validate_config", "to_dict", "dump_config", "resolve_rollout_correction", "VLLMSpec",
+    "apply_overrides", "validate_config", "to_dict", "dump_config", "resolve_rollout_correction",
+    "resolve_master_weights", "VLLMSpec",
 ]
 
 
@@ -292,7 +293,8 @@ def validate_config(cfg: Config, *, check_registries: bool = True) -> Config:
     """Check names against the registries and return ``cfg`` with defaults in effect filled.
 
     Fills ``update.sum_norm_tokens`` (default ``policy.max_tokens``), resolves
-    ``update.rollout_correction: auto`` (``resolve_rollout_correction``) and fills the
+    ``update.rollout_correction: auto`` (``resolve_rollout_correction``) and
+    ``update.master_weights: auto`` (``resolve_master_weights``), and fills the
     estimator's keyword defaults into ``algorithm.kwargs``. With ``check_registries`` (default) the env
     id must be registered (P10) and the estimator kwargs must bind to its signature.
     Raises:
@@ -306,6 +308,7 @@ def validate_config(cfg: Config, *, check_registries: bool = True) -> Config:
         update = dataclasses.replace(update, sum_norm_tokens=cfg.policy.max_tokens)
     if update.rollout_correction == "auto":
         update = dataclasses.replace(update, rollout_correction=resolve_rollout_correction(cfg))
+    update = dataclasses.replace(update, master_weights=resolve_master_weights(cfg))
     algorithm = cfg.algorithm
     _validate_out_dir(cfg.run.out_dir, cfg.run.name)
     if check_registries:
@@ -344,6 +347,22 @@ def _validate_group_by_version(name: str, on: bool) -> None:
         registry.check_group_by_version(name)
     except ValueError as exc:
         raise ConfigError(f"algorithm.group_by_version: {exc}") from None
+
+
+def resolve_master_weights(cfg: Config) -> str:
+    """``update.master_weights`` in effect: ``auto`` is ``on`` for full fine-tuning (no LoRA) with
+    a half-precision ``policy.dtype``, else ``off``.
+
+    Raises:
+        ConfigError: ``on`` with LoRA (peft's adapters are float32 already) or with
+            ``policy.dtype: float32`` (float32 weights are their own masters).
+    """
+    mode, half = cfg.update.master_weights, cfg.policy.dtype != "float32"
+    if mode == "on" and (cfg.policy.lora is not None or not half):
+        why = "LoRA adapters are float32 already" if cfg.policy.lora is not None else "policy.dtype is float32"
+        raise ConfigError(f"update.master_weights: on is for full fine-tuning in bfloat16/float16, but {why}; "
+                          "set update.master_weights: auto (or off)")
+    return ("on" if half and cfg.policy.lora is None else "off") if mode == "auto" else mode
 
 
 def _validate_tree_estimator(name: str, sampler: str) -> None:

@@ -331,6 +331,12 @@ class UpdateConfig:
     product of its tokens' ρ, on all its tokens). Masked tokens stay in the denominators.
     Every mode, ``none`` included, logs ``correction/kl`` (the trainer–sampler KL, measured by
     one forward pass without gradients per update phase).
+
+    ``master_weights``: ``auto`` (default: ``on`` for full fine-tuning with a bfloat16/float16
+    ``policy.dtype``, else ``off``; resolved when the config is loaded) | ``on``: the trained
+    parameters are float32 masters computing in ``policy.dtype`` (FSDP2 mixed precision, or
+    autocast in one process; engines get ``policy.dtype`` weights), so AdamW steps below half a
+    bf16 spacing accumulate (``agentrl.update.master_weights``) | ``off``: train in ``policy.dtype``.
     """
 
     loss: str = "ppo_clip"
@@ -360,6 +366,7 @@ class UpdateConfig:
     correction_level: Literal["token", "sequence"] = "token"
     correction_high: float = 2.0
     correction_low: float = 0.5
+    master_weights: Literal["auto", "on", "off"] = "auto"
 
     def __post_init__(self) -> None:
         _check(0 <= self.clip_low < 1 and self.clip_high >= 0, "update.clip_low must be in [0, 1) and clip_high >= 0")

@@ -14,15 +14,16 @@ and the distributed checkpoints (``torch.distributed.checkpoint``, resumable wit
 world size) in ``agentrl.update.checkpoint``; both take a ``DistContext`` as their ``dp``.
 
 Also: the policy of a data-parallel run (``distribute_policy``: sharded trainer on every rank,
-an unsharded engine copy on rank 0 that samples and evaluates).
+an unsharded engine copy on rank 0 that samples and evaluates; ``trained_policy``: that, LoRA
+and float32 master weights for the loop, in one process too).
 
 May import: torch, agentrl.update, agentrl.llm, agentrl L0. Never imports rollout, store or credit.
 """
 
 from agentrl.distributed.context import DistContext
 from agentrl.distributed.parallel import decoder_layers, parallelize
-from agentrl.distributed.policy import distribute_policy, engine_copy
+from agentrl.distributed.policy import distribute_policy, engine_copy, trained_policy
 from agentrl.distributed.weights import inference_state, iter_inference_weights
 
-__all__ = ["DistContext", "decoder_layers", "parallelize", "distribute_policy", "engine_copy", "inference_state",
-           "iter_inference_weights"]
+__all__ = ["DistContext", "decoder_layers", "parallelize", "distribute_policy", "engine_copy", "trained_policy",
+           "inference_state", "iter_inference_weights"]

@@ -8,6 +8,12 @@ gradient reduction is a plain **sum** over ranks (divide factor 1), because the 
 step already divides every rank's loss by denominators counted over all ranks
 (``agentrl.update.step.update(..., dp=ctx)``): the summed gradient is then exactly the
 gradient of the 1-process loss.
+
+A model with float32 master parameters (``agentrl.update.master_weights.keep_master_weights``)
+is sharded with ``MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=float32)``:
+the float32 shards are the masters the optimizer steps, each layer is all-gathered in the half
+dtype and runs forward and backward in it, and its gradients are reduce-scattered and
+accumulated in float32.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from agentrl.distributed.context import DistContext
+from agentrl.update.master_weights import compute_dtype
 
 __all__ = ["decoder_layers", "parallelize"]
 
@@ -49,7 +56,8 @@ def parallelize(model: torch.nn.Module, ctx: DistContext, *, reshard_after_forwa
 
     The model must already be on ``ctx.device``, in its training dtype, with LoRA adapters
     and gradient checkpointing applied (``agentrl.update.lora.prepare_policy``): wrap last.
-    Build the optimizer after wrapping (it must hold the sharded parameters).
+    Build the optimizer after wrapping (it must hold the sharded parameters). Float32 masters
+    with a ``compute_dtype`` compute in it (see the module docstring).
 
     Args:
         reshard_after_forward: free each layer's gathered weights after its forward (less
@@ -59,11 +67,13 @@ def parallelize(model: torch.nn.Module, ctx: DistContext, *, reshard_after_forwa
     """
     if not ctx.distributed:
         return model
-    from torch.distributed.fsdp import FSDPModule, fully_shard
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
+    half = compute_dtype(model)
+    mp = MixedPrecisionPolicy(param_dtype=half, reduce_dtype=torch.float32) if half else MixedPrecisionPolicy()
     for layer in decoder_layers(model):
-        fully_shard(layer, reshard_after_forward=reshard_after_forward)
-    fully_shard(model, reshard_after_forward=reshard_after_forward)
+        fully_shard(layer, reshard_after_forward=reshard_after_forward, mp_policy=mp)
+    fully_shard(model, reshard_after_forward=reshard_after_forward, mp_policy=mp)
     for m in model.modules():
         if isinstance(m, FSDPModule):
             m.set_gradient_divide_factor(1.0)  # sum, not mean: the loss already has global denominators

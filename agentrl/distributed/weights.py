@@ -7,7 +7,8 @@ dict onto rank 0's CPU (engine workers apart from the trainer, checkpoints' expo
 ``iter_inference_weights`` streams one parameter at a time to **every** rank, on its own device
 (all-gathered there, LoRA merged there), for the engine each rank rolls out with — nothing
 goes through rank 0 or the CPU, and at most one parameter (with its adapters) is gathered at
-a time.
+a time. Float32 masters of a half-precision run (``agentrl.update.master_weights``) leave
+both ways cast to the model's ``compute_dtype``, the dtype the engines sample in.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from agentrl.distributed.context import DistContext
 from typing import Iterator
 
 from agentrl.update.lora import inference_state_dict, iter_merged, merge_lora_state
+from agentrl.update.master_weights import to_compute_dtype
 
 __all__ = ["inference_state", "iter_inference_weights"]
 
@@ -36,7 +38,8 @@ def inference_state(model: torch.nn.Module, ctx: DistContext) -> dict[str, torch
         full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if not ctx.is_main:
             return None
-        return merge_lora_state(full, model) if hasattr(model, "get_base_model") else full
+        full = merge_lora_state(full, model) if hasattr(model, "get_base_model") else full
+        return {k: to_compute_dtype(model, v) for k, v in full.items()}
     return inference_state_dict(model)
 
 
@@ -56,4 +59,4 @@ def iter_inference_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.
         return value.full_tensor() if hasattr(value, "full_tensor") else value
 
     for name, value, _ in iter_merged(list(state.keys()), full, model):
-        yield name, value.detach()
+        yield name, to_compute_dtype(model, value.detach())

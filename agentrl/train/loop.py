@@ -26,7 +26,7 @@ from agentrl.config import Config, ConfigError, to_dict
 from agentrl.credit import check_success_reward, compute_advantages, get_estimator
 from agentrl.credit.stats import advantage_stats
 from agentrl.credit.versions import version_mixing
-from agentrl.distributed import DistContext, distribute_policy, engine_copy
+from agentrl.distributed import DistContext, trained_policy
 from agentrl.env.panels import Panel
 from agentrl.eval import EvalResult, eval_panel, evaluate, fresh_run_id, record_panel
 from agentrl.llm.models import resolve_model
@@ -45,7 +45,6 @@ from agentrl.train.steps import (collect_iteration, open_engines, open_pool, ope
 from agentrl.train.sync import SyncCheck, synced
 from agentrl.types import TurnTable
 from agentrl.update.checkpoint import TrainState, load_checkpoint, save_checkpoint
-from agentrl.update.lora import prepare_policy
 from agentrl.update.step import make_optimizer
 
 CONSOLE_KEYS = ("rollout/success_rate", "rollout/mean_return", "rollout/mean_turns", "rollout/invalid_rate",
@@ -262,14 +261,8 @@ def start_run(cfg: Config, run_dir: Path, resume: bool, ctx: DistContext | None 
     ckpt, refused = ctx.broadcast_object((ckpt, refused))  # every rank resumes from the checkpoint rank 0 found
     if refused is not None:
         raise ConfigError(refused)
-    policy = load_policy(cfg.policy)
-    # every rank's own engine (before LoRA: plain HF names); a vLLM engine is one already
-    sampler = engine_copy(policy) if ctx.distributed and policy.shares_weights else None
-    policy.model = prepare_policy(policy.model, cfg.update, cfg.policy.lora)
-    if policy.shares_weights:
-        policy.engine.model = policy.model
-    if ctx.distributed:
-        policy = distribute_policy(policy, ctx, sampler)
+    # LoRA / float32 masters / FSDP2; an engine copy per rank (and in one process with masters)
+    policy = trained_policy(load_policy(cfg.policy), cfg, ctx)
     optimizer = make_optimizer(policy.model, cfg.update.lr, cfg.update.weight_decay)
     critic = make_critic(cfg) if needs_critic else None  # before the checkpoint restores the RNG (its head draws)
     dp = ctx if ctx.distributed else None

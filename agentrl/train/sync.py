@@ -156,7 +156,8 @@ class SyncCheck:
         if mode == "never" or (mode == "auto" and policy.shares_weights and not cfg.rollout.engines):
             return None
         prompt, completion = probe_tokens(policy.renderer)
-        tol = cfg.rollout.sync_probe_tol or default_tolerance(policy.model)
+        # the engines' dtype: float32 masters (update.master_weights) sample in policy.dtype
+        tol = cfg.rollout.sync_probe_tol or (default_tolerance(policy.model) if cfg.policy.dtype == "float32" else 0.5)
         return cls(prompt, completion, tol, always=mode == "always")
 
     def engine_scores(self, policy: Policy, engines, local: bool) -> list[tuple[str, np.ndarray]]:

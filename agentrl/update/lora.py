@@ -12,6 +12,7 @@ import torch
 from agentrl.config import LoraSpec, UpdateConfig
 from agentrl.update.batch import TrainBatch
 from agentrl.update.logprobs import batch_logprobs
+from agentrl.update.master_weights import to_compute_dtype
 
 __all__ = ["apply_lora", "prepare_policy", "reference_logprobs", "inference_state_dict", "merge_lora_state",
            "iter_merged"]
@@ -87,14 +88,15 @@ def inference_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The weights an inference engine needs, under the plain HF parameter names: for a peft
     LoRA model its own state dict merged out of place (``merge_lora_state``; the training
     model is never touched, so repeated calls leave its weights bit-identical — an in-place
-    merge + unmerge drifts them in bf16); a plain model returns its ``state_dict()``.
+    merge + unmerge drifts them in bf16); a plain model returns its ``state_dict()`` (float32
+    masters cast to their ``compute_dtype``, ``agentrl.update.master_weights``).
     Shape: one tensor per parameter, as in the base model.
 
     Raises:
         NotImplementedError: see ``merge_lora_state``.
     """
     if not hasattr(model, "get_base_model"):
-        return dict(model.state_dict())
+        return {k: to_compute_dtype(model, v) for k, v in model.state_dict().items()}
     return merge_lora_state(model.state_dict(), model)
 
 

@@ -10,7 +10,17 @@ rounded to the parameter's dtype — small updates accumulate in float32 until t
 
 It is used where agentrl trains full half-precision weights outside the DCP checkpoint of the
 policy: turn-PPO's critic (``agentrl.train.critic.make_critic``, saved in ``critic.pt`` with its
-masters). The policy trains LoRA adapters, which peft keeps in float32.
+masters). LoRA adapters need none: peft keeps them in float32.
+
+The policy's full fine-tuning (``update.master_weights``) keeps its masters differently: the
+**parameters themselves** are float32 (``keep_master_weights``) and only the compute runs in
+half precision — under FSDP2 by ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``
+(``agentrl.distributed.parallelize`` reads ``compute_dtype``), in one process by
+``torch.autocast`` around the model's forward. A plain AdamW then steps float32 tensors, and
+DCP checkpoints the float32 parameters and moments by name like any float32 run (the same files
+from N ranks or one process). The engines still get half-precision weights: the weight streams
+cast to ``compute_dtype`` at their source (``agentrl.update.lora.inference_state_dict``,
+``agentrl.distributed.weights``).
 """
 
 from __future__ import annotations
@@ -19,7 +29,8 @@ from collections.abc import Iterable
 
 import torch
 
-__all__ = ["HALF_DTYPES", "MasterAdamW", "needs_master_weights"]
+__all__ = ["HALF_DTYPES", "MasterAdamW", "needs_master_weights", "keep_master_weights", "compute_dtype",
+           "to_compute_dtype"]
 
 #: Weight dtypes whose small updates round away without a float32 master copy.
 HALF_DTYPES = (torch.bfloat16, torch.float16)
@@ -88,3 +99,61 @@ class MasterAdamW(torch.optim.Optimizer):
         for m, saved in zip(self.masters, masters):
             m.copy_(saved)
         self.inner.load_state_dict(state_dict["inner"])
+
+
+#: Attribute of a model whose float32 parameters are masters: the half dtype it computes in.
+_COMPUTE_DTYPE = "agentrl_compute_dtype"
+
+
+def compute_dtype(model: torch.nn.Module) -> torch.dtype | None:
+    """The half dtype ``model`` computes in over float32 master parameters (``keep_master_weights``),
+    or None for a model that computes in its parameters' own dtype."""
+    return getattr(model, _COMPUTE_DTYPE, None)
+
+
+def to_compute_dtype(model: torch.nn.Module, tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` (a weight of ``model`` on its way to an inference engine) cast to the model's
+    ``compute_dtype`` (a new tensor), unchanged when the model has none or it is not floating."""
+    dtype = compute_dtype(model)
+    return tensor.to(dtype) if dtype is not None and tensor.is_floating_point() else tensor
+
+
+def keep_master_weights(model: torch.nn.Module, dtype: torch.dtype, *, autocast: bool) -> torch.nn.Module:
+    """Make ``model``'s parameters (and buffers) float32 masters that compute in ``dtype`` (in
+    place; returns the same object). Call it after gradient checkpointing is set up and before
+    ``agentrl.distributed.parallelize``, which then shards the float32 parameters with
+    ``MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=float32)``.
+
+    Args:
+        model: an HF causal LM without LoRA adapters (full fine-tuning), any dtype.
+        dtype: ``torch.bfloat16`` or ``torch.float16``: the forward/backward compute dtype and
+            the dtype the engines are given (``to_compute_dtype``).
+        autocast: True in one process (no FSDP2): every call of the model runs under
+            ``torch.autocast(device, dtype)`` (a pre-hook enters it, an always-called hook
+            leaves it; hooks registered later with ``prepend=True``, like the update's LM-head
+            hook, run inside). False when FSDP2 will cast instead.
+    Raises:
+        ValueError: ``dtype`` is not half precision, or the model has LoRA adapters.
+    """
+    if dtype not in HALF_DTYPES:
+        raise ValueError(f"master weights compute in bfloat16 or float16, got {dtype}; float32 weights need none")
+    if hasattr(model, "get_base_model"):
+        raise ValueError("master weights are for full fine-tuning; LoRA adapters are float32 already "
+                         "(set update.master_weights: auto or off)")
+    model.to(torch.float32)
+    setattr(model, _COMPUTE_DTYPE, dtype)
+    if autocast:
+        device = next(model.parameters()).device.type
+        active: list = []
+
+        def enter(module, args):
+            ctx = torch.autocast(device_type=device, dtype=dtype)
+            ctx.__enter__()
+            active.append(ctx)
+
+        def leave(module, args, output):
+            active.pop().__exit__(None, None, None)
+
+        model.register_forward_pre_hook(enter)
+        model.register_forward_hook(leave, always_call=True)
+    return model

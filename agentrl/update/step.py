@@ -84,8 +84,8 @@ def make_optimizer(model: torch.nn.Module, lr: float, weight_decay: float = 0.0,
     matrices only (ndim ≥ 2), not to biases and norm gains.
 
     Logs a warning when trained weights are bf16/fp16 (full fine-tuning in half precision:
-    small updates round away; ``agentrl.update.master_weights`` has the float32-master optimizer
-    the critic uses).
+    small updates round away; ``agentrl.update.master_weights`` has the float32 masters that
+    ``update.master_weights`` keeps for the policy and the optimizer the critic uses).
 
     Raises:
         ValueError: the model has no trainable parameter.
@@ -98,7 +98,8 @@ def make_optimizer(model: torch.nn.Module, lr: float, weight_decay: float = 0.0,
         logging.getLogger(__name__).warning(
             "%d of the %d trained weights are half precision: AdamW steps them without a float32 copy, so an update "
             "below ~0.4 %% of a bf16 weight rounds away (at lr 1e-5 most entries never move); train LoRA adapters "
-            "(float32) or set policy.dtype: float32 for full fine-tuning", half, sum(p.numel() for p in params))
+            "(float32), set update.master_weights: on, or policy.dtype: float32 for full fine-tuning", half,
+            sum(p.numel() for p in params))
     groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
               {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
     return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=betas)
