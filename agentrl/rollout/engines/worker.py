@@ -1,8 +1,9 @@
 """``EngineWorker``: the body of one rollout engine worker, run inside its process or actor.
 
-An ``HFEngine`` loaded from the policy's folder in the policy dtype, its chat renderer and its
-own ``EnvPool``; it plays the shard configs it is given (``agentrl.rollout.engines.interface``).
-No torch at import (the engine module is imported lazily when the worker starts).
+An ``HFEngine`` (or, with ``EngineSpec.engine == "vllm"``, a ``VLLMEngine``) loaded from the
+policy's folder in the policy dtype, its chat renderer and its own ``EnvPool``; it plays the
+shard configs it is given (``agentrl.rollout.engines.interface``). No torch at import (the
+engine module is imported lazily when the worker starts).
 """
 
 from __future__ import annotations
@@ -33,12 +34,8 @@ class EngineWorker:
         from transformers import AutoTokenizer
 
         from agentrl.llm.chat import ChatRenderer
-        from agentrl.llm.hf import HFEngine
 
-        self.engine = HFEngine.from_pretrained(spec.model, dtype=spec.dtype, device=spec.device,
-                                               num_threads=spec.num_threads, max_context=spec.max_context,
-                                               prefix_cache_mb=spec.prefix_cache_mb,
-                                               decode_attention=spec.decode_attention)
+        self.engine = build_engine(spec)
         self.renderer = ChatRenderer(AutoTokenizer.from_pretrained(spec.model))
         self.load(state, version)
         self._pool, self._pool_key = None, None
@@ -75,3 +72,33 @@ class EngineWorker:
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+
+
+def build_engine(spec: EngineSpec):
+    """The worker's engine: ``HFEngine`` or ``VLLMEngine`` (``spec.engine``) from ``spec.model``
+    in ``spec.dtype`` on ``spec.device``. A vLLM worker has its device to itself: sleep mode
+    stays off unless ``policy.vllm.enable_sleep_mode`` asks for it.
+
+    Raises:
+        ValueError: an engine other than hf / vllm. ModuleNotFoundError: vllm not installed.
+    """
+    if spec.engine == "hf":
+        from agentrl.llm.hf import HFEngine
+
+        return HFEngine.from_pretrained(spec.model, dtype=spec.dtype, device=spec.device, num_threads=spec.num_threads,
+                                        max_context=spec.max_context, prefix_cache_mb=spec.prefix_cache_mb,
+                                        decode_attention=spec.decode_attention)
+    if spec.engine != "vllm":
+        raise ValueError(f"engine workers run policy.engine hf or vllm, got {spec.engine!r}")
+    from dataclasses import replace
+
+    from agentrl.config_vllm import VLLMSpec
+    from agentrl.llm.vllm import VLLMEngine
+    from agentrl.llm.vllm_setup import engine_kwargs
+
+    vspec = spec.vllm or VLLMSpec()
+    vspec = replace(vspec, enable_sleep_mode=bool(vspec.enable_sleep_mode))
+    kw = engine_kwargs(vspec, device=spec.device, model_dir=spec.model)
+    if spec.max_context is not None:
+        kw["max_context"] = spec.max_context
+    return VLLMEngine.from_pretrained(spec.model, dtype=spec.dtype, constrained=spec.constrained, **kw)
