@@ -35,38 +35,8 @@ from typing import Callable, Mapping, Sequence
 from agentrl.rollout.collector import CollectConfig
 from agentrl.rollout.engines.interface import (EngineSpec, EngineWorkerError, WorkerScore, aborted_episodes,
                                                place_workers, shard_config, shard_groups)
-from agentrl.rollout.engines.worker import EngineWorker
+from agentrl.rollout.engines.worker import EngineWorker, receiver_device, worker_environment
 from agentrl.types import Episode
-
-#: torchrun's variables, dropped in a worker (its engine is no rank of the trainer's group).
-_LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
-                  "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
-
-
-def worker_environment(spec: EngineSpec) -> None:
-    """Prepare a worker process's environment before anything starts CUDA: its
-    ``CUDA_VISIBLE_DEVICES`` (``spec.visible_devices``; None keeps the parent's) and no
-    torchrun variables.
-
-    Raises:
-        RuntimeError: CUDA was already initialised in this process (the device map would not apply).
-    """
-    import sys
-
-    for var in _LAUNCHER_VARS:
-        os.environ.pop(var, None)
-    if spec.visible_devices is None:
-        return
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
-        raise RuntimeError("CUDA started in the engine worker before its CUDA_VISIBLE_DEVICES was set")
-    os.environ["CUDA_VISIBLE_DEVICES"] = spec.visible_devices
-
-
-def receiver_device(spec: EngineSpec, backend: str) -> str:
-    """Where an engine receives weight buckets: its CUDA device under NCCL, else the CPU."""
-    return spec.device if backend == "nccl" else "cpu"
-
 
 def _serve(conn, spec: EngineSpec, address, rank: int, layout) -> None:
     """Worker process loop: set the environment, build the engine, join the weight group at
