@@ -116,16 +116,21 @@ def production_config(cfg: Config, k: int) -> CollectConfig:
                    group_offset=k * r.groups_per_iteration, progress=False)
 
 
-def open_stream(cfg: Config, policy: Policy, start: int, store: TurnStore | None = None) -> EngineStream:
+def open_stream(cfg: Config, policy: Policy, start: int, store: TurnStore | None = None,
+                probe: tuple | None = None) -> EngineStream:
     """The engine workers of ``open_engines`` behind an ``EngineStream`` (asynchronous rollouts,
     ``rollout.max_staleness`` ≥ 1), producing from iteration ``start`` on — or, on a resume,
-    from the first production whose ids are not in ``store`` yet. Close it with ``.close()``."""
+    from the first production whose ids are not in ``store`` yet. ``probe``: (prompt ids,
+    completion ids) every worker scores after each weight load (``SyncCheck.check_reports``).
+    Close it with ``.close()``."""
     r = cfg.rollout
     last = store.max_episode_id(cfg.run.name) if store is not None else None
     if last is not None:
         start = max(start, last // (r.groups_per_iteration * r.group_size) + 1)
     workers = open_engines(cfg, policy)
     try:
+        if probe is not None:
+            workers.set_probe(*probe)
         return EngineStream(workers, lambda k: production_config(cfg, k), start=start, max_staleness=r.max_staleness,
                             n_groups=r.groups_per_iteration, mode=r.on_weight_update)
     except BaseException:

@@ -56,6 +56,7 @@ def _serve(conn, spec: EngineSpec, address, rank: int, layout) -> None:
         conn.send(("init_error", traceback.format_exc()))
         return
     conn.send(("ready", os.getpid()))
+    probe = None
     while True:
         try:
             cmd, arg = conn.recv()
@@ -70,7 +71,8 @@ def _serve(conn, spec: EngineSpec, address, rank: int, layout) -> None:
             elif cmd == "stream":  # asynchronous rollouts: more plans may arrive while this one plays
                 from agentrl.rollout.engines.stream_worker import StreamClosed, WorkerHooks
 
-                hooks = WorkerHooks(conn, weights, worker.engine, mode=arg[1])
+                hooks = WorkerHooks(conn, weights, worker.engine, mode=arg[1],
+                                    on_load=lambda v: probe and conn.send(("probe", (v, worker.score(*probe)[0]))))
                 hooks.pull()
                 try:
                     eps = worker.collect(arg[0], on_episode=lambda ep: conn.send(("episode", ep)), hooks=hooks)
@@ -82,6 +84,9 @@ def _serve(conn, spec: EngineSpec, address, rank: int, layout) -> None:
                 conn.send(("weights_ok", weights.load_into(worker.engine)))
             elif cmd == "score":
                 conn.send(("score", worker.score(*arg)))
+            elif cmd == "probe":  # asynchronous rollouts: score these tokens after every load
+                probe = arg
+                conn.send(("probe_ok", None))
             elif cmd == "env":
                 conn.send(("env", (os.environ.get("CUDA_VISIBLE_DEVICES"), spec.device)))
         except (BrokenPipeError, EOFError):
@@ -148,7 +153,7 @@ class ProcessEngineWorkers:
         self._conns: list = [None] * n
         self._pids: list[int | None] = [None] * n
         self._closed = False
-        self._lock, self._restarted = threading.RLock(), set()  # restarted by publish, not yet reported
+        self._lock, self._restarted, self.probe = threading.RLock(), set(), None  # restarted by publish, not yet reported
         self._finalizer = weakref.finalize(self, _stop, self._procs, self._conns, self._sender)
         address = self._sender.open()
         for i in range(n):
@@ -211,6 +216,9 @@ class ProcessEngineWorkers:
             self._form()
             self._sender.resend()
             self.restarts += 1
+            if self.probe is not None:  # its "probe_ok" goes to the stream, which ignores it
+                self._ready(i)
+                self._conns[i].send(("probe", self.probe))
 
     def pids(self) -> list[int]:
         for i in range(self.n):
@@ -316,6 +324,12 @@ class ProcessEngineWorkers:
                     self._restarted.add(i)
                 if self._sender.broken:
                     raise EngineWorkerError(f"the weight broadcast of version {version} failed: {exc}") from None
+
+    def set_probe(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> None:
+        """Have every worker score these tokens after each weight load of an asynchronous
+        stream and report ``("probe", (version, float32[C] logprobs))`` (``SyncCheck``)."""
+        self.probe = ([int(x) for x in prompt_ids], [int(x) for x in completion_ids])
+        self._ask_all(("probe", self.probe), "probe_ok")
 
     def worker_env(self) -> list[tuple[str | None, str]]:
         """Each worker's (``CUDA_VISIBLE_DEVICES`` inside its process, its engine's device)."""

@@ -115,7 +115,7 @@ class _EngineActor:
             cmd, arg = self._inbox.recv()
             if cmd == "close":
                 return
-            hooks = WorkerHooks(self._inbox, self.weights, self.worker.engine, mode=arg[1])
+            hooks = WorkerHooks(self._inbox, self.weights, self.worker.engine, mode=arg[1], on_load=self._probed)
             try:
                 hooks.pull()
                 eps = self.worker.collect(arg[0], on_episode=lambda ep: self._outbox.put(("episode", ep)), hooks=hooks)
@@ -125,6 +125,14 @@ class _EngineActor:
                 self._outbox.put(("error", traceback.format_exc()))
                 continue
             self._outbox.put(("done", len(eps)))
+
+    def set_probe(self, prompt_ids: list[int], completion_ids: list[int]) -> None:
+        """Score these tokens after every load of the stream (reported as ``("probe", (v, lp))``)."""
+        self.probe = (prompt_ids, completion_ids)
+
+    def _probed(self, version: int) -> None:
+        if getattr(self, "probe", None) is not None:
+            self._outbox.put(("probe", (version, self.worker.score(*self.probe)[0])))
 
     def poll(self, max_wait_s: float) -> list:
         """The stream's messages so far, waiting up to ``max_wait_s`` for the first."""
@@ -176,7 +184,7 @@ class RayEngineWorkers:
         self._actors: list = [None] * n
         self._pids: list[int | None] = [None] * n
         self._polls: dict[int, object] = {}
-        self._lock, self._closed = threading.RLock(), False
+        self._lock, self._closed, self.probe = threading.RLock(), False, None
         try:
             ray.get(self.placement_group.ready(), timeout=start_timeout_s)
         except Exception as exc:
@@ -223,6 +231,8 @@ class RayEngineWorkers:
             self._sender.resend()
             self._ray.get(join, timeout=self.start_timeout_s)
             self.restarts += 1
+            if self.probe is not None:
+                self._actors[i].set_probe.remote(*self.probe)
 
     def pids(self) -> list[int]:
         for i, a in enumerate(self._actors):
@@ -305,6 +315,11 @@ class RayEngineWorkers:
         answers = self._get_all({i: a.score.remote(p, c) for i, a in enumerate(self._actors)})
         answers.update({i: self._ray.get(self._actors[i].score.remote(p, c)) for i in range(self.n) if i not in answers})
         return [WorkerScore(i, *answers[i]) for i in range(self.n)]
+
+    def set_probe(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> None:
+        """``ProcessEngineWorkers.set_probe`` for actors."""
+        p, c = self.probe = [int(x) for x in prompt_ids], [int(x) for x in completion_ids]
+        self._ray.get([a.set_probe.remote(p, c) for a in self._actors], timeout=self.answer_timeout_s)
 
     # ------------------------------------------------------- asynchronous stream (EngineStream)
     def send(self, i: int, msg: tuple) -> None:
