@@ -395,7 +395,10 @@ class WeightReceiver:
         return out
 
     def close(self) -> None:
-        """Stop the receiver thread (it leaves at its next look at the store)."""
+        """Stop the receiver thread (it leaves at its next look at the store; waited for up to
+        1 s, so a process can exit without a thread inside the group)."""
         with self._cv:
             self._stop = True
             self._cv.notify_all()
+        if self._thread is not threading.current_thread():
+            self._thread.join(1.0)
