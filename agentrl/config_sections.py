@@ -199,6 +199,23 @@ class TreeConfig:
         _check(self.siblings >= 2, "rollout.tree.siblings must be >= 2 (the base continuation plus >= 1 new one)")
 
 
+def _check_engine_devices(r) -> None:
+    """``rollout.engine_devices`` / ``engine_gpus`` against ``engines`` and ``backend``."""
+    devices = r.engine_devices
+    if devices is not None:
+        _check(r.backend == "local", "rollout.engine_devices places local engine workers; with rollout.backend: "
+               "ray set rollout.engine_gpus (GPUs per engine actor) instead")
+        _check(len(devices) == r.engines, f"rollout.engine_devices has {len(devices)} entries for "
+               f"rollout.engines={r.engines}; give one device per engine worker (e.g. [cuda:1, cuda:2])")
+        for d in devices:
+            ok = d == "cpu" or (str(d).startswith("cuda:") and str(d)[5:].isdigit())
+            _check(ok, f"rollout.engine_devices entry {d!r} is not cpu or cuda:N (N counted in the "
+                   "trainer's CUDA_VISIBLE_DEVICES)")
+    _check(r.engine_gpus >= 0, "rollout.engine_gpus must be >= 0 (GPUs per Ray engine actor)")
+    _check(r.engine_gpus == 0 or r.backend == "ray", "rollout.engine_gpus reserves GPUs for Ray engine actors; "
+           "with rollout.backend: local give rollout.engine_devices (one device per worker) instead")
+
+
 @dataclass(frozen=True)
 class RolloutConfig:
     """``rollout``: ``groups_per_iteration`` task instances × ``group_size`` episodes each,
@@ -215,8 +232,13 @@ class RolloutConfig:
     worker, every (episode, turn) sampled from its own seed (the same episodes for any K);
     the trainer pushes versioned weights to them after every update
     (``agentrl.rollout.engines.interface``). Chains only (no tree / rtpo sampler, no harness).
-    ``max_staleness``: 0 (default) is the synchronous loop; S ≥ 1 (needs ``engines`` ≥ 1 and
-    ``backend: local``) lets the engine workers run up to S policy versions ahead of the
+    ``policy.engine`` (``hf`` | ``vllm``) is the workers' engine too. ``engine_devices`` (local
+    workers): one device per worker (``[cuda:1, cuda:2]``: worker k's process sees only that GPU,
+    ``CUDA_VISIBLE_DEVICES`` set before CUDA starts, and uses it as ``cuda:0``; ``cpu`` entries
+    stay on the CPU); null = every worker on ``policy.device``. ``engine_gpus`` (Ray engine
+    actors): GPUs each actor reserves in a placement group (Ray then shows it only those; its
+    engine uses ``cuda``); 0 = CPU actors.
+    ``max_staleness``: 0 (default) is the synchronous loop; S ≥ 1 (needs ``engines`` ≥ 1) lets the engine workers run up to S policy versions ahead of the
     trainer: an iteration trains only groups whose every turn was sampled within S versions
     of the trainer's, older ones are dropped and counted (``agentrl.rollout.engines.stream``).
     ``on_weight_update`` (S ≥ 1): ``continue`` — episodes in flight go on under the new
@@ -245,6 +267,8 @@ class RolloutConfig:
     tree: TreeConfig = field(default_factory=TreeConfig)
     backend: Literal["local", "ray"] = "local"
     engines: int = 0
+    engine_devices: Optional[tuple[str, ...]] = None
+    engine_gpus: float = 0.0
     max_staleness: int = 0
     on_weight_update: Literal["continue", "drain"] = "continue"
     turn_seeds: bool = False
@@ -258,9 +282,10 @@ class RolloutConfig:
                "rollout.sync_probe_tol must be > 0 (max |logprob gap| in nats) or null for the dtype's default")
         _check(self.sync_timeout_s > 0, "rollout.sync_timeout_s must be > 0 seconds")
         _check(self.max_staleness >= 0, "rollout.max_staleness must be >= 0 (0 = synchronous rollouts)")
-        _check(self.max_staleness == 0 or (self.engines >= 1 and self.backend == "local"),
+        _check(self.max_staleness == 0 or self.engines >= 1,
                f"rollout.max_staleness={self.max_staleness} needs engine workers apart from the trainer: set "
-               "rollout.engines >= 1 with rollout.backend: local (or max_staleness: 0 for synchronous rollouts)")
+               "rollout.engines >= 1 (or max_staleness: 0 for synchronous rollouts)")
+        _check_engine_devices(self)
         _check(self.engines == 0 or (self.sampler == "chain" and self.harness is None),
                f"rollout.engines={self.engines} runs chain rollouts only; set rollout.sampler: chain without "
                "rollout.harness, or rollout.engines: 0 for trees, RTPO and external harnesses")

@@ -1,4 +1,6 @@
-"""Weight transport from the trainer to engine workers (torch; ``agentrl.rollout`` stays torch-free).
+"""Weight transport through shared memory (torch; ``agentrl.rollout`` stays torch-free). Engine
+workers use the broadcast group of ``agentrl.llm.weight_broadcast`` since issue 37; this buffer
+stays for single-machine comparisons (``benchmarks/weight_push.py``) and ``spawn_context``.
 
 ``SharedWeights`` holds one copy of the inference state dict that every local engine
 worker process can read: CPU tensors are allocated once in shared memory

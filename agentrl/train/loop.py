@@ -99,7 +99,8 @@ class RunParts:
         """The run's engine workers (None when ``rollout.engines`` is 0); with
         ``rollout.max_staleness`` ≥ 1 an ``EngineStream`` producing from ``iteration`` on."""
         if self.engines is None and cfg.rollout.engines:
-            self.engines = open_stream(cfg, self.policy, iteration, self.store) if cfg.rollout.max_staleness \
+            probe = None if self.sync is None else (self.sync.prompt, self.sync.completion)
+            self.engines = open_stream(cfg, self.policy, iteration, self.store, probe) if cfg.rollout.max_staleness \
                 else open_engines(cfg, self.policy)
         return self.engines
 

@@ -63,26 +63,48 @@ def open_pool(cfg: Config, dp: DistContext | None = None):
                          num_workers=cc.num_workers, step_timeout_s=cc.step_timeout_s)
 
 
-def open_engines(cfg: Config, policy: Policy) -> EngineWorkers:
-    """The run's ``rollout.engines`` engine workers (``rollout.backend``: local processes or Ray
-    actors), started with the trainer's current inference weights and policy version; the
-    trainer keeps them for the whole run. Close them with ``.close()``.
+def engine_spec(cfg: Config, policy: Policy) -> EngineSpec:
+    """How the run's engine workers build their engines (``policy.engine`` hf | vllm, dtype,
+    device — on Ray: ``cuda`` when ``rollout.engine_gpus`` reserves GPUs, else the CPU).
 
     Raises:
-        ConfigError: ``policy.engine`` is not ``hf`` (the workers run HF engines).
-        EngineWorkerError: a worker failed to start.
+        ConfigError: an engine other than hf / vllm; Ray engine actors on a CUDA
+            ``policy.device`` without ``rollout.engine_gpus`` (Ray would hide every GPU).
     """
     from agentrl.llm.models import resolve_model
 
-    if cfg.policy.engine != "hf":
-        raise ConfigError(f"rollout.engines={cfg.rollout.engines} runs HF engine workers; set policy.engine: hf "
-                          "(or rollout.engines: 0 to sample with the in-process engine)")
-    spec = EngineSpec(model=str(resolve_model(cfg.policy.model)), dtype=cfg.policy.dtype, device=cfg.policy.device,
-                      num_threads=cfg.policy.num_threads, max_context=policy.engine.max_context,
-                      prefix_cache_mb=cfg.policy.prefix_cache_mb, decode_attention=cfg.policy.decode_attention)
+    p, r = cfg.policy, cfg.rollout
+    if p.engine not in ("hf", "vllm"):
+        raise ConfigError(f"rollout.engines={r.engines} runs hf or vllm engine workers, not policy.engine={p.engine}; "
+                          "set policy.engine: hf or vllm (or rollout.engines: 0)")
+    device = p.device
+    if r.backend == "ray":
+        if str(p.device).startswith("cuda") and not r.engine_gpus:
+            raise ConfigError(f"policy.device={p.device} with Ray engine actors needs rollout.engine_gpus >= 1 (GPUs "
+                              "per actor; Ray hides the GPUs from an actor that reserves none), or policy.device: cpu")
+        device = "cuda" if r.engine_gpus else "cpu"
+    return EngineSpec(model=str(resolve_model(p.model)), dtype=p.dtype, device=device, num_threads=p.num_threads,
+                      max_context=policy.engine.max_context, prefix_cache_mb=p.prefix_cache_mb,
+                      decode_attention=p.decode_attention, engine=p.engine, vllm=p.vllm,
+                      weight_bucket_mb=p.vllm.weight_bucket_mb, constrained=p.action_constraint == "admissible")
+
+
+def open_engines(cfg: Config, policy: Policy) -> EngineWorkers:
+    """The run's ``rollout.engines`` engine workers (``rollout.backend``: local processes, one
+    device each from ``rollout.engine_devices``, or Ray actors with ``rollout.engine_gpus`` GPUs
+    each), started with the trainer's current inference weights and policy version over the
+    weight broadcast group; the trainer keeps them for the whole run. Close them with ``.close()``.
+
+    Raises:
+        ConfigError: see ``engine_spec``. EngineWorkerError: a worker failed to start.
+    """
+    r = cfg.rollout
+    spec = engine_spec(cfg, policy)
     # a data-parallel run's trainer is sharded: start the workers from rank 0's synced engine copy
-    weights = inference_state_dict(policy.model) if policy.shares_weights else dict(policy.engine.model.state_dict())
-    return open_engine_workers(cfg.rollout.backend, cfg.rollout.engines, spec, weights, policy.engine.policy_version)
+    own = getattr(policy.engine, "model", None)
+    weights = inference_state_dict(policy.model) if policy.shares_weights or own is None else dict(own.state_dict())
+    kwargs = {"devices": r.engine_devices} if r.backend == "local" else {"num_gpus_per_worker": r.engine_gpus}
+    return open_engine_workers(r.backend, r.engines, spec, weights, policy.engine.policy_version, **kwargs)
 
 
 def production_config(cfg: Config, k: int) -> CollectConfig:
@@ -94,16 +116,21 @@ def production_config(cfg: Config, k: int) -> CollectConfig:
                    group_offset=k * r.groups_per_iteration, progress=False)
 
 
-def open_stream(cfg: Config, policy: Policy, start: int, store: TurnStore | None = None) -> EngineStream:
+def open_stream(cfg: Config, policy: Policy, start: int, store: TurnStore | None = None,
+                probe: tuple | None = None) -> EngineStream:
     """The engine workers of ``open_engines`` behind an ``EngineStream`` (asynchronous rollouts,
     ``rollout.max_staleness`` ≥ 1), producing from iteration ``start`` on — or, on a resume,
-    from the first production whose ids are not in ``store`` yet. Close it with ``.close()``."""
+    from the first production whose ids are not in ``store`` yet. ``probe``: (prompt ids,
+    completion ids) every worker scores after each weight load (``SyncCheck.check_reports``).
+    Close it with ``.close()``."""
     r = cfg.rollout
     last = store.max_episode_id(cfg.run.name) if store is not None else None
     if last is not None:
         start = max(start, last // (r.groups_per_iteration * r.group_size) + 1)
     workers = open_engines(cfg, policy)
     try:
+        if probe is not None:
+            workers.set_probe(*probe)
         return EngineStream(workers, lambda k: production_config(cfg, k), start=start, max_staleness=r.max_staleness,
                             n_groups=r.groups_per_iteration, mode=r.on_weight_update)
     except BaseException:

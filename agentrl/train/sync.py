@@ -141,6 +141,8 @@ class SyncCheck:
         tolerance: max |engine − trainer| logprob gap in nats.
         always: probe even an engine that samples from the trained model itself.
         last: per engine label, the (engine, trainer) probe logprobs of the previous check.
+        at_version: asynchronous rollouts: the trainer's probe logprobs per recent version.
+        checked: engines probed by the last ``check`` (every rank's together).
     """
 
     prompt: np.ndarray
@@ -148,6 +150,8 @@ class SyncCheck:
     tolerance: float
     always: bool = False
     last: dict = field(default_factory=dict)
+    at_version: dict = field(default_factory=dict)
+    checked: int = 0
 
     @classmethod
     def from_config(cls, cfg: Config, policy: Policy) -> "SyncCheck | None":
@@ -197,6 +201,36 @@ class SyncCheck:
         trainer = trainer_logprobs(policy.model, self.prompt, self.completion)
         rank = f"rank {dp.rank}'s " if dp is not None and dp.world_size > 1 else ""
         found = [self.verdict(rank + lbl, lp, trainer, version) for lbl, lp in self.engine_scores(policy, engines, local)]
+        worst, self.checked = self._conclude(found, dp)
+        return worst
+
+    def check_reports(self, policy: Policy, stream, dp: DistContext | None, version: int) -> tuple[float, int]:
+        """Asynchronous rollouts: the workers load versions on their own and score the probe
+        after each load (``EngineStream.probe_reports``). Records the trainer's probe logprobs
+        at ``version`` (a collective under data parallelism) and checks every report received
+        since the last call against the trainer's logprobs at the report's version. Returns
+        (largest gap, reports checked).
+
+        Raises:
+            SyncError: naming the first failing worker, its version and the gap.
+        """
+        self.at_version[int(version)] = trainer_logprobs(policy.model, self.prompt, self.completion)
+        found = []
+        for worker, v, lp in stream.probe_reports() if hasattr(stream, "probe_reports") else ():
+            ref = self.at_version.get(v)
+            if ref is None:  # older than the versions kept (a worker that slept through several)
+                continue
+            gap = float(np.abs(np.asarray(lp, np.float32) - ref).max())
+            found.append((gap, None if gap <= self.tolerance else (
+                f"engine worker {worker} at policy version {v}: probe logprobs differ from the trainer's by "
+                f"{gap:.3g} nats (tolerance {self.tolerance:.3g}, rollout.sync_probe_tol)")))
+        for old in sorted(self.at_version)[:-16]:  # a worker is never more than S versions behind
+            del self.at_version[old]
+        return self._conclude(found, dp)
+
+    @staticmethod
+    def _conclude(found: list, dp: DistContext | None) -> tuple[float, int]:
+        """(largest gap, verdicts) over every rank's verdicts, or the first failure raised on every rank."""
         if dp is not None:
             every = dp.gather_object(found)
             found = dp.broadcast_object(None if every is None else [x for part in every for x in part])
@@ -205,14 +239,15 @@ class SyncCheck:
         if bad is not None:
             raise SyncError(f"weight sync check failed: {bad}; the engine samples from other weights than the "
                             "trainer's (check the weight transport; rollout.sync_probe: never skips this check)")
-        return worst
+        return worst, len(found)
 
 
 def synced(policy: Policy, cfg: Config, check: SyncCheck | None, engines=None, dp: DistContext | None = None,
            version: int | None = None) -> dict[str, float]:
     """``sync_weights`` within ``rollout.sync_timeout_s``, then ``check`` (when given); returns
-    the metrics ``sync/seconds`` and, when probed, ``sync/probe_max_abs_diff`` (nats) and
-    ``sync/probe_s``.
+    the metrics ``sync/seconds`` and, when probed, ``sync/probe_max_abs_diff`` (nats),
+    ``sync/probe_s`` and ``sync/probe_engines`` (engines probed) — asynchronous rollouts:
+    ``sync/probe_reports`` (worker loads checked since the last sync) instead.
 
     Raises:
         SyncError: see ``SyncCheck.check``.
@@ -223,9 +258,14 @@ def synced(policy: Policy, cfg: Config, check: SyncCheck | None, engines=None, d
     with deadline(cfg.rollout.sync_timeout_s, f"the weight sync to policy version {target}"):
         sync_weights(policy, target, engines=engines, dp=dp, workers=workers)
     out = {"sync/seconds": time.perf_counter() - t0}
-    if check is not None and not cfg.rollout.max_staleness:  # async workers load versions on their own
+    if check is not None and cfg.rollout.max_staleness:  # workers load versions on their own and report
+        t1 = time.perf_counter()
+        out["sync/probe_max_abs_diff"], out["sync/probe_reports"] = check.check_reports(policy, engines, dp, target)
+        out["sync/probe_s"] = time.perf_counter() - t1
+    elif check is not None:
         t1 = time.perf_counter()
         local = dp is None or not workers or dp.is_main  # with workers only rank 0's engine is kept in sync
         out["sync/probe_max_abs_diff"] = check.check(policy, engines, dp, target, local=local)
+        out["sync/probe_engines"] = float(check.checked)
         out["sync/probe_s"] = time.perf_counter() - t1
     return out

@@ -86,7 +86,7 @@ def test_two_ranks_roll_out_on_an_engine_worker(tiny_dir, tmp_path):
 def test_two_ranks_train_asynchronously_on_an_engine_worker(tiny_dir, tmp_path):
     """``rollout.max_staleness: 1`` under torchrun (refused before issue 36): rank 0's engine
     worker plays ahead while both ranks update; no trained turn is older than 1 version and the
-    async and sync metrics are logged (the probe is skipped: workers load versions on their own)."""
+    async and sync metrics are logged (the workers probe each version they load themselves)."""
     raw = tiny_config(tiny_dir, tmp_path / "runs", lora=True)
     raw["run"].update(iterations=3, eval_every=0)
     raw["rollout"].update(engines=1, max_staleness=1)

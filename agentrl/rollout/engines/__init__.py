@@ -6,8 +6,9 @@ One room, one module per job, read top to bottom:
   ``EngineWorkerError`` and the sharding every backend shares (whole groups per worker,
   per-(episode, turn) seeds, ``aborted`` episodes for a dead worker);
 - ``worker``: ``EngineWorker``, the body of one worker (engine + renderer + env pool);
-- ``procs`` / ``ray_actors``: the backends (local spawned processes with shared-memory
-  weights; Ray actors), each importing only ``interface`` and ``worker``;
+- ``procs`` / ``ray_actors``: the backends (local spawned processes; Ray actors in a
+  placement group), both fed weights over ``agentrl.llm.weight_broadcast``, each
+  importing only ``interface`` and ``worker``;
 - ``factory``: ``open_engine_workers`` (backend by name);
 - ``stream``, ``stream_worker``, ``stream_buffer``: asynchronous rollouts with bounded
   staleness (``rollout.max_staleness`` ≥ 1).

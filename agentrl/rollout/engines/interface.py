@@ -23,6 +23,7 @@ from typing import Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
+from agentrl.config_vllm import VLLMSpec
 from agentrl.rollout.collector import CollectConfig, plan_episodes
 from agentrl.types import Episode, EpisodeStatus
 
@@ -48,6 +49,12 @@ class EngineSpec:
         max_context: context length in tokens (None: the model's).
         prefix_cache_mb: the engine's prefix KV cache bound, MiB (0 = off; ``agentrl.llm.prefix_cache``).
         decode_attention: ``grouped | sdpa`` (``agentrl.llm.decode_attention``).
+        engine: ``hf`` | ``vllm`` (``policy.engine``).
+        vllm: the vLLM engine's arguments (``policy.vllm``) when ``engine == "vllm"``.
+        visible_devices: ``CUDA_VISIBLE_DEVICES`` of the worker's process, set before CUDA
+            starts (None: inherited); see ``place_workers``.
+        weight_bucket_mb: MiB per bucket of the trainer → engine weight broadcast.
+        constrained: build a vLLM engine with admissible-action masking (``policy.action_constraint``).
     """
 
     model: str
@@ -57,6 +64,34 @@ class EngineSpec:
     max_context: int | None = None
     prefix_cache_mb: int = 1024
     decode_attention: str = "grouped"
+    engine: str = "hf"
+    vllm: VLLMSpec | None = None
+    visible_devices: str | None = None
+    weight_bucket_mb: float = 512.0
+    constrained: bool = False
+
+
+def place_workers(spec: EngineSpec, devices: Sequence[str] | None, n: int) -> list[EngineSpec]:
+    """One spec per worker (``rollout.engine_devices``): ``cuda:N`` → the worker's process sees
+    only GPU N (``visible_devices = "N"``) and its engine uses ``cuda:0``; ``cpu`` → the CPU,
+    with no GPU visible (``visible_devices = ""``). None: every worker gets ``spec`` as it is.
+
+    Raises:
+        ValueError: ``devices`` does not have ``n`` entries, or an entry is neither form.
+    """
+    if devices is None:
+        return [spec] * n
+    if len(devices) != n:
+        raise ValueError(f"rollout.engine_devices has {len(devices)} entries for {n} engine workers")
+    out = []
+    for d in devices:
+        if d == "cpu":
+            out.append(replace(spec, device="cpu", visible_devices=""))
+        elif d.startswith("cuda:") and d[5:].isdigit():
+            out.append(replace(spec, device="cuda:0", visible_devices=d[5:]))
+        else:
+            raise ValueError(f"rollout.engine_devices entry {d!r} is not cpu or cuda:N")
+    return out
 
 
 @dataclass(frozen=True)

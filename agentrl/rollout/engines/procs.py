@@ -2,21 +2,30 @@
 
 Each worker is a ``torch.multiprocessing`` "spawn" process (non-daemonic: it starts its own
 env worker processes) with one duplex ``Pipe`` — the standard library's, pickled with
-torch's reductions — and an ``EngineWorker`` body. The weights live once in a
-``SharedWeights`` buffer (``agentrl.llm.weight_sync``: shared memory on CPU, CUDA IPC on
-GPU) handed to every process at start; a push writes the buffer in place and sends each
-worker the version, which it loads and acknowledges.
+torch's reductions — and an ``EngineWorker`` body, on its own device when
+``rollout.engine_devices`` gives one (``CUDA_VISIBLE_DEVICES`` set in the child before CUDA
+starts; ``place_workers``).
+
+Weights travel over a broadcast group (``agentrl.llm.weight_broadcast``: a separate
+torch.distributed group of the trainer and the K workers — gloo on CPU, NCCL when trainer and
+engines are all on CUDA — in buckets, versioned). Start: each worker loads the folder's model,
+says ``joining``, joins the group, receives the trainer's current weights and says ``ready``.
+A push broadcasts the new version (every worker's receiver thread stages it), then each worker
+is told the version, loads it and acknowledges; asynchronous rollouts skip the message and
+load on their own (``stream_worker.WorkerHooks``).
 
 Collect: each worker gets its shard config (``shard_config``), streams every finished
 episode back at once (``("episode", ep)``) and ends with ``("done", n)``. The parent waits on
 the pipes and the process sentinels together: a worker that exits (killed, OOM, segfault)
 or sends nothing for ``answer_timeout_s`` is killed and restarted with the current weights
-and version, and the episodes of its shard not yet received come back ``aborted``.
+and version (the weight group re-forms with it; the last push is sent again), and the
+episodes of its shard not yet received come back ``aborted``.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 import traceback
 import weakref
@@ -24,22 +33,30 @@ from multiprocessing.connection import wait
 from typing import Callable, Mapping, Sequence
 
 from agentrl.rollout.collector import CollectConfig
-from agentrl.rollout.engines.interface import EngineSpec, EngineWorkerError, WorkerScore, aborted_episodes, shard_config, shard_groups
-from agentrl.rollout.engines.worker import EngineWorker
+from agentrl.rollout.engines.interface import (EngineSpec, EngineWorkerError, WorkerScore, aborted_episodes,
+                                               place_workers, shard_config, shard_groups)
+from agentrl.rollout.engines.worker import EngineWorker, receiver_device, worker_environment
 from agentrl.types import Episode
 
-
-def _serve(conn, spec: EngineSpec, shared, version: int) -> None:
-    """Worker process loop: build the engine, load the shared weights, then serve
-    ("collect", cc) | ("stream", (cc, mode)) | ("weights", version) | ("score", (prompt,
-    completion)) until "close"/EOF. ``version`` is the shared buffer's (kept for the log)."""
+def _serve(conn, spec: EngineSpec, address, rank: int, layout) -> None:
+    """Worker process loop: set the environment, build the engine, join the weight group at
+    ``address`` as ``rank`` and load the first push, then serve ("collect", cc) | ("stream",
+    (cc, mode)) | ("weights", version) | ("score", (prompt, completion)) | ("env", None) until
+    "close"/EOF."""
     try:
-        worker = EngineWorker(spec, None, version)
-        shared.load_into(worker.engine)
+        worker_environment(spec)
+        from agentrl.llm.weight_broadcast import WeightReceiver
+
+        worker = EngineWorker(spec, None, -1)
+        conn.send(("joining", os.getpid()))
+        weights = WeightReceiver(address, rank, layout, device=receiver_device(spec, address.backend))
+        weights.wait(None, timeout_s=address.timeout_s)
+        weights.load_into(worker.engine)
     except BaseException:
         conn.send(("init_error", traceback.format_exc()))
         return
     conn.send(("ready", os.getpid()))
+    probe = None
     while True:
         try:
             cmd, arg = conn.recv()
@@ -54,7 +71,8 @@ def _serve(conn, spec: EngineSpec, shared, version: int) -> None:
             elif cmd == "stream":  # asynchronous rollouts: more plans may arrive while this one plays
                 from agentrl.rollout.engines.stream_worker import StreamClosed, WorkerHooks
 
-                hooks = WorkerHooks(conn, shared, worker.engine, mode=arg[1])
+                hooks = WorkerHooks(conn, weights, worker.engine, mode=arg[1],
+                                    on_load=lambda v: probe and conn.send(("probe", (v, worker.score(*probe)[0]))))
                 hooks.pull()
                 try:
                     eps = worker.collect(arg[0], on_episode=lambda ep: conn.send(("episode", ep)), hooks=hooks)
@@ -62,18 +80,27 @@ def _serve(conn, spec: EngineSpec, shared, version: int) -> None:
                     break
                 conn.send(("done", len(eps)))
             elif cmd == "weights":
-                conn.send(("weights_ok", shared.load_into(worker.engine)))
+                weights.wait(arg, timeout_s=address.timeout_s)
+                conn.send(("weights_ok", weights.load_into(worker.engine)))
             elif cmd == "score":
                 conn.send(("score", worker.score(*arg)))
+            elif cmd == "probe":  # asynchronous rollouts: score these tokens after every load
+                probe = arg
+                conn.send(("probe_ok", None))
+            elif cmd == "env":
+                conn.send(("env", (os.environ.get("CUDA_VISIBLE_DEVICES"), spec.device)))
         except (BrokenPipeError, EOFError):
             break
         except Exception:
             conn.send(("error", traceback.format_exc()))
+    weights.close()
     worker.close()
 
 
-def _stop(procs: list, conns: list) -> None:
-    """Ask every worker to close, kill what is alive after 5 s."""
+def _stop(procs: list, conns: list, sender=None) -> None:
+    """Ask every worker to close (and their weight receivers), kill what is alive after 5 s."""
+    if sender is not None:
+        sender.close()
     for c in conns:
         try:
             if c is not None:
@@ -98,64 +125,100 @@ class ProcessEngineWorkers:
     Args:
         n: workers (≥ 1).
         spec: how each worker builds its engine.
-        state: the trainer's inference weights (``{name: tensor}``), copied once into shared memory.
+        state: the trainer's inference weights (``{name: tensor}``), broadcast to the workers at start.
         version: their policy version.
-        start_timeout_s: seconds a worker may take to start (imports, model load).
+        devices: one device per worker (``rollout.engine_devices``, ``place_workers``); None:
+            every worker on ``spec.device``.
+        start_timeout_s: seconds a worker may take to start (imports, model load, joining the group).
         answer_timeout_s: seconds a worker may go without sending anything while it has work.
     Raises:
         EngineWorkerError: a worker failed to start (its traceback) or not in time.
     """
 
-    def __init__(self, n: int, spec: EngineSpec, state: Mapping, version: int, *, start_timeout_s: float = 600.0,
+    def __init__(self, n: int, spec: EngineSpec, state: Mapping, version: int, *,
+                 devices: Sequence[str] | None = None, start_timeout_s: float = 600.0,
                  answer_timeout_s: float = 1800.0) -> None:
-        from agentrl.llm.weight_sync import SharedWeights, spawn_context
+        from agentrl.llm.weight_broadcast import WeightLayout, WeightSender
+        from agentrl.llm.weight_sync import spawn_context
 
         self.n, self.spec, self.restarts, self.policy_version = n, spec, 0, int(version)
+        self.specs = place_workers(spec, devices, n)
         self.start_timeout_s, self.answer_timeout_s = start_timeout_s, answer_timeout_s
-        self._ctx, self._shared = spawn_context(), SharedWeights(state, self.policy_version)
+        self._ctx = spawn_context()
+        cuda = all(s.device.startswith("cuda") for s in self.specs) and all(
+            getattr(t, "is_cuda", False) for t in state.values())
+        self._sender = WeightSender(WeightLayout.of(state, int(spec.weight_bucket_mb * (1 << 20))), n,
+                                    device="cuda" if cuda else "cpu", timeout_s=start_timeout_s)
         self._procs: list = [None] * n
         self._conns: list = [None] * n
         self._pids: list[int | None] = [None] * n
         self._closed = False
-        self._finalizer = weakref.finalize(self, _stop, self._procs, self._conns)
+        self._lock, self._restarted, self.probe = threading.RLock(), set(), None  # restarted by publish, not yet reported
+        self._finalizer = weakref.finalize(self, _stop, self._procs, self._conns, self._sender)
+        address = self._sender.open()
         for i in range(n):
-            self._start(i)
+            self._start(i, address)
+        for i in range(n):
+            self._expect(i, "joining")
+        self._form()
+        self._sender.push(state, self.policy_version)
         for i in range(n):
             self._ready(i)
 
     # ---------------------------------------------------------------- lifecycle
-    def _start(self, i: int) -> None:
+    def _start(self, i: int, address) -> None:
         parent, child = self._ctx.Pipe(duplex=True)
-        proc = self._ctx.Process(target=_serve, args=(child, self.spec, self._shared, self.policy_version),
+        proc = self._ctx.Process(target=_serve, args=(child, self.specs[i], address, i + 1, self._sender.layout),
                                  daemon=False, name=f"agentrl-engine-{i}")
         proc.start()
         child.close()
         self._procs[i], self._conns[i], self._pids[i] = proc, parent, None
 
-    def _ready(self, i: int) -> None:
-        """Wait for worker ``i``'s ("ready", pid) once after each start."""
-        if self._pids[i] is not None:
-            return
+    def _expect(self, i: int, kind: str) -> object:
+        """The payload of worker ``i``'s next message, which must be ``kind`` (start-up)."""
         conn = self._conns[i]
         try:
             msg = conn.recv() if conn.poll(self.start_timeout_s) else ("timeout", f"no answer in {self.start_timeout_s}s")
         except (EOFError, OSError):
             self._procs[i].join(1.0)
             msg = ("died", f"exit code {self._procs[i].exitcode}")
-        if msg[0] != "ready":
+        if msg[0] != kind:
             self.close()
             raise EngineWorkerError(f"engine worker {i} failed to start ({msg[0]}): {msg[1]}")
-        self._pids[i] = msg[1]
+        return msg[1]
 
-    def _restart(self, i: int) -> None:
-        """Kill worker ``i`` and start a fresh one with the current weights (ready awaited lazily)."""
-        proc = self._procs[i]
-        if proc.is_alive():
-            proc.kill()
-        proc.join(5.0)
-        self._conns[i].close()
-        self._start(i)
-        self.restarts += 1
+    def _form(self) -> None:
+        try:
+            self._sender.form()
+        except Exception as exc:
+            self.close()
+            raise EngineWorkerError(f"the engine workers did not join the weight group: {exc}") from None
+
+    def _ready(self, i: int) -> None:
+        """Wait for worker ``i``'s ("ready", pid) once after each start."""
+        if self._pids[i] is None:
+            self._pids[i] = self._expect(i, "ready")
+
+    def _restart(self, i: int, seen=None) -> None:
+        """Kill worker ``i`` and start a fresh one with the current weights: the weight group
+        re-forms with it (the live workers rejoin on their own) and the last push is sent again.
+        ``seen``: the process found dead; nothing happens when it was replaced meanwhile."""
+        with self._lock:
+            proc = self._procs[i]
+            if seen is not None and proc is not seen:
+                return
+            if proc.is_alive():
+                proc.kill()
+            proc.join(5.0)
+            self._conns[i].close()
+            self._start(i, self._sender.regroup())
+            self._expect(i, "joining")
+            self._form()
+            self._sender.resend()
+            self.restarts += 1
+            if self.probe is not None:  # its "probe_ok" goes to the stream, which ignores it
+                self._ready(i)
+                self._conns[i].send(("probe", self.probe))
 
     def pids(self) -> list[int]:
         for i in range(self.n):
@@ -188,9 +251,16 @@ class ProcessEngineWorkers:
     def next_messages(self, busy: dict[int, float], max_wait_s: float | None = None) -> list[tuple[int, tuple | None]]:
         """Messages from the workers in ``busy`` ({worker: time of its last message}), waiting
         at most ``max_wait_s`` seconds (None: until one arrives or a worker times out):
-        ``(i, msg)``, or ``(i, None)`` when worker ``i`` died or timed out (it is restarted)."""
+        ``(i, msg)``, or ``(i, None)`` when worker ``i`` died or timed out (it is restarted), or
+        was restarted by a failed ``publish`` since."""
+        with self._lock:
+            gone = [(i, None) for i in busy if i in self._restarted]
+            self._restarted -= {i for i, _ in gone}
+            procs = dict(enumerate(self._procs))
+        if gone:
+            return gone
         deadline = min(busy.values()) + self.answer_timeout_s
-        handles = {self._conns[i]: i for i in busy} | {self._procs[i].sentinel: i for i in busy}
+        handles = {self._conns[i]: i for i in busy} | {procs[i].sentinel: i for i in busy}
         timeout = max(0.0, deadline - time.monotonic())
         ready = wait(list(handles), timeout=timeout if max_wait_s is None else min(timeout, max_wait_s))
         out, seen = [], set()
@@ -207,7 +277,7 @@ class ProcessEngineWorkers:
         out += [(i, None) for i in busy if i not in seen and now >= busy[i] + self.answer_timeout_s]
         for i, msg in out:
             if msg is None:
-                self._restart(i)
+                self._restart(i, seen=procs[i])
         return out
 
     def _ask_all(self, msg: tuple, kind: str) -> dict[int, object]:
@@ -230,16 +300,40 @@ class ProcessEngineWorkers:
 
     # ---------------------------------------------------------------- EngineWorkers
     def push_weights(self, state: Mapping, version: int) -> None:
-        """Publish ``state`` as ``version`` in the shared buffer, then every worker loads it;
-        returns once all have (a worker restarted meanwhile starts from the new buffer)."""
+        """Broadcast ``state`` as ``version`` (``publish``), then every worker loads it and
+        acknowledges; returns once all have."""
         self.publish(state, version)
         self._ask_all(("weights", self.policy_version), "weights_ok")
 
     def publish(self, state: Mapping, version: int) -> None:
-        """Write ``state`` as ``version`` into the shared buffer and return: the workers load it
-        on their own (asynchronous rollouts, ``agentrl.rollout.engines.stream``)."""
-        self._shared.publish(state, version)
+        """Broadcast ``state`` as ``version`` and return: the workers' receivers stage it and
+        the workers load it on their own (asynchronous rollouts, ``agentrl.rollout.engines.stream``).
+        A worker that died breaks the broadcast: the dead workers are restarted (the group
+        re-forms and gets this push; ``next_messages`` reports them to a waiting caller).
+
+        Raises:
+            EngineWorkerError: the broadcast failed with every worker alive.
+        """
         self.policy_version = int(version)
+        try:
+            self._sender.push(state, version)
+        except Exception as exc:
+            with self._lock:  # (a restart by the dispatcher thread meanwhile re-formed the group already)
+                for i in [i for i in range(self.n) if not self._procs[i].is_alive()]:
+                    self._restart(i, seen=self._procs[i])
+                    self._restarted.add(i)
+                if self._sender.broken:
+                    raise EngineWorkerError(f"the weight broadcast of version {version} failed: {exc}") from None
+
+    def set_probe(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> None:
+        """Have every worker score these tokens after each weight load of an asynchronous
+        stream and report ``("probe", (version, float32[C] logprobs))`` (``SyncCheck``)."""
+        self.probe = ([int(x) for x in prompt_ids], [int(x) for x in completion_ids])
+        self._ask_all(("probe", self.probe), "probe_ok")
+
+    def worker_env(self) -> list[tuple[str | None, str]]:
+        """Each worker's (``CUDA_VISIBLE_DEVICES`` inside its process, its engine's device)."""
+        return [v for _, v in sorted(self._ask_all(("env", None), "env").items())]
 
     def score(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> list[WorkerScore]:
         msg = ("score", ([int(x) for x in prompt_ids], [int(x) for x in completion_ids]))

@@ -75,6 +75,7 @@ class EngineStream:
         self._out: list[list[_Shard]] = [[] for _ in range(workers.n)]
         self._busy_s, self._busy_since = [0.0] * workers.n, [None] * workers.n
         self._last_take, self._error, self._stop = time.monotonic(), None, False
+        self._probes: list[tuple[int, int, object]] = []
         self._cv = threading.Condition()
         with self._cv:
             self._fill()
@@ -112,6 +113,17 @@ class EngineStream:
     def push_weights(self, state, version: int) -> None:
         """Publish ``state`` as ``version``; the workers load it on their own (returns at once)."""
         self.workers.publish(state, version)
+
+    def set_probe(self, prompt_ids, completion_ids) -> None:
+        """Have every worker score these tokens after each weight load (``probe_reports``);
+        call it before the first ``take`` (the workers are idle then)."""
+        self.workers.set_probe(prompt_ids, completion_ids)
+
+    def probe_reports(self) -> list[tuple[int, int, object]]:
+        """``(worker, version, float32[C] logprobs)`` of every load since the last call."""
+        with self._cv:
+            out, self._probes = self._probes, []
+        return out
 
     def take(self, version: int) -> StreamBatch:
         """The next iteration's groups for a trainer at policy ``version`` (see the module docstring).
@@ -209,6 +221,8 @@ class EngineStream:
                         shard.waiting.discard(ep.episode_id)
                         self._buffer.add(ep)
                 self._out[i] = [s for s in self._out[i] if s.waiting]
+            elif msg[0] == "probe":  # the worker loaded a version and scored the sync probe
+                self._probes.append((i, int(msg[1][0]), msg[1][1]))
             elif msg[0] == "error":
                 self._error = f"engine worker {i} raised:\n{msg[1]}"
             if not self._out[i] and self._busy_since[i] is not None:

@@ -24,16 +24,18 @@ class WorkerHooks:
 
     Args:
         conn: the worker's pipe (queued ``("stream", (cc, mode))`` plans are read from it).
-        shared: the ``SharedWeights`` buffer. engine: the worker's engine.
+        shared: the worker's weights (``WeightReceiver`` or ``SharedWeights``: ``version``,
+            ``load_into(engine)``). engine: the worker's engine.
         mode: ``continue`` | ``drain`` (see the module docstring).
+        on_load: called with the version after each load (the worker's sync probe report).
     Raises:
         ValueError: unknown mode.
     """
 
-    def __init__(self, conn, shared, engine, mode: str) -> None:
+    def __init__(self, conn, shared, engine, mode: str, on_load=None) -> None:
         if mode not in WEIGHT_UPDATE_MODES:
             raise ValueError(f"unknown rollout.on_weight_update {mode!r}; choose one of {WEIGHT_UPDATE_MODES}")
-        self.conn, self.shared, self.engine, self.mode = conn, shared, engine, mode
+        self.conn, self.shared, self.engine, self.mode, self.on_load = conn, shared, engine, mode, on_load
         self._plans: deque[CollectConfig] = deque()
 
     def _read(self) -> None:
@@ -52,7 +54,9 @@ class WorkerHooks:
     def pull(self) -> None:
         """Load the shared weights when they are newer than the engine's."""
         if self.shared.version != self.engine.policy_version:
-            self.shared.load_into(self.engine)
+            version = self.shared.load_into(self.engine)
+            if self.on_load is not None:
+                self.on_load(version)
 
     def next_plan(self) -> CollectConfig | None:
         self._read()

@@ -1,0 +1,404 @@
+"""Weight transport from the trainer to engine workers over a torch.distributed broadcast group.
+
+A **separate, stateless process group** spans the trainer (rank 0: rank 0 of a data-parallel
+run, or the one trainer process) and the K engine workers (ranks 1…K), beside any default
+group torchrun made: a ``TCPStore`` served by the trainer (``init_method`` tcp://host:port,
+port chosen by the OS) and a ``ProcessGroupGloo`` (CPU tensors) or ``ProcessGroupNCCL`` (CUDA
+tensors; the same code) built on it directly — the pattern of vLLM's
+``stateless_init_torch_distributed_process_group`` that verl, SkyRL and OpenRLHF use for their
+trainer → engine weight groups. Nothing global is touched, so it coexists with FSDP2's group.
+
+- **Layout** (``WeightLayout``, plain data): the names, dtypes and shapes of the inference state
+  dict, tied tensors sent once, cut into buckets of at most ``bucket_bytes`` (each tensor at a
+  16-byte-aligned offset of one ``uint8`` buffer per bucket). Fixed for a run; the engines get
+  it when they join.
+- **Push** (``WeightSender.push``): the trainer writes ``push/<seq> = <version>`` in the store,
+  then broadcasts every bucket. Each engine runs a receiver thread (``WeightReceiver``) that
+  polls the store for the next key, receives the buckets into fresh buffers and *stages* them
+  with their version; the engine loads the staged weights when it chooses (``load_into``): at
+  once when the trainer asks (synchronous loop) or before its next generation round
+  (asynchronous rollouts). Staged buffers are never written again, so no load can see
+  half-written weights, and the engine records exactly the version it holds.
+- **Regroup** after a worker restart: ``push/<seq> = rejoin <host>:<port>`` tells the live
+  receivers to join a new group (new store) with the restarted worker; the trainer then
+  re-sends its last push (kept as a host snapshot) so the new member holds the current version.
+- **Device sync** (NCCL): the receiver waits for each broadcast and synchronises its CUDA stream
+  before staging, so a load never reads buffers still being written. CUDA IPC (an engine on the
+  trainer's own GPU reading the trainer's tensors by handle) is not used here.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Mapping
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["GroupAddress", "WeightLayout", "WeightSender", "WeightReceiver", "ALIGN"]
+
+#: Byte alignment of every tensor inside a bucket buffer (any dtype may view its slice).
+ALIGN = 16
+_PREFIX = "agentrl-weights"
+
+
+@dataclass(frozen=True)
+class GroupAddress:
+    """Where an engine joins the weight group: the trainer's store ``host:port`` (the
+    ``init_method``), the group size (1 + engines), ``backend`` (``gloo`` | ``nccl``) and the
+    collective timeout in seconds."""
+
+    host: str
+    port: int
+    world_size: int
+    backend: str = "gloo"
+    timeout_s: float = 600.0
+
+    @property
+    def init_method(self) -> str:
+        """``tcp://host:port``."""
+        return f"tcp://{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class WeightLayout:
+    """The inference state dict's layout (plain data: pickles through pipes and Ray).
+
+    Attributes:
+        names / dtypes / shapes: the tensors sent (dtype without ``torch.``), in order.
+        offsets: byte offset of each tensor inside its bucket buffer (16-byte aligned).
+        buckets: per bucket, (first index, end index, buffer bytes).
+        aliases: ``(name, sent name)`` of tied tensors (one storage under two names).
+    """
+
+    names: tuple[str, ...]
+    dtypes: tuple[str, ...]
+    shapes: tuple[tuple[int, ...], ...]
+    offsets: tuple[int, ...]
+    buckets: tuple[tuple[int, int, int], ...]
+    aliases: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, state: Mapping[str, torch.Tensor], bucket_bytes: int = 512 << 20) -> "WeightLayout":
+        """The layout of ``state`` in buckets of at most ``bucket_bytes`` bytes (a larger
+        tensor goes alone).
+
+        Raises:
+            ValueError: ``bucket_bytes`` < 1.
+        """
+        if bucket_bytes < 1:
+            raise ValueError(f"bucket_bytes must be >= 1, got {bucket_bytes}; set policy.vllm.weight_bucket_mb > 0")
+        seen: dict[tuple, str] = {}
+        names, dtypes, shapes, offsets, aliases, buckets = [], [], [], [], [], []
+        start, at = 0, 0
+        for name, t in state.items():
+            key = (t.device, t.data_ptr(), t.dtype, tuple(t.shape), tuple(t.stride()))
+            if t.numel() and key in seen:
+                aliases.append((name, seen[key]))
+                continue
+            seen[key] = name
+            n = t.numel() * t.element_size()
+            if at and at + n > bucket_bytes:
+                buckets.append((start, len(names), at))
+                start, at = len(names), 0
+            names.append(name)
+            dtypes.append(str(t.dtype).removeprefix("torch."))
+            shapes.append(tuple(int(s) for s in t.shape))
+            offsets.append(at)
+            at += -(-n // ALIGN) * ALIGN
+        if names:
+            buckets.append((start, len(names), at))
+        return cls(tuple(names), tuple(dtypes), tuple(shapes), tuple(offsets), tuple(buckets), tuple(aliases))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes sent per push (alignment padding included)."""
+        return sum(b[2] for b in self.buckets)
+
+
+def _group(address: GroupAddress, rank: int, store: dist.Store):
+    """A process group of ``address.world_size`` ranks on ``store`` (not the default group)."""
+    prefixed = dist.PrefixStore(_PREFIX, store)
+    timeout = timedelta(seconds=address.timeout_s)
+    if address.backend == "nccl":
+        opts = dist.ProcessGroupNCCL.Options()
+        opts._timeout = timeout
+        return dist.ProcessGroupNCCL(prefixed, rank, address.world_size, opts)
+    return dist.ProcessGroupGloo(prefixed, rank, address.world_size, timeout)
+
+
+def _abort(pg) -> None:
+    """Abort a process group (its pending collectives fail on every member); best effort."""
+    abort = getattr(pg, "abort", None)
+    try:
+        if callable(abort):
+            abort()
+    except Exception:
+        pass
+
+
+def _broadcast(pg, buf: torch.Tensor) -> None:
+    opts = dist.BroadcastOptions()
+    opts.rootRank = 0
+    pg.broadcast([buf], opts).wait()
+    if buf.is_cuda:  # the collective ran on NCCL's stream: make the bytes visible to every stream
+        torch.cuda.current_stream(buf.device).synchronize()
+
+
+class WeightSender:
+    """The trainer's side of the weight group (rank 0).
+
+    Args:
+        layout: the state dict's ``WeightLayout``. n_engines: engines that join (ranks 1…K).
+        host: the address the engines reach the trainer at (127.0.0.1 for local workers).
+        device: where bucket buffers are packed (``cuda`` for NCCL, else ``cpu``/gloo).
+        timeout_s: collective and join timeout in seconds.
+    Thread-safe: pushes and regroups hold one lock.
+    """
+
+    def __init__(self, layout: WeightLayout, n_engines: int, *, host: str = "127.0.0.1", device: str = "cpu",
+                 timeout_s: float = 600.0) -> None:
+        self.layout, self.n_engines, self.host = layout, int(n_engines), host
+        self.device = torch.device(device)
+        self.backend = "nccl" if self.device.type == "cuda" else "gloo"
+        self.timeout_s = float(timeout_s)
+        self._lock = threading.RLock()
+        self._store = self._pg = None
+        self._seq, self._old = 0, []
+        self._snapshot: tuple[dict, int] | None = None
+        self.pushes, self.bytes_sent = 0, 0
+
+    def open(self) -> GroupAddress:
+        """Serve a new store and return the address the engines join (the group forms in ``form``)."""
+        with self._lock:
+            if self._store is not None:
+                self._old.append((self._store, self._pg))
+            self._store = dist.TCPStore(self.host, 0, None, True, timedelta(seconds=self.timeout_s),
+                                        wait_for_workers=False)
+            self._pg, self._seq = None, 0
+            return GroupAddress(self.host, int(self._store.port), self.n_engines + 1, self.backend, self.timeout_s)
+
+    def form(self) -> None:
+        """Build the group (blocks until every engine of the address has joined)."""
+        with self._lock:
+            address = GroupAddress(self.host, int(self._store.port), self.n_engines + 1, self.backend, self.timeout_s)
+            self._pg = _group(address, 0, self._store)
+            self._old.clear()  # the members have left the previous group's store
+
+    def regroup(self) -> GroupAddress:
+        """Tell the members of the current group to join a new one (``rejoin``) and return its
+        address, for a restarted engine; then ``form`` and ``resend``."""
+        with self._lock:
+            old, seq = self._store, self._seq
+            address = self.open()
+            if old is not None:
+                old.set(f"push/{seq}", f"rejoin {address.host}:{address.port}")
+            return address
+
+    @property
+    def broken(self) -> bool:
+        """True after a failed push until the group is formed again."""
+        return self._pg is None
+
+    def push(self, state: Mapping[str, torch.Tensor], version: int) -> None:
+        """Broadcast ``state`` (the layout's names; aliases may be absent) as policy ``version``;
+        returns when every engine has received it (their receivers stage it). Keeps a host
+        snapshot for ``resend``.
+
+        Raises:
+            KeyError: a name of the layout missing from ``state``. ValueError: a shape differs.
+        """
+        with self._lock:
+            snapshot = {}
+            for name, shape in zip(self.layout.names, self.layout.shapes):
+                if name not in state:
+                    raise KeyError(f"WeightSender.push: {name!r} missing; push the same state-dict layout every time")
+                t = state[name]
+                if tuple(t.shape) != shape:
+                    raise ValueError(f"WeightSender.push: {name} has shape {tuple(t.shape)}, layout {shape}")
+                snapshot[name] = t.detach().to("cpu", copy=True)
+            self._snapshot = (snapshot, int(version))  # a regroup after a failed send re-sends this push
+            self._send(state, int(version))
+
+    def resend(self) -> None:
+        """Broadcast the last push again (after ``regroup`` + ``form``: the restarted engine's weights)."""
+        with self._lock:
+            if self._snapshot is not None:
+                self._send(*self._snapshot)
+
+    def _send(self, state: Mapping[str, torch.Tensor], version: int) -> None:
+        lay = self.layout
+        self._store.set(f"push/{self._seq}", str(version))
+        self._seq += 1
+        if self._pg is None:
+            raise RuntimeError("the weight group is broken (a member died); regroup() and form() it again")
+        try:
+            with torch.no_grad():
+                for first, end, nbytes in lay.buckets:
+                    buf = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+                    for i in range(first, end):
+                        t = state[lay.names[i]].detach()
+                        n = t.numel() * t.element_size()
+                        buf[lay.offsets[i]: lay.offsets[i] + n].view(t.dtype).view(t.shape).copy_(t)
+                    _broadcast(self._pg, buf)
+                    self.bytes_sent += nbytes
+        except Exception:  # a member died: abort, so the live members' pending receives fail and they
+            _abort(self._pg)  # go back to the store, where regroup() tells them where to rejoin
+            self._pg = None
+            raise
+        self.pushes += 1
+
+    def close(self) -> None:
+        """Tell the receivers to stop (idempotent)."""
+        with self._lock:
+            if self._store is not None:
+                try:
+                    self._store.set(f"push/{self._seq}", "close")
+                except Exception:
+                    pass
+            self._store = self._pg = None
+
+
+class WeightReceiver:
+    """An engine's side of the weight group (rank ``rank`` ≥ 1): a thread that receives every
+    push into fresh buffers and stages it with its version (see the module docstring).
+
+    Args:
+        address: the trainer's ``GroupAddress``. rank: this engine's rank (worker index + 1).
+        layout: the trainer's ``WeightLayout``.
+        device: where the buffers are received (the engine's device; ``cuda`` with NCCL).
+        poll_s: seconds between looks at the store for the next push.
+    The constructor blocks until the group forms (every member and the trainer joined).
+    Attributes:
+        version: the staged version (-1 before the first push).
+    """
+
+    def __init__(self, address: GroupAddress, rank: int, layout: WeightLayout, device: str = "cpu",
+                 poll_s: float = 0.01) -> None:
+        self.layout, self.rank, self.poll_s = layout, int(rank), poll_s
+        self.device = torch.device(device)
+        self._cv = threading.Condition()
+        self._staged: dict | None = None
+        self._version, self._error, self._stop = -1, None, False
+        self._store, self._pg = self._join(address)
+        self._thread = threading.Thread(target=self._run, name="agentrl-weight-receiver", daemon=True)
+        self._thread.start()
+
+    def _join(self, address: GroupAddress):
+        store = dist.TCPStore(address.host, address.port, None, False, timedelta(seconds=address.timeout_s))
+        self._address = address
+        return store, _group(address, self.rank, store)
+
+    @property
+    def version(self) -> int:
+        """The staged version (-1 before the first push).
+
+        Raises:
+            RuntimeError: the receiver thread failed (its error).
+        """
+        with self._cv:
+            self._raise()
+            return self._version
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise RuntimeError(f"weight receiver of engine rank {self.rank} failed: {self._error}")
+
+    def wait(self, version: int | None = None, timeout_s: float | None = None) -> int:
+        """Block until ``version`` (None: any) is staged; returns the staged version.
+
+        Raises:
+            TimeoutError: not within ``timeout_s``. RuntimeError: the receiver failed.
+        """
+        def got() -> bool:
+            return self._version >= 0 if version is None else self._version == int(version)
+
+        with self._cv:
+            self._cv.wait_for(lambda: self._error is not None or self._stop or got(), timeout_s)
+            self._raise()
+            if not got():
+                raise TimeoutError(f"engine rank {self.rank}: weights version {version} not received "
+                                   f"(staged {self._version})")
+            return self._version
+
+    def load_into(self, engine) -> int:
+        """Load the staged weights into ``engine`` (``engine.update_weights``) as their version;
+        returns it. The staged buffers are then released (the engine holds the weights).
+
+        Raises:
+            RuntimeError: nothing staged yet, or the receiver failed.
+        """
+        with self._cv:
+            self._raise()
+            staged, version = self._staged, self._version
+        if staged is None:
+            if version < 0:
+                raise RuntimeError(f"engine rank {self.rank}: no weights received yet")
+            return version  # already loaded
+        engine.update_weights(staged, version)
+        with self._cv:
+            if self._staged is staged:
+                self._staged = None
+        return version
+
+    def _run(self) -> None:
+        seq = 0
+        try:
+            if self.device.type == "cuda":
+                torch.cuda.set_device(self.device)
+            while not self._stop:
+                key = f"push/{seq}"
+                if not self._store.check([key]):
+                    time.sleep(self.poll_s)
+                    continue
+                value = self._store.get(key).decode()
+                if value == "close":
+                    break
+                if value.startswith("rejoin "):
+                    host, port = value.split(" ", 1)[1].rsplit(":", 1)
+                    self._pg = None
+                    self._store, self._pg = self._join(GroupAddress(host, int(port), self._address.world_size,
+                                                                    self._address.backend, self._address.timeout_s))
+                    seq = 0
+                    continue
+                seq += 1
+                try:
+                    staged = self._receive()
+                except RuntimeError:  # the trainer aborted this push (a member died): wait for its regroup
+                    _abort(self._pg)
+                    continue
+                with self._cv:
+                    self._staged, self._version = staged, int(value)
+                    self._cv.notify_all()
+        except BaseException as exc:  # surfaced by version / wait / load_into
+            with self._cv:
+                self._error = f"{type(exc).__name__}: {exc}"
+        finally:
+            with self._cv:
+                self._stop = True
+                self._cv.notify_all()
+
+    def _receive(self) -> dict[str, torch.Tensor]:
+        lay, out = self.layout, {}
+        for first, end, nbytes in lay.buckets:
+            buf = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+            _broadcast(self._pg, buf)
+            for i in range(first, end):
+                dtype = getattr(torch, lay.dtypes[i])
+                n = int(torch.Size(lay.shapes[i]).numel()) * torch.empty(0, dtype=dtype).element_size()
+                out[lay.names[i]] = buf[lay.offsets[i]: lay.offsets[i] + n].view(dtype).view(lay.shapes[i])
+        for name, src in lay.aliases:
+            out[name] = out[src]
+        return out
+
+    def close(self) -> None:
+        """Stop the receiver thread (it leaves at its next look at the store; waited for up to
+        1 s, so a process can exit without a thread inside the group)."""
+        with self._cv:
+            self._stop = True
+            self._cv.notify_all()
+        if self._thread is not threading.current_thread():
+            self._thread.join(1.0)
