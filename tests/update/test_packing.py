@@ -18,7 +18,7 @@ import torch
 from update_fixtures import PAD, VOCAB, random_turns, sgd, tiny_model
 
 from agentrl.config import ConfigError, LoraSpec, UpdateConfig
-from agentrl.update import apply_rollout_correction, batch_logprobs, build_batch, update
+from agentrl.update import apply_rollout_correction, batch_logprobs, build_batch, prepare_policy, update
 from agentrl.update.logprobs import forward_token_stats
 from agentrl.update.lora import apply_lora
 from agentrl.update.packing import pack_rows, rank_bins, stub_row, token_bins
@@ -55,6 +55,7 @@ def _step(cfg: UpdateConfig, batch, lora: bool = False):
     model = tiny_model(0)
     if lora:
         model = apply_lora(model, LoraSpec(rank=4, alpha=8.0))
+    model = prepare_policy(model, cfg)  # gradient checkpointing where asked
     opt = sgd(model, cfg.lr)
     batch, _ = apply_rollout_correction(model, batch, cfg)
     stats = update(model, opt, batch, cfg)
@@ -85,10 +86,12 @@ def test_packed_update_equals_padded(name, budget):
     _assert_equal_steps(_step(padded, batch), _step(packed, batch))
 
 
-@pytest.mark.parametrize("variant", ["lora", "chained-turns", "constrained"])
+@pytest.mark.parametrize("variant", ["lora", "chained-turns", "constrained", "checkpointing"])
 def test_packed_update_equals_padded_variants(variant):
+    """``checkpointing`` keeps transformers' block-diagonal mask (no per-row attention switch)."""
     torch.set_num_threads(1)
-    padded = dataclasses.replace(BASE, aggregation="seq-mean-token-mean", entropy_coef=0.01)
+    padded = dataclasses.replace(BASE, aggregation="seq-mean-token-mean", entropy_coef=0.01,
+                                 gradient_checkpointing=variant == "checkpointing")
     packed = dataclasses.replace(padded, micro_batch_tokens=48)
     batch = _batch(pack=variant == "chained-turns", allowed=variant == "constrained")
     lora = variant == "lora"
@@ -122,6 +125,28 @@ def test_pack_rows_keeps_rows_apart():
     assert float((pk.unpack(leaky) - ref).abs().max().detach()) > 1e-2
     # turn bookkeeping follows the tokens: value positions point at the same prompt tokens
     assert torch.equal(b.input_ids[0, b.turn_value_pos], batch.input_ids[batch.turn_row, batch.turn_value_pos])
+
+
+def test_packed_forward_attends_per_row_and_restores_the_model(monkeypatch):
+    """The sdpa model runs ``segment_attention`` on each row's slice during a packed forward
+    (one call per layer, the rows' bounds), the block-diagonal mask path gives the same
+    logprobs, and the model is back on sdpa afterwards."""
+    import agentrl.update.varlen_attention as va
+
+    torch.set_num_threads(1)
+    batch, model = _batch(), tiny_model(0)
+    b = pack_rows(batch).batch
+    seen = []
+    real = va._segments
+    monkeypatch.setattr(va, "_segments", lambda p, q: seen.append(real(p, q)) or seen[-1])
+    kw = dict(token_mask=b.loss_mask > 0, position_ids=b.position_ids)
+    per_row = forward_token_stats(model, b.input_ids, b.attention_mask, **kw).logprobs.detach()
+    lengths = batch.attention_mask.sum(1)
+    assert seen == [[0, *torch.cumsum(lengths, 0).tolist()]] * model.config.num_hidden_layers
+    assert model.config._attn_implementation == "sdpa"
+    monkeypatch.setattr(va, "_SWITCHED", ())  # transformers' dense block-diagonal mask instead
+    masked = forward_token_stats(model, b.input_ids, b.attention_mask, **kw).logprobs.detach()
+    assert float((per_row - masked).abs().max()) <= TOL and len(seen) == model.config.num_hidden_layers
 
 
 def test_token_bins_first_fit_decreasing():
