@@ -201,7 +201,8 @@ def apply_rollout_correction(model: torch.nn.Module, batch: TrainBatch, cfg: Upd
     """
     mode = "none" if cfg.rollout_correction == "auto" else cfg.rollout_correction
     train_lp = sharded_batch_logprobs(model, batch, dp, micro_batch=cfg.micro_batch, temperature=temperature,
-                                      loss_only=True, micro_batch_tokens=cfg.micro_batch_tokens) * batch.loss_mask  # (B, T), 0 off the mask like old_logprobs
+                                      loss_only=True, micro_batch_tokens=cfg.micro_batch_tokens,
+                                      share_prefix=cfg.share_prefix) * batch.loss_mask  # (B, T), 0 off the mask like old_logprobs
     corr = correction_weights(train_lp, batch.old_logprobs, batch.loss_mask, batch.turn_ids,
                               mode=mode, level=cfg.correction_level,
                               low=cfg.correction_low, high=cfg.correction_high)

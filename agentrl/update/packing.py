@@ -40,7 +40,7 @@ import torch
 from agentrl.update.batch import TrainBatch
 from agentrl.update.bitmask import BatchMasks
 
-__all__ = ["Packed", "token_bins", "rank_bins", "pack_rows", "stub_row"]
+__all__ = ["Packed", "token_bins", "rank_bins", "deal", "shared_prefix", "shared_rank_bins", "pack_rows", "stub_row"]
 
 
 @dataclass(frozen=True)
@@ -121,47 +121,109 @@ def rank_bins(lengths: Sequence[int], budget: int, world: int) -> list[list[list
         Per rank, its micro-batches (lists of row indices); a rank's list may be shorter than
         another's only when there are fewer rows than ranks × passes.
     """
-    bins = token_bins(lengths, budget)
     weight = lambda b: sum(int(lengths[r]) for r in b)  # noqa: E731
+    return deal(token_bins(lengths, budget), world, weight, lambda b: list(_split(b, lengths)))
+
+
+def deal(bins: list[list[int]], world: int, weight, split) -> list[list[list[int]]]:
+    """Micro-batches ``bins`` over ``world`` ranks (``rank_bins``' rule) with their cost
+    ``weight(bin) -> int`` and ``split(bin) -> [half, half]`` for a bin of two or more rows."""
+    bins = list(bins)
     target = -(-len(bins) // world) * world
     while len(bins) < target:
-        split = [b for b in bins if len(b) > 1]
-        if not split:
+        splittable = [b for b in bins if len(b) > 1]
+        if not splittable:
             break
-        heavy = max(split, key=weight)
-        bins.remove(heavy)
-        bins += [h for h in _split(heavy, lengths)]
+        heavy = max(splittable, key=weight)
+        at = bins.index(heavy)
+        bins[at:at + 1] = split(heavy)
     per = -(-len(bins) // world)
     out: list[list[list[int]]] = [[] for _ in range(world)]
     heap = [(0, r) for r in range(world)]  # (tokens, rank) of the ranks with a pass free
-    for b in sorted(bins, key=lambda b: (-weight(b), b[0])):
+    for k in sorted(range(len(bins)), key=lambda k: (-weight(bins[k]), k)):
         tokens, r = heapq.heappop(heap)
-        out[r].append(b)
+        out[r].append(k)
         if len(out[r]) < per:
-            heapq.heappush(heap, (tokens + weight(b), r))
-    return [sorted(bins_r, key=lambda b: b[0]) for bins_r in out]
+            heapq.heappush(heap, (tokens + weight(bins[k]), r))
+    return [[bins[k] for k in sorted(ks)] for ks in out]
+
+
+def _first_trained(mb: TrainBatch) -> torch.Tensor:
+    """(B,) int64 column of each row's first loss-mask token (its length when none)."""
+    on = mb.loss_mask > 0
+    cols = torch.arange(on.shape[1]).expand_as(on)
+    return torch.where(on, cols, mb.attention_mask.sum(1, keepdim=True)).min(1).values
+
+
+def shared_prefix(mb: TrainBatch) -> int:
+    """Tokens that every row of a micro-batch shares at its start and that end before any row's
+    first trained token (so no trained token's predecessor is another row's): the part
+    ``pack_rows(prefix=...)`` lays down once; 0 for one row."""
+    if mb.num_rows < 2:
+        return 0
+    same = ((mb.input_ids == mb.input_ids[:1]) & (mb.attention_mask > 0)).all(0)
+    common = int(same.long().cumprod(0).sum())
+    return max(0, min(common, int(_first_trained(mb).min()) - 1))
+
+
+def shared_rank_bins(batch: TrainBatch, budget: int, world: int) -> list[list[list[int]]]:
+    """Micro-batches of rows that share a prefix, dealt over ranks (``deal``): the rows in
+    prefix order (``agentrl.update.shared_prefix.prefix_order``, turns of one task side by
+    side), cut greedily into runs whose packed cost — the shared prefix once plus every row's
+    suffix, ``shared_prefix`` — stays within ``budget`` (a row alone may exceed it).
+
+    Returns:
+        As ``rank_bins`` (row indices into ``batch``).
+    """
+    from agentrl.update.shared_prefix import prefix_order
+
+    lengths = batch.attention_mask.sum(1).tolist()
+
+    def cost(rows: list[int]) -> int:
+        p = shared_prefix(batch.select(rows)) if len(rows) > 1 else 0
+        return p + sum(int(lengths[r]) - p for r in rows)
+
+    bins: list[list[int]] = []
+    for r in prefix_order(batch.input_ids, batch.attention_mask).tolist():
+        if bins and cost(bins[-1] + [r]) <= budget:
+            bins[-1].append(r)
+        else:
+            bins.append([r])
+    half = lambda b: [b[: len(b) // 2], b[len(b) // 2:]]  # noqa: E731  (contiguous: each half keeps its prefix)
+    return deal(bins, world, cost, half)
 
 
 def _flat(x: torch.Tensor | None, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor | None:
     return None if x is None else x[rows, cols].unsqueeze(0)
 
 
-def pack_rows(mb: TrainBatch) -> Packed:
-    """Lay the rows of a right-padded micro-batch end to end: (B, T) → (1, L), L = real tokens.
+def pack_rows(mb: TrainBatch, prefix: int = 0) -> Packed:
+    """Lay the rows of a right-padded micro-batch end to end: (B, T) → (1, L), L = real tokens
+    (minus ``prefix`` per row after the first).
 
-    Every (B, T) field is gathered at the real tokens (``allowed_ids`` (B, T, A) → (1, L, A),
-    ``grammar_mask.index`` likewise, its bits shared); ``position_ids`` (1, L) is each
-    token's column in its row; the turns all live in row 0, ``turn_value_pos`` shifted to
-    their packed columns.
+    Every (B, T) field is gathered at the packed tokens (``allowed_ids`` (B, T, A) → (1, L, A),
+    ``grammar_mask.index`` likewise, its bits shared); ``position_ids`` (1, L) is each token's
+    column in its row; the turns all live in row 0, ``turn_value_pos`` moved to their packed
+    columns. With ``prefix`` P > 0 (``shared_prefix``: tokens every row shares, before any
+    trained one) the first row is laid down whole and every other row from column P on, its
+    positions continuing from P: a segment that starts at position P > 0 attends to the pack's
+    first P tokens (only ``agentrl.update.varlen_attention.segment_attention`` reads it so).
 
     Raises:
-        ValueError: ``mb`` is already packed (has ``position_ids``).
+        ValueError: ``mb`` is already packed (has ``position_ids``), or ``prefix`` is not in
+            [0, the shortest row).
     """
     if mb.position_ids is not None:
         raise ValueError("pack_rows got a packed batch (position_ids set); pack the padded micro-batch once")
-    rows, cols = torch.nonzero(mb.attention_mask > 0, as_tuple=True)  # row-major: rows in order, columns in order
     lengths = mb.attention_mask.sum(1)
-    start = torch.cumsum(lengths, 0) - lengths  # (B,) packed column of each row's first token
+    if not 0 <= prefix < int(lengths.min()):
+        raise ValueError(f"shared prefix {prefix} must be in [0, {int(lengths.min())}) (the shortest row)")
+    keep = mb.attention_mask > 0
+    skip = torch.full_like(lengths, prefix)
+    skip[0] = 0
+    keep &= torch.arange(keep.shape[1]).unsqueeze(0) >= skip.unsqueeze(1)
+    rows, cols = torch.nonzero(keep, as_tuple=True)  # row-major: rows in order, columns in order
+    start = torch.cumsum(lengths - skip, 0) - (lengths - skip) - skip  # packed column of (row, col) = start + col
     g = mb.grammar_mask
     packed = dataclasses.replace(
         mb, input_ids=_flat(mb.input_ids, rows, cols), attention_mask=torch.ones_like(rows).unsqueeze(0),

@@ -6,7 +6,8 @@ counted over the whole minibatch (``LossScale``), so the accumulated gradient eq
 one of a single full-batch pass (1 × 4 rows == 4 × 1 rows up to float rounding). With
 ``cfg.micro_batch_tokens`` N > 0 the micro-batches are instead rows packed end to end into one
 sequence of ≤ N tokens each, without padding (``agentrl.update.packing``; the same loss and
-gradient to float rounding).
+gradient to float rounding); with ``cfg.share_prefix`` too, rows of one task share a pack and
+the prefix they share is laid down once (on sdpa models without gradient checkpointing).
 
 Objective per minibatch (minimised):
 ``agg(w · policy_loss) + kl_coef · agg(KL(π‖π_ref)) − entropy_coef · agg(H(π))``, where
@@ -38,8 +39,9 @@ from agentrl.update.batch import TrainBatch, minibatches, model_device
 from agentrl.update.logprobs import forward_token_stats
 from agentrl.update.losses import AGGREGATIONS, KL_ESTIMATORS, LOSSES, ClipSpec, LossScale, PolicyLossInputs
 from agentrl.update.master_weights import HALF_DTYPES
-from agentrl.update.packing import pack_rows, rank_bins, stub_row
+from agentrl.update.packing import pack_rows, rank_bins, shared_prefix, shared_rank_bins, stub_row
 from agentrl.update.shared_prefix import prefix_order
+from agentrl.update.varlen_attention import attends_per_segment
 
 __all__ = ["UpdateStats", "ReduceGroup", "make_optimizer", "update", "train_on_batch", "sft_update"]
 
@@ -199,7 +201,8 @@ def update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Trai
     if cfg.aggregation == "seq-mean-token-sum-norm" and cfg.sum_norm_tokens is None:
         raise ValueError("aggregation 'seq-mean-token-sum-norm' needs update.sum_norm_tokens (max response tokens)")
     model.train()
-    mine, chunks = _my_micro_batches(batch, cfg, micro_batch or cfg.micro_batch, dp)
+    share = cfg.share_prefix and cfg.micro_batch_tokens > 0 and attends_per_segment(model)  # prefix once per pack
+    mine, chunks = _my_micro_batches(batch, cfg, micro_batch or cfg.micro_batch, dp, share)
     norm = cfg.sum_norm_tokens or 1
     scale = LossScale.of(batch.loss_mask, batch.turn_ids, norm) if dp is None else _global_scale(mine, norm, dp)
     scale = scale.with_episodes(batch.loss_mask, batch.token_episode)  # every rank holds the whole minibatch
@@ -211,7 +214,9 @@ def update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Trai
     for k in range(passes):
         if k < len(chunks):
             mb = mine.select(chunks[k])
-            _micro_step(model, (pack_rows(mb).batch if packed else mb).to(device), cfg, scale, temperature, sums)
+            if packed:
+                mb = pack_rows(mb, shared_prefix(mb) if share else 0).batch
+            _micro_step(model, mb.to(device), cfg, scale, temperature, sums)
         else:  # this rank is out of rows: small zero-weight passes keep FSDP2's collectives in step
             _micro_step(model, stub_row(batch).to(device), cfg, scale, temperature, _Sums(), weight=0.0)
     if dp is not None:
@@ -229,15 +234,17 @@ def update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Trai
     return sums.stats(scale.tokens, grad_norm)
 
 
-def _my_micro_batches(batch: TrainBatch, cfg: UpdateConfig, micro_batch: int,
-                      dp: ReduceGroup | None) -> tuple[TrainBatch, list[torch.Tensor]]:
+def _my_micro_batches(batch: TrainBatch, cfg: UpdateConfig, micro_batch: int, dp: ReduceGroup | None,
+                      share: bool = False) -> tuple[TrainBatch, list[torch.Tensor]]:
     """This rank's rows of the minibatch (``mine``) and its micro-batches (int64 indices into
     ``mine``): ``micro_batch`` rows each, rank r holding rows ``r, r + N, …`` (sorted by
     prefix with ``share_prefix``); or, with ``cfg.micro_batch_tokens``, the token-budget
-    micro-batches ``agentrl.update.packing.rank_bins`` deals to this rank."""
+    micro-batches ``agentrl.update.packing.rank_bins`` (``shared_rank_bins`` with ``share``)
+    deals to this rank."""
     if cfg.micro_batch_tokens > 0:
-        lengths = batch.attention_mask.sum(1).tolist()
-        bins = rank_bins(lengths, cfg.micro_batch_tokens, 1 if dp is None else dp.world_size)[0 if dp is None else dp.rank]
+        world, rank = (1, 0) if dp is None else (dp.world_size, dp.rank)
+        bins = (shared_rank_bins(batch, cfg.micro_batch_tokens, world) if share else
+                rank_bins(batch.attention_mask.sum(1).tolist(), cfg.micro_batch_tokens, world))[rank]
         mine = batch.select([r for b in bins for r in b])
         bounds = torch.cumsum(torch.tensor([0] + [len(b) for b in bins]), 0).tolist()
         return mine, [torch.arange(bounds[i], bounds[i + 1]) for i in range(len(bins))]

@@ -15,13 +15,13 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from update_fixtures import PAD, VOCAB, random_turns, sgd, tiny_model
+from update_fixtures import PAD, VOCAB, grouped_batch, random_turns, sgd, tiny_model
 
 from agentrl.config import ConfigError, LoraSpec, UpdateConfig
 from agentrl.update import apply_rollout_correction, batch_logprobs, build_batch, prepare_policy, update
 from agentrl.update.logprobs import forward_token_stats
 from agentrl.update.lora import apply_lora
-from agentrl.update.packing import pack_rows, rank_bins, stub_row, token_bins
+from agentrl.update.packing import pack_rows, rank_bins, shared_prefix, stub_row, token_bins
 
 TOL = 1e-6
 BASE = UpdateConfig(lr=0.1, grad_clip=0.0, micro_batch=2, sum_norm_tokens=8, rollout_correction="none")
@@ -34,6 +34,9 @@ CASES = {
     "kl+entropy+clip": dict(aggregation="token-mean", kl_coef=0.1, entropy_coef=0.01, clip_c=3.0, grad_clip=0.05),
     "tis-sequence": dict(aggregation="seq-mean-token-mean", rollout_correction="tis", correction_level="sequence"),
 }
+#: packed with the rows' shared prefix laid down once (share_prefix): the padded side keeps
+#: share_prefix off, so this compares against the plain padded forward
+SHARED = {"token-mean", "episode-mean-token-mean", "tis-sequence"}
 
 
 def _batch(pack: bool = False, allowed: bool = False):
@@ -84,6 +87,40 @@ def test_packed_update_equals_padded(name, budget):
     packed = dataclasses.replace(padded, micro_batch_tokens=budget)
     batch = _batch()
     _assert_equal_steps(_step(padded, batch), _step(packed, batch))
+
+
+@pytest.mark.parametrize("name", sorted(SHARED))
+@pytest.mark.parametrize("budget", [60, 1000])
+def test_shared_prefix_packs_equal_padded(name, budget):
+    """Turns of one task in one pack, their common prefix laid down once (3 groups of
+    episodes that share their first prompt): the same step as the padded update."""
+    torch.set_num_threads(1)
+    padded = dataclasses.replace(BASE, **CASES[name])
+    packed = dataclasses.replace(padded, micro_batch_tokens=budget, share_prefix=True)
+    batch = grouped_batch()
+    _assert_equal_steps(_step(padded, batch), _step(packed, batch))
+
+
+def test_shared_prefix_pack_layout():
+    """The first row whole, the others from the shared prefix on, positions continuing; the
+    packed forward scores every trained token as the padded one does."""
+    torch.set_num_threads(1)
+    batch, model = grouped_batch(), tiny_model(0)
+    rows = [0, 3, 5]  # first turns of task 0's episodes (identical prompts, different completions)
+    mb = batch.select(rows)
+    p = shared_prefix(mb)
+    assert p == 11  # 12 shared prompt tokens, ending before the first completion token's predecessor
+    pk = pack_rows(mb, p)
+    lengths = mb.attention_mask.sum(1)
+    assert pk.batch.input_ids.shape[1] == int(lengths.sum()) - 2 * p
+    assert pk.batch.position_ids[0, int(lengths[0])] == p  # the second row's suffix starts at position p
+    b = pk.batch
+    got = forward_token_stats(model, b.input_ids, b.attention_mask, token_mask=b.loss_mask > 0,
+                              position_ids=b.position_ids).logprobs.detach()
+    ref = forward_token_stats(model, mb.input_ids, mb.attention_mask, token_mask=mb.loss_mask > 0).logprobs.detach()
+    assert float((pk.unpack(got) * mb.loss_mask - ref).abs().max()) <= TOL
+    with pytest.raises(ValueError, match="shared prefix"):
+        pack_rows(mb, int(lengths.min()))
 
 
 @pytest.mark.parametrize("variant", ["lora", "chained-turns", "constrained", "checkpointing"])
@@ -142,7 +179,8 @@ def test_packed_forward_attends_per_row_and_restores_the_model(monkeypatch):
     kw = dict(token_mask=b.loss_mask > 0, position_ids=b.position_ids)
     per_row = forward_token_stats(model, b.input_ids, b.attention_mask, **kw).logprobs.detach()
     lengths = batch.attention_mask.sum(1)
-    assert seen == [[0, *torch.cumsum(lengths, 0).tolist()]] * model.config.num_hidden_layers
+    ends = torch.cumsum(lengths, 0).tolist()
+    assert seen == [[(a, b, 0) for a, b in zip([0, *ends], ends)]] * model.config.num_hidden_layers
     assert model.config._attn_implementation == "sdpa"
     monkeypatch.setattr(va, "_SWITCHED", ())  # transformers' dense block-diagonal mask instead
     masked = forward_token_stats(model, b.input_ids, b.attention_mask, **kw).logprobs.detach()
@@ -181,8 +219,6 @@ def test_stub_row_is_two_tokens_of_the_shortest_row():
     assert stub.input_ids.shape == (1, 2) and torch.equal(stub.input_ids[0], batch.input_ids[shortest, :2])
 
 
-def test_packing_excludes_share_prefix_with_the_fix():
-    with pytest.raises(ConfigError, match="share_prefix: false"):
-        UpdateConfig(micro_batch_tokens=1024, share_prefix=True)
+def test_micro_batch_tokens_must_not_be_negative():
     with pytest.raises(ConfigError, match="micro_batch_tokens"):
         UpdateConfig(micro_batch_tokens=-1)
