@@ -35,6 +35,7 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from agentrl.update.batch import TrainBatch
@@ -60,7 +61,8 @@ class Packed:
     shape: tuple[int, int]
 
     def unpack(self, values: torch.Tensor) -> torch.Tensor:
-        """(1, L) per-column values → (B, T) in the source layout, 0 on padding."""
+        """(1, L) per-column values → (B, T) in the source layout, 0 on padding (and, in a
+        shared-prefix pack, on the prefix columns of every row but the first)."""
         out = values.new_zeros(self.shape)
         out[self.rows.to(values.device), self.cols.to(values.device)] = values[0]
         return out
@@ -170,21 +172,31 @@ def shared_rank_bins(batch: TrainBatch, budget: int, world: int) -> list[list[li
     """Micro-batches of rows that share a prefix, dealt over ranks (``deal``): the rows in
     prefix order (``agentrl.update.shared_prefix.prefix_order``, turns of one task side by
     side), cut greedily into runs whose packed cost — the shared prefix once plus every row's
-    suffix, ``shared_prefix`` — stays within ``budget`` (a row alone may exceed it).
+    suffix, as ``shared_prefix`` cuts it — stays within ``budget`` (a row alone may exceed it).
 
     Returns:
         As ``rank_bins`` (row indices into ``batch``).
     """
     from agentrl.update.shared_prefix import prefix_order
 
+    order = prefix_order(batch.input_ids, batch.attention_mask).tolist()
+    at = {r: k for k, r in enumerate(order)}
     lengths = batch.attention_mask.sum(1).tolist()
+    first = _first_trained(batch).tolist()
+    ids = batch.input_ids.numpy()
+    adjacent = []  # common prefix of each row and the next in prefix order (a run's: their minimum)
+    for a, b in zip(order, order[1:]):
+        n = min(lengths[a], lengths[b])
+        differ = np.flatnonzero(ids[a, :n] != ids[b, :n])
+        adjacent.append(int(differ[0]) if differ.size else n)
 
-    def cost(rows: list[int]) -> int:
-        p = shared_prefix(batch.select(rows)) if len(rows) > 1 else 0
-        return p + sum(int(lengths[r]) - p for r in rows)
+    def cost(rows: list[int]) -> int:  # rows: a run of the prefix order
+        ks = sorted(at[r] for r in rows)
+        p = 0 if len(rows) < 2 else max(0, min(min(adjacent[ks[0]:ks[-1]]), min(first[r] for r in rows) - 1))
+        return p + sum(lengths[r] - p for r in rows)
 
     bins: list[list[int]] = []
-    for r in prefix_order(batch.input_ids, batch.attention_mask).tolist():
+    for r in order:
         if bins and cost(bins[-1] + [r]) <= budget:
             bins[-1].append(r)
         else:

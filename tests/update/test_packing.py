@@ -21,7 +21,8 @@ from agentrl.config import ConfigError, LoraSpec, UpdateConfig
 from agentrl.update import apply_rollout_correction, batch_logprobs, build_batch, prepare_policy, update
 from agentrl.update.logprobs import forward_token_stats
 from agentrl.update.lora import apply_lora
-from agentrl.update.packing import pack_rows, rank_bins, shared_prefix, stub_row, token_bins
+from agentrl.update.packing import pack_rows, rank_bins, shared_prefix, shared_rank_bins, stub_row, token_bins
+from agentrl.update.shared_prefix import prefix_order
 
 TOL = 1e-6
 BASE = UpdateConfig(lr=0.1, grad_clip=0.0, micro_batch=2, sum_norm_tokens=8, rollout_correction="none")
@@ -210,6 +211,25 @@ def test_rank_bins_equal_passes_and_balanced_tokens(world):
     assert max(tokens) - min(tokens) <= max(lengths)  # about equal
     few = rank_bins([5, 7], 100, 3)  # fewer rows than ranks: one rank has nothing (a stub pass)
     assert sorted(len(b) for b in few) == [0, 1, 1]
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_shared_rank_bins_are_prefix_runs_within_budget(world):
+    batch = grouped_batch()
+    per_rank = shared_rank_bins(batch, 60, world)
+    bins = [b for bins in per_rank for b in bins]
+    assert sorted(r for b in bins for r in b) == list(range(batch.num_rows))
+    assert len({len(b) for b in per_rank}) == 1
+    order = prefix_order(batch.input_ids, batch.attention_mask).tolist()
+    shared = 0
+    for b in bins:
+        ks = sorted(order.index(r) for r in b)
+        assert ks == list(range(ks[0], ks[0] + len(b)))  # a run of the prefix order
+        mb = batch.select(b)
+        p = shared_prefix(mb)
+        assert len(b) == 1 or pack_rows(mb, p).batch.input_ids.shape[1] <= 60
+        shared += p * (len(b) - 1)
+    assert shared > 0
 
 
 def test_stub_row_is_two_tokens_of_the_shortest_row():
