@@ -179,7 +179,8 @@ def update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Trai
         cfg: ``agentrl.config.UpdateConfig`` (loss, clip, aggregation, kl/entropy coefs,
             grad_clip (0 = off), sum_norm_tokens for Dr.GRPO).
         temperature: the sampling temperature of the behaviour policy.
-        micro_batch: rows per forward pass (default ``cfg.micro_batch``).
+        micro_batch: rows per forward pass (default ``cfg.micro_batch``; unused when
+            ``cfg.micro_batch_tokens`` packs the rows).
         dp: the data-parallel ranks (every rank passes the same ``batch``; see the module
             docstring); None = one process.
     Returns:
