@@ -319,7 +319,9 @@ class UpdateConfig:
     ``clip_high`` bound the ratio to [1 − clip_low, 1 + clip_high] (DAPO's clip-higher,
     arXiv 2503.14476); ``clip_c`` enables dual-clip (arXiv 1912.09729, > 1). ``epochs``
     passes over each iteration's batch, ``minibatch`` rows per optimizer step (0 = all),
-    ``micro_batch`` rows per forward pass (gradient accumulation in between).
+    ``micro_batch`` rows per forward pass (gradient accumulation in between), or with ``micro_batch_tokens``
+    N > 0 rows packed without padding, ≤ N tokens per pass, even over ranks (``agentrl.update.packing``;
+    with ``share_prefix`` rows of one task share a pack and their common prefix is in it once).
     ``aggregation`` (one row per turn, so it decides how much a turn and an episode weigh):
     ``token-mean`` (every trained token the same: an N-turn episode weighs ~N× a 1-turn one) |
     ``seq-mean-token-mean`` (every turn the same, whatever its length: still N× per episode) |
@@ -371,6 +373,7 @@ class UpdateConfig:
     epochs: int = 1
     minibatch: int = 0
     micro_batch: int = 4
+    micro_batch_tokens: int = 0
     lr: float = 1e-5
     weight_decay: float = 0.0
     grad_clip: float = 1.0
@@ -398,6 +401,7 @@ class UpdateConfig:
         _check(self.clip_c is None or self.clip_c > 1, "update.clip_c (dual-clip) must be > 1 or null")
         _check(self.epochs >= 1 and self.micro_batch >= 1 and self.minibatch >= 0,
                "update.epochs and micro_batch must be >= 1, minibatch >= 0 (0 = whole batch)")
+        _check(self.micro_batch_tokens >= 0, "update.micro_batch_tokens must be >= 0 (0 = padded micro-batches of rows)")
         _check(self.lr > 0 and self.critic_lr > 0, "update.lr and critic_lr must be > 0")
         _check(self.weight_decay >= 0 and self.grad_clip >= 0, "update.weight_decay and grad_clip must be >= 0 (grad_clip 0 = off)")
         _check(self.kl_coef >= 0, "update.kl_coef must be >= 0 (0 = no reference model)")

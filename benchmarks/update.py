@@ -3,6 +3,21 @@
 Writes ``benchmarks/results/update.json``. Usage:
 ``python benchmarks/update.py [--episodes 8] [--turns 4] [--repeats 5] [--micro-batch 4]``.
 
+``--store STORE`` (issue 37) instead times the update on real turns of a run's store (the main
+job, ``examples/gigpo_textworld.yaml``: SmolLM2-135M, LoRA on the top 6 layers, the config's
+dtype) in several arms, alternating in one process from the same initial weights: padded
+micro-batches of ``update.micro_batch`` rows, the same with ``share_prefix`` (what the main job
+runs), and padding-free packing (``update.micro_batch_tokens``) at each ``--budgets`` value, without
+and with ``share_prefix`` (rows of one task in one pack, their common prefix once). The
+batch is the first ``--episodes`` episodes' turns in the trainer's shuffled order (seeded normal
+advantages; the cost does not depend on them). Reported: the step's CPU seconds (this process,
+one thread: on a shared machine the other jobs' load changes it far less than the wall time)
+and wall seconds, medians over ``--rounds`` passes in alternating order, update tokens per CPU
+second (real, unpadded tokens) and the ratios to the padded arm, in
+``benchmarks/results/update_packing.json`` with the load, threads and date::
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/update.py --store runs/main/store.sqlite --episodes 4
+
 Workload: ``episodes`` append-only episodes of ``turns`` turns (first prompt 120 tokens,
 each next prompt adds the previous completion + a 40-token observation, completions of
 16-32 tokens), on the MODELS.md unit-tier model (Qwen3 config, vocab 2,048, hidden 64,
@@ -87,14 +102,97 @@ def _measure(pack: bool, args: argparse.Namespace) -> dict:
     return result
 
 
+def _real_turns(args: argparse.Namespace) -> None:
+    """The ``--store`` mode (see the module docstring)."""
+    import dataclasses
+    import os
+
+    import torch
+
+    from agentrl.config import load_config
+    from agentrl.llm.constrained import constraint_masks
+    from agentrl.llm.policy import load_policy
+    from agentrl.store import TurnStore
+    from agentrl.update import build_batch, make_optimizer, minibatches, prepare_policy, update
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = load_config(root / "examples" / "gigpo_textworld.yaml", list(args.overrides))
+    torch.manual_seed(0)
+    policy = load_policy(cfg.policy)
+    model = prepare_policy(policy.model, cfg.update, cfg.policy.lora)
+    eps = [e for e in TurnStore(args.store, readonly=True).load_episodes(None) if e.turns][:args.episodes]
+    turns = [t for e in eps for t in e.turns if t.completion_ids is not None and len(t.completion_ids)]
+    batch = build_batch([t.prompt_ids for t in turns], [t.completion_ids for t in turns],
+                        [t.completion_logprobs for t in turns], np.random.default_rng(0).normal(size=len(turns)),
+                        pad_id=policy.pad_id, allowed=constraint_masks(turns, policy.renderer),
+                        episodes=[t.episode_id for t in turns])
+    batch = batch.select(minibatches(batch.num_rows, 0, seed=0)[0])  # the trainer's shuffled minibatch
+    padded = dataclasses.replace(cfg.update, share_prefix=False, micro_batch_tokens=0)
+    arms = {"padded": padded, "padded+share_prefix": dataclasses.replace(padded, share_prefix=True),
+            **{f"packed-{b}{'+share_prefix' if sh else ''}": dataclasses.replace(padded, micro_batch_tokens=b,
+                                                                                  share_prefix=sh)
+               for sh in (False, True) for b in args.budgets}}
+    start = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    tokens = int(batch.attention_mask.sum())
+    load0, out, order = os.getloadavg(), {}, list(arms)
+    runs = [(r, name) for r in range(args.rounds) for name in (order if r % 2 == 0 else order[::-1])]
+    for r, name in runs:  # alternating order: a load change on the shared machine hits every arm alike
+        ucfg = arms[name]
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if n in start:
+                    p.copy_(start[n])
+        t0, c0 = time.perf_counter(), time.process_time()
+        stats = update(model, make_optimizer(model, ucfg.lr, ucfg.weight_decay), batch, ucfg, temperature=1.0)
+        sec, cpu = time.perf_counter() - t0, time.process_time() - c0
+        arm = out.setdefault(name, {"cpu_s_all": [], "wall_s_all": [], "load_1min": [], "loss": stats.loss,
+                                    "grad_norm": stats.grad_norm})
+        arm["cpu_s_all"].append(round(cpu, 2))
+        arm["wall_s_all"].append(round(sec, 2))
+        arm["load_1min"].append(round(os.getloadavg()[0], 2))
+        print(r, name, round(cpu, 2), round(sec, 2), stats.loss, flush=True)
+    for arm in out.values():  # CPU seconds of this (one-thread) process: what other jobs' load changes least
+        arm["update_cpu_s"] = round(statistics.median(arm["cpu_s_all"]), 2)
+        arm["update_wall_s"] = round(statistics.median(arm["wall_s_all"]), 2)
+        arm["update_tokens_per_cpu_s"] = round(tokens / arm["update_cpu_s"], 1)
+        arm["trained_tokens_per_cpu_s"] = round(batch.num_tokens / arm["update_cpu_s"], 2)
+    base = out["padded"]["update_cpu_s"]
+    report = {
+        "benchmark": "update packing (issue 37)", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "torch_threads": torch.get_num_threads(),
+        "load_before": load0, "load_after": os.getloadavg(), "store": str(args.store),
+        "config": "examples/gigpo_textworld.yaml", "overrides": list(args.overrides), "dtype": cfg.policy.dtype,
+        "episodes": len(eps), "rows": batch.num_rows, "real_tokens": tokens, "trained_tokens": batch.num_tokens,
+        "padded_tokens_micro_batch": sum(len(c) * int(batch.attention_mask[c].sum(1).max())
+                                         for c in minibatches(batch.num_rows, padded.micro_batch)),
+        "micro_batch": padded.micro_batch, "rounds": args.rounds, "arms": out,
+        "speedup_over_padded_cpu_s": {k: round(base / v["update_cpu_s"], 3) for k, v in out.items()},
+        "speedup_over_padded_wall_s": {k: round(out["padded"]["update_wall_s"] / v["update_wall_s"], 3)
+                                       for k, v in out.items()},
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    print(json.dumps({k: report[k] for k in ("speedup_over_padded_cpu_s", "speedup_over_padded_wall_s")}, indent=1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--store", type=Path, default=None, help="time packed vs padded on this store's real turns")
+    ap.add_argument("--budgets", type=int, nargs="+", default=[1024, 2048], help="--store: micro_batch_tokens arms")
+    ap.add_argument("--rounds", type=int, default=3, help="--store: passes over the arms, alternating their order")
+    ap.add_argument("overrides", nargs="*", help="--store: config overrides, e.g. policy.dtype=float32")
     ap.add_argument("--episodes", type=int, default=8)
     ap.add_argument("--turns", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--micro-batch", type=int, default=4)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "update.json"))
+    ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    results = Path(__file__).parent / "results"
+    if args.store is not None:
+        args.out = args.out or results / "update_packing.json"
+        return _real_turns(args)
+    args.out = args.out or results / "update.json"
     unpacked, packed = _measure(False, args), _measure(True, args)
     result = {
         "benchmark": "update", "machine": platform.processor() or platform.machine(), "threads": 1,

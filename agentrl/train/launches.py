@@ -36,7 +36,7 @@ RESUME_MAY_CHANGE = (
     "policy.decode_attention",
     "rollout.num_workers", "rollout.step_timeout_s", "rollout.backend",
     "rollout.harness.timeout_s", "rollout.harness.max_parallel",
-    "update.micro_batch", "update.gradient_checkpointing", "update.share_prefix",
+    "update.micro_batch", "update.gradient_checkpointing", "update.share_prefix", "update.micro_batch_tokens",
 )
 
 LAUNCHES_DIR, LAUNCHES_LOG = "launches", "launches.jsonl"

@@ -3,7 +3,8 @@
 Owns: ``TrainBatch`` and ``build_batch`` (turns → padded tensors, loss mask exactly on
 sampled tokens, optional packing of prefix-consistent turns), per-token logprobs/entropy
 (``logprobs``; the LM head run in chunks at each row's trained tokens: ``token_head``), registered policy losses, aggregations and KL estimators (``losses``), one
-optimizer step with micro-batch gradient accumulation (``step``), the rollout (off-policy)
+optimizer step with micro-batch gradient accumulation (``step``; padding-free packed micro-batches
+by token budget, balanced over ranks: ``packing``, with per-row attention: ``varlen_attention``), the rollout (off-policy)
 correction: π_old recomputed by the trainer, truncated / masked importance weights
 (``correction``: none | tis | mis | icepop), LoRA through peft (``lora``) and the
 turn-level critic of turn-PPO (``critic``).

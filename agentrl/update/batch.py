@@ -58,6 +58,9 @@ class TrainBatch:
         token_episode: optional (B, T) int64, the episode index (0..E-1 over the whole batch,
             not renumbered by ``select``) of each completion token, −1 elsewhere; the
             ``episode-mean-token-mean`` aggregation weighs episodes by it. None = unknown.
+        position_ids: optional (B, T) int64 position of each token in its own sequence; set
+            only on a packed micro-batch (``agentrl.update.packing.pack_rows``: several rows
+            end to end, positions restarting at 0). None = right padded, position = column.
     """
 
     input_ids: torch.Tensor
@@ -75,6 +78,7 @@ class TrainBatch:
     is_weights: torch.Tensor | None = None
     token_episode: torch.Tensor | None = None
     grammar_mask: BatchMasks | None = None
+    position_ids: torch.Tensor | None = None
 
     @property
     def num_rows(self) -> int:
@@ -114,6 +118,7 @@ class TrainBatch:
             allowed_ids=cut(self.allowed_ids), is_weights=cut(self.is_weights),
             token_episode=cut(self.token_episode),
             grammar_mask=None if self.grammar_mask is None else self.grammar_mask.select(rows, length),
+            position_ids=cut(self.position_ids),
         )
 
     def to(self, device: torch.device | str) -> "TrainBatch":

@@ -174,8 +174,8 @@ def apply_rollout_correction(model: torch.nn.Module, batch: TrainBatch, cfg: Upd
     """Prepare an update phase's batch for ``cfg.rollout_correction`` (see the module doc).
 
     Recomputes the trainer's logprobs of ``batch`` with ``model``'s current weights (no
-    gradient, ``cfg.micro_batch`` rows per forward, LM head only at loss-mask tokens, like
-    the update's own forward) and returns the batch with ``old_logprobs`` = those (π_old)
+    gradient, ``cfg.micro_batch`` rows per forward — or rows packed by ``cfg.micro_batch_tokens``
+    — LM head only at loss-mask tokens, like the update's own forward) and returns the batch with ``old_logprobs`` = those (π_old)
     and ``is_weights`` = the correction weights against the stored behaviour logprobs
     (``batch.old_logprobs``), with the ``Correction``. Call it once per update phase, before
     the first optimizer step, so every epoch and minibatch uses the same π_old.
@@ -201,7 +201,8 @@ def apply_rollout_correction(model: torch.nn.Module, batch: TrainBatch, cfg: Upd
     """
     mode = "none" if cfg.rollout_correction == "auto" else cfg.rollout_correction
     train_lp = sharded_batch_logprobs(model, batch, dp, micro_batch=cfg.micro_batch, temperature=temperature,
-                                      loss_only=True) * batch.loss_mask  # (B, T), 0 off the mask like old_logprobs
+                                      loss_only=True, micro_batch_tokens=cfg.micro_batch_tokens,
+                                      share_prefix=cfg.share_prefix) * batch.loss_mask  # (B, T), 0 off the mask like old_logprobs
     corr = correction_weights(train_lp, batch.old_logprobs, batch.loss_mask, batch.turn_ids,
                               mode=mode, level=cfg.correction_level,
                               low=cfg.correction_low, high=cfg.correction_high)

@@ -82,7 +82,8 @@ def forward_token_stats(model: torch.nn.Module, input_ids: torch.Tensor, attenti
                         temperature: float = 1.0, with_entropy: bool = False,
                         entropy_grad: bool = False, allowed_ids: torch.Tensor | None = None,
                         token_mask: torch.Tensor | None = None, grammar_mask: BatchMasks | None = None,
-                        share_prefix: bool = False, chunk: int | None = None) -> TokenStats:
+                        share_prefix: bool = False, chunk: int | None = None,
+                        position_ids: torch.Tensor | None = None) -> TokenStats:
     """One forward pass of a causal LM (HF ``...ForCausalLM`` or peft-wrapped) on a batch.
 
     The LM head runs only at the positions asked for, in chunks of ``chunk`` tokens that the
@@ -115,6 +116,10 @@ def forward_token_stats(model: torch.nn.Module, input_ids: torch.Tensor, attenti
             resharded weights would be gone in backward); rows with grammar bitmasks are not
             deduplicated.
         chunk: tokens per LM-head call (default: ``token_head.CHUNK_BYTES`` of float32 logits).
+        position_ids: optional (B, T) int64 for packed rows (``agentrl.update.packing``):
+            the model gets them with ``attention_mask=None``, and transformers reads each
+            restart at 0 as a sequence boundary (block-diagonal causal mask for sdpa/eager,
+            flash-attention varlen). ``share_prefix`` is then ignored.
     Returns:
         ``TokenStats`` with (B, T) float32 tensors (gradients flow through ``logprobs``
         when grad mode is on).
@@ -122,6 +127,7 @@ def forward_token_stats(model: torch.nn.Module, input_ids: torch.Tensor, attenti
         ValueError: a model whose logits are not its output embedding of the final hidden
             state (``token_head.OutputHead``), or ``chunk`` < 1.
     """
+    share_prefix = share_prefix and position_ids is None
     dup = duplicate_rows(input_ids, attention_mask, allowed_ids) if share_prefix and token_mask is not None \
         and grammar_mask is None else None
     if dup is not None:  # one forward per distinct row; a kept position of any copy is kept
@@ -140,7 +146,8 @@ def forward_token_stats(model: torch.nn.Module, input_ids: torch.Tensor, attenti
             and not (torch.is_grad_enabled() and _fsdp_sharded(model)):
         shared = max(0, min(common_prefix(input_ids, attention_mask), int(pairs.cols.min()) - 1))
     out = stats_forward(model, input_ids, attention_mask, pairs, prefix=shared, temperature=temperature,
-                        with_entropy=with_entropy, entropy_grad=entropy_grad, chunk=chunk)
+                        with_entropy=with_entropy, entropy_grad=entropy_grad, chunk=chunk,
+                        position_ids=position_ids)
     return TokenStats(logprobs=pairs.scatter(out.logprobs, input_ids.shape),
                       entropy=None if out.entropy is None else pairs.scatter(out.entropy, input_ids.shape))
 

@@ -14,10 +14,12 @@ from typing import Protocol
 
 import torch
 
-from agentrl.update.batch import TrainBatch
-from agentrl.update.logprobs import batch_logprobs
+from agentrl.update.batch import TrainBatch, model_device
+from agentrl.update.logprobs import batch_logprobs, forward_token_stats
+from agentrl.update.packing import pack_rows, rank_bins, shared_prefix, shared_rank_bins, stub_row
+from agentrl.update.varlen_attention import attends_per_segment
 
-__all__ = ["GatherGroup", "rank_rows", "sharded_batch_logprobs"]
+__all__ = ["GatherGroup", "rank_rows", "sharded_batch_logprobs", "packed_batch_logprobs"]
 
 
 class GatherGroup(Protocol):
@@ -37,7 +39,8 @@ def rank_rows(n_rows: int, rank: int, world_size: int) -> torch.Tensor:
 
 @torch.no_grad()
 def sharded_batch_logprobs(model: torch.nn.Module, batch: TrainBatch, dp: GatherGroup | None, *,
-                           micro_batch: int = 4, temperature: float = 1.0, loss_only: bool = False) -> torch.Tensor:
+                           micro_batch: int = 4, temperature: float = 1.0, loss_only: bool = False,
+                           micro_batch_tokens: int = 0, share_prefix: bool = False) -> torch.Tensor:
     """``agentrl.update.logprobs.batch_logprobs`` of every row of ``batch``, each rank computing
     its share of the rows (``rank_rows``) and the shares all-gathered.
 
@@ -46,12 +49,25 @@ def sharded_batch_logprobs(model: torch.nn.Module, batch: TrainBatch, dp: Gather
         batch: the B rows (the same on every rank).
         dp: the ranks; None or a 1-rank group runs ``batch_logprobs`` on the whole batch.
         micro_batch / temperature / loss_only: as ``batch_logprobs``.
+        micro_batch_tokens: N > 0 packs the rows without padding into forwards of ≤ N tokens
+            (``packed_batch_logprobs``), dealt over the ranks by ``packing.rank_bins``;
+            ``micro_batch`` is then unused. ``share_prefix`` (with ``loss_only``, on a model
+            that attends per segment): rows of one task share a pack, their prefix laid once.
     Returns:
         (B, T) float32 on the CPU, the same on every rank, equal to ``batch_logprobs`` on the
         whole batch up to float rounding (a row's padding differs with its micro-batch).
     Raises:
         ValueError: ``micro_batch`` < 1 (from ``batch_logprobs``).
     """
+    if micro_batch_tokens > 0:
+        world, rank = (1, 0) if dp is None else (dp.world_size, dp.rank)
+        share = share_prefix and loss_only and attends_per_segment(model)
+        per_rank = (shared_rank_bins(batch, micro_batch_tokens, world) if share else
+                    rank_bins(batch.attention_mask.sum(1).tolist(), micro_batch_tokens, world))
+        passes = max(len(b) for b in per_rank)  # the same on every rank: FSDP2's forwards are collectives
+        mine = packed_batch_logprobs(model, batch, per_rank[rank], passes=passes, temperature=temperature,
+                                     loss_only=loss_only, share_prefix=share)
+        return mine if world == 1 else dp.all_gather(mine).sum(0)  # rows are disjoint: x + 0 is exact
     if dp is None or dp.world_size == 1:
         return batch_logprobs(model, batch, micro_batch=micro_batch, temperature=temperature, loss_only=loss_only)
     n, world = batch.num_rows, dp.world_size
@@ -67,4 +83,40 @@ def sharded_batch_logprobs(model: torch.nn.Module, batch: TrainBatch, dp: Gather
     for r in range(world):
         rows = rank_rows(n, r, world)
         out[rows] = gathered[r, :rows.numel()]
+    return out
+
+
+@torch.no_grad()
+def packed_batch_logprobs(model: torch.nn.Module, batch: TrainBatch, bins: list[list[int]], *, passes: int = 0,
+                          temperature: float = 1.0, loss_only: bool = False, share_prefix: bool = False) -> torch.Tensor:
+    """``batch_logprobs`` of the rows in ``bins``, each bin packed into one sequence without
+    padding (``agentrl.update.packing.pack_rows``); ``passes`` > ``len(bins)`` adds no-op
+    forwards of two tokens (a data-parallel rank keeping FSDP2's collectives in step).
+    ``share_prefix``: each bin's shared prefix laid down once (``packing.shared_prefix``; only
+    with ``loss_only`` — the other rows' prefix tokens are not scored — and a model that
+    attends per segment).
+
+    Returns:
+        (B, T) float32 on the CPU: the binned rows' logprobs (0 on padding and in column 0),
+        every other row 0.
+    """
+    was_training = model.training
+    model.eval()
+    out = torch.zeros(batch.input_ids.shape, dtype=torch.float32)
+    device = model_device(model)
+    try:
+        for k in range(max(passes, len(bins))):
+            if k >= len(bins):
+                stub = stub_row(batch).to(device)
+                forward_token_stats(model, stub.input_ids, stub.attention_mask, temperature=temperature)
+                continue
+            mb = batch.select(bins[k])
+            pk = pack_rows(mb, shared_prefix(mb) if share_prefix else 0)
+            b = pk.batch.to(device)
+            lp = forward_token_stats(model, b.input_ids, b.attention_mask, temperature=temperature,
+                                     allowed_ids=b.allowed_ids, token_mask=(b.loss_mask > 0) if loss_only else None,
+                                     grammar_mask=b.grammar_mask, position_ids=b.position_ids).logprobs
+            out[torch.as_tensor(bins[k]), : mb.input_ids.shape[1]] = pk.unpack(lp.cpu())
+    finally:
+        model.train(was_training)
     return out

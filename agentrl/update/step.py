@@ -3,7 +3,11 @@
 ``update`` splits the minibatch into micro-batches of ``cfg.micro_batch`` rows, runs
 forward + backward on each, and steps once. Every aggregation divides by denominators
 counted over the whole minibatch (``LossScale``), so the accumulated gradient equals the
-one of a single full-batch pass (1 × 4 rows == 4 × 1 rows up to float rounding).
+one of a single full-batch pass (1 × 4 rows == 4 × 1 rows up to float rounding). With
+``cfg.micro_batch_tokens`` N > 0 the micro-batches are instead rows packed end to end into one
+sequence of ≤ N tokens each, without padding (``agentrl.update.packing``; the same loss and
+gradient to float rounding); with ``cfg.share_prefix`` too, rows of one task share a pack and
+the prefix they share is laid down once (on sdpa models without gradient checkpointing).
 
 Objective per minibatch (minimised):
 ``agg(w · policy_loss) + kl_coef · agg(KL(π‖π_ref)) − entropy_coef · agg(H(π))``, where
@@ -15,9 +19,10 @@ rank gets the same minibatch and trains its rows ``r, r + N, …``; the denomina
 tokens, turns) are all-reduced over the ranks, so each rank's loss is its share of the
 1-process loss and the summed gradients equal the 1-process gradient in every aggregation
 mode, with uneven rows and tokens per rank. Ranks run the same number of forward/backward
-passes (a rank with fewer micro-batches runs zero-weight ones: FSDP2's collectives must
-match), the gradient norm is taken over the whole (sharded) gradient, and the statistics are
-summed over ranks.
+passes (a rank with fewer micro-batches runs zero-weight ones on two tokens: FSDP2's collectives
+must match; packed micro-batches are dealt so that every rank has the same count and about the
+same tokens, ``packing.rank_bins``, leaving none where the rows allow), the gradient norm is
+taken over the whole (sharded) gradient, and the statistics are summed over ranks.
 """
 
 from __future__ import annotations
@@ -34,7 +39,9 @@ from agentrl.update.batch import TrainBatch, minibatches, model_device
 from agentrl.update.logprobs import forward_token_stats
 from agentrl.update.losses import AGGREGATIONS, KL_ESTIMATORS, LOSSES, ClipSpec, LossScale, PolicyLossInputs
 from agentrl.update.master_weights import HALF_DTYPES
+from agentrl.update.packing import pack_rows, rank_bins, shared_prefix, shared_rank_bins, stub_row
 from agentrl.update.shared_prefix import prefix_order
+from agentrl.update.varlen_attention import attends_per_segment
 
 __all__ = ["UpdateStats", "ReduceGroup", "make_optimizer", "update", "train_on_batch", "sft_update"]
 
@@ -134,7 +141,7 @@ def _micro_step(model: torch.nn.Module, mb: TrainBatch, cfg: UpdateConfig, scale
     out = forward_token_stats(model, mb.input_ids, mb.attention_mask, temperature=temperature,
                               with_entropy=True, entropy_grad=cfg.entropy_coef != 0, allowed_ids=mb.allowed_ids,
                               token_mask=mb.loss_mask > 0, grammar_mask=mb.grammar_mask,  # LM head only where a trained token is predicted
-                              share_prefix=cfg.share_prefix)
+                              share_prefix=cfg.share_prefix, position_ids=mb.position_ids)
     m = mb.loss_mask
     x = PolicyLossInputs(out.logprobs, mb.old_logprobs, mb.advantages, m, mb.turn_ids)
     tl = policy_loss(x, ClipSpec(cfg.clip_low, cfg.clip_high, cfg.clip_c))
@@ -173,7 +180,8 @@ def update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Trai
         cfg: ``agentrl.config.UpdateConfig`` (loss, clip, aggregation, kl/entropy coefs,
             grad_clip (0 = off), sum_norm_tokens for Dr.GRPO).
         temperature: the sampling temperature of the behaviour policy.
-        micro_batch: rows per forward pass (default ``cfg.micro_batch``).
+        micro_batch: rows per forward pass (default ``cfg.micro_batch``; unused when
+            ``cfg.micro_batch_tokens`` packs the rows).
         dp: the data-parallel ranks (every rank passes the same ``batch``; see the module
             docstring); None = one process.
     Returns:
@@ -195,22 +203,24 @@ def update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Trai
     if cfg.aggregation == "seq-mean-token-sum-norm" and cfg.sum_norm_tokens is None:
         raise ValueError("aggregation 'seq-mean-token-sum-norm' needs update.sum_norm_tokens (max response tokens)")
     model.train()
-    mine = batch if dp is None else batch.select(torch.arange(batch.num_rows)[dp.rank :: dp.world_size])  # may be empty
-    if cfg.share_prefix and mine.num_rows > 1:  # rows of one task side by side: their micro-batches share more
-        mine = mine.select(prefix_order(mine.input_ids, mine.attention_mask))
+    share = cfg.share_prefix and cfg.micro_batch_tokens > 0 and attends_per_segment(model)  # prefix once per pack
+    mine, chunks = _my_micro_batches(batch, cfg, micro_batch or cfg.micro_batch, dp, share)
     norm = cfg.sum_norm_tokens or 1
     scale = LossScale.of(batch.loss_mask, batch.turn_ids, norm) if dp is None else _global_scale(mine, norm, dp)
     scale = scale.with_episodes(batch.loss_mask, batch.token_episode)  # every rank holds the whole minibatch
     optimizer.zero_grad(set_to_none=True)
     sums = _Sums()
     device = model_device(model)
-    chunks = minibatches(mine.num_rows, micro_batch or cfg.micro_batch) if mine.num_rows or dp is None else []
     passes = len(chunks) if dp is None else int(dp.all_reduce(torch.tensor([len(chunks)]), op="max").item())
+    packed = cfg.micro_batch_tokens > 0
     for k in range(passes):
         if k < len(chunks):
-            _micro_step(model, mine.select(chunks[k]).to(device), cfg, scale, temperature, sums)
-        else:  # this rank is out of rows: zero-weight passes keep FSDP2's collectives in step
-            _micro_step(model, batch.select([0]).to(device), cfg, scale, temperature, _Sums(), weight=0.0)
+            mb = mine.select(chunks[k])
+            if packed:
+                mb = pack_rows(mb, shared_prefix(mb) if share else 0).batch
+            _micro_step(model, mb.to(device), cfg, scale, temperature, sums)
+        else:  # this rank is out of rows: small zero-weight passes keep FSDP2's collectives in step
+            _micro_step(model, stub_row(batch).to(device), cfg, scale, temperature, _Sums(), weight=0.0)
     if dp is not None:
         sums = sums.summed(dp)
     if not math.isfinite(sums.loss):
@@ -224,6 +234,26 @@ def update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Trai
         grad_norm = _clip_sharded(params, max_norm)
     optimizer.step()
     return sums.stats(scale.tokens, grad_norm)
+
+
+def _my_micro_batches(batch: TrainBatch, cfg: UpdateConfig, micro_batch: int, dp: ReduceGroup | None,
+                      share: bool = False) -> tuple[TrainBatch, list[torch.Tensor]]:
+    """This rank's rows of the minibatch (``mine``) and its micro-batches (int64 indices into
+    ``mine``): ``micro_batch`` rows each, rank r holding rows ``r, r + N, …`` (sorted by
+    prefix with ``share_prefix``); or, with ``cfg.micro_batch_tokens``, the token-budget
+    micro-batches ``agentrl.update.packing.rank_bins`` (``shared_rank_bins`` with ``share``)
+    deals to this rank."""
+    if cfg.micro_batch_tokens > 0:
+        world, rank = (1, 0) if dp is None else (dp.world_size, dp.rank)
+        bins = (shared_rank_bins(batch, cfg.micro_batch_tokens, world) if share else
+                rank_bins(batch.attention_mask.sum(1).tolist(), cfg.micro_batch_tokens, world))[rank]
+        mine = batch.select([r for b in bins for r in b])
+        bounds = torch.cumsum(torch.tensor([0] + [len(b) for b in bins]), 0).tolist()
+        return mine, [torch.arange(bounds[i], bounds[i + 1]) for i in range(len(bins))]
+    mine = batch if dp is None else batch.select(torch.arange(batch.num_rows)[dp.rank :: dp.world_size])  # may be empty
+    if cfg.share_prefix and mine.num_rows > 1:  # rows of one task side by side: their micro-batches share more
+        mine = mine.select(prefix_order(mine.input_ids, mine.attention_mask))
+    return mine, minibatches(mine.num_rows, micro_batch) if mine.num_rows or dp is None else []
 
 
 def _global_scale(mine: TrainBatch, norm_tokens: float, dp: ReduceGroup) -> LossScale:

@@ -40,6 +40,7 @@ from torch.utils.checkpoint import checkpoint
 
 from agentrl.llm.step_logprobs import hf_model
 from agentrl.update.bitmask import BatchMasks, masked_logsumexp
+from agentrl.update.varlen_attention import packed_attention
 
 __all__ = ["CHUNK_BYTES", "TokenPairs", "token_logprobs", "token_entropy", "OutputHead", "head_stats",
            "stats_forward"]
@@ -242,13 +243,17 @@ def _head_hooks(model: torch.nn.Module, compute: Callable[[torch.Tensor], HeadOu
 
 
 def stats_forward(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                  pairs: TokenPairs, *, prefix: int = 0, **head_kwargs) -> HeadOutput:
+                  pairs: TokenPairs, *, prefix: int = 0, position_ids: torch.Tensor | None = None,
+                  **head_kwargs) -> HeadOutput:
     """One forward of ``model`` on a right-padded batch and ``head_stats`` at ``pairs``.
 
     Args:
         input_ids, attention_mask: (B, T) int64.
         prefix: 0 (plain forward) or the length of a prefix every row shares, run once
             (``agentrl.update.shared_prefix.shared_cache``); every pair's column must be > prefix.
+        position_ids: optional (B, T) int64 of packed rows (``agentrl.update.packing``),
+            passed with ``attention_mask=None`` (prefix must be 0); sdpa models attend per
+            row meanwhile (``agentrl.update.varlen_attention.packed_attention``).
         head_kwargs: ``head_stats`` keywords (temperature, with_entropy, entropy_grad, chunk).
     Returns:
         ``HeadOutput`` with (N,) float32 tensors aligned with ``pairs``.
@@ -267,5 +272,9 @@ def stats_forward(model: torch.nn.Module, input_ids: torch.Tensor, attention_mas
         with _head_hooks(model, compute):
             return model(input_ids=input_ids[:, prefix:], attention_mask=attention_mask, past_key_values=cache,
                          use_cache=True, logits_to_keep=none)
+    if position_ids is not None:  # packed: attention per row (flash varlen, or agentrl.update.varlen_attention)
+        with packed_attention(model), _head_hooks(model, compute):
+            return model(input_ids=input_ids, attention_mask=None, position_ids=position_ids, use_cache=False,
+                         logits_to_keep=none)
     with _head_hooks(model, compute):
         return model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, logits_to_keep=none)

@@ -62,7 +62,7 @@ def main() -> None:
     spec = torch.load(folder / "cases.pt", weights_only=False)
     token_head.CHUNK_BYTES = spec["chunk_bytes"]  # the LM head in chunks of a few tokens, as in the 1-process run
     ctx = DistContext.from_env("cpu")
-    out = {c["name"]: run_case(c, spec["init"], spec["batch"], ctx) for c in spec["cases"]}
+    out = {c["name"]: run_case(c, spec["init"], c.get("batch", spec["batch"]), ctx) for c in spec["cases"]}  # a case may bring its own
     streams = ctx.gather_object({k: v["streamed"] for k, v in out.items()})  # every rank's own stream
     if ctx.is_main:
         out["streams_per_rank"] = streams

@@ -88,3 +88,27 @@ def assert_same_step(a: dict, b: dict, before: dict, rel: float = 1e-3) -> None:
               for n in a if not torch.equal(a[n], b[n])}
     assert step_mismatch(a, b, before, rel) <= 1.0, differ
     assert max(float((a[n] - before[n]).abs().max()) for n in a) > 1e-4
+
+
+def grouped_batch():
+    """A ``TrainBatch`` of 3 tasks × 3 episodes of 1-3 append-only turns whose episodes of a task
+    start from the same 12-token prompt (rows that share a prefix), with episode ids, π_old =
+    the tiny model's logprobs − 0.2 and reference logprobs from another seed."""
+    from agentrl.update import batch_logprobs, build_batch
+
+    rng = np.random.default_rng(5)
+    prompts, comps, episodes = [], [], []
+    for task in range(3):
+        first = rng.integers(2, VOCAB, size=12)
+        for ep in range(3):
+            prompt = first
+            for _ in range(int(rng.integers(1, 4))):
+                comp = rng.integers(2, VOCAB, size=int(rng.integers(1, 5)))
+                prompts.append(prompt)
+                comps.append(comp)
+                episodes.append(task * 3 + ep)
+                prompt = np.concatenate([prompt, comp, rng.integers(2, VOCAB, size=3)])
+    b = build_batch(prompts, comps, [np.zeros(c.size) for c in comps], rng.normal(size=len(prompts)), pad_id=PAD,
+                    episodes=episodes)
+    lp = batch_logprobs(tiny_model(0), b)
+    return b.with_(old_logprobs=(lp - 0.2) * b.loss_mask, ref_logprobs=batch_logprobs(tiny_model(1), b))
