@@ -90,3 +90,20 @@ def test_turn_info_and_beacon_on_played_episodes():
     win, lose = adv[tb.episode == 0], adv[tb.episode == 1]
     np.testing.assert_allclose(win[: first + 1] - lose[: first + 1], 1.0, atol=1e-9)
     assert win[first + 1:].min() > lose[first + 1:].max()
+
+
+def test_walkthrough_rollout_stores_milestones(tmp_path, capsys):
+    """The scripted rollout path copies the env's milestones into ``Turn.info``; the store's table has them."""
+    from agentrl.cli import main
+    from agentrl.store import TurnStore
+
+    store = tmp_path / "s.sqlite"
+    rc = main(["rollout", ID, "--policy", "walkthrough", "--episodes", "3", "--env-kwarg", "k=3", "--store", str(store),
+               "--run", "w", "--workers", "1"])
+    assert rc == 0, capsys.readouterr().err
+    with TurnStore(store, readonly=True) as st:
+        tb = st.table("w")
+    assert tb.n_milestones.tolist() == [3] * len(tb)
+    for e in np.unique(tb.episode):  # every walkthrough wins through exactly k milestones, the last on its last turn
+        rows = tb.episode == e
+        assert tb.milestone[rows].sum() == 3 and tb.milestone[rows][np.argmax(tb.t[rows])]
