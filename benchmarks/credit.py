@@ -5,7 +5,8 @@ Tables: ``--groups`` task groups × 8 rollouts × ~12 turns (default 1,000 group
 and 4× that) with realistic anchor repetition: each group has a small state space walked with
 a forward bias, loops, a shared ``"Nothing happens."`` anchor, ~50 % success (reward 10 on the
 last turn), ~5 % invalid actions, hidden states close for equal anchors, critic values, RTPO
-branch ids, Tree-GRPO chains and BEACON milestones (~15 % of turns and every winning one; 4 per task); anchors are ALFWorld-like observation texts ("You arrive at
+branch ids, Tree-GRPO chains and BEACON milestones (~15 % of turns and every winning one; 4 per task);
+anchors are ALFWorld-like observation texts ("You arrive at
 cabinet 3. On the cabinet 3, you see a mug 1, and a spoon 2."; near-duplicates included).
 
 Variants: each estimator with its defaults; GiGPO and GraphGPO also with ``enable_similarity``

@@ -118,7 +118,8 @@ def _turn(live: _Live, action: str, res, max_turns: int) -> Turn:
         anchor_obs=str(live.info.get(INFO_ANCHOR, live.obs)), action=action,
         action_valid=bool(res.info.get(INFO_VALID, True)), reward=float(res.reward),
         terminated=bool(res.terminated), truncated=bool(res.truncated or cut),
-        next_anchor_obs=str(res.info.get(INFO_ANCHOR, res.obs)), info={INFO_WON: bool(res.info.get(INFO_WON, False)), **milestone_info(res.info)},
+        next_anchor_obs=str(res.info.get(INFO_ANCHOR, res.obs)),
+        info={INFO_WON: bool(res.info.get(INFO_WON, False)), **milestone_info(res.info)},
     )
 
 

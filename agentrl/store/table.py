@@ -3,7 +3,8 @@
 Gives exactly what ``TurnTable.from_episodes`` gives for the stored episodes (rows by episode
 id, then ``t``; one anchor vocabulary, anchors first; ``parent`` as a row index;
 ``episode_ok`` from status and scored rewards; ``trainable``: rows with prompt and completion
-token ids not marked ``info["trainable"] = false``; ``tree``/``branch`` and ``milestone``/``n_milestones`` from ``info``; ``hidden`` when every row
+token ids not marked ``info["trainable"] = false``; ``tree``/``branch`` and BEACON's ``milestone``/``n_milestones``
+from ``info``; ``hidden`` when every row
 has one; ``policy_version`` from its column), built column by column: ~10x faster than materialising 100k turns.
 """
 

@@ -17,11 +17,12 @@ Observations are Markov: the text is a pure function of the state (no history), 
 ``You are at junction 2 of 5. Exits: north, east. A sign reads 'amber'. A voice says: go east.``
 (the voice only for a hinted cue); ``anchor_obs``
 is that text; ``admissible_actions`` are the room's moves (``go north``, ...) then ``look``,
-``wait``. Milestones (BEACON, ALGORITHMS.md §15.2): a step that leaves junction ``j`` by its
-right exit has ``info["milestone"] = True`` (the k junctions are the k milestones, in order);
-``info["n_milestones"] = k`` at reset and every step. Any other action is ``action_valid=False``, answered ``Nothing happens.`` followed by
+``wait``. Any other action is ``action_valid=False``, answered ``Nothing happens.`` followed by
 the room's text, and spends a turn in place (the graph does not model it). Actions are matched
 after whitespace normalisation (``metadata["agentrl.action_normalize"] = "whitespace"``).
+Milestones (BEACON, ALGORITHMS.md §15.2): a step that leaves junction ``j`` by its right exit has
+``info["milestone"] = True`` (the k junctions are the k milestones, in order; a wrong exit, a
+no-op or an invalid action never is); ``info["n_milestones"] = k`` at reset and every step.
 
 Tasks: a maze is fully determined by its task id (``maze.Maze.task_id``, e.g.
 ``k2x2c24h20-ne7-w13``); ``reset(seed=s)`` draws a maze of the split from ``s``. ``train`` (up to

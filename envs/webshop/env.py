@@ -127,7 +127,8 @@ class WebShopEnv(gymnasium.Env):
         self.turns = 0
         obs = self.session.page.text
         info = self._info(obs)
-        info.update({INFO_WON: False, INFO_TASK: goal.task_id, INFO_N_MILESTONES: self.milestones.n_milestones, "instruction": goal.instruction_text,
+        info.update({INFO_WON: False, INFO_TASK: goal.task_id, INFO_N_MILESTONES: self.milestones.n_milestones,
+                     "instruction": goal.instruction_text,
                      INFO_WALKTHROUGH: oracle_actions(goal, self.world.catalogue, self.world.engine),
                      "price_seed": self.world.price_seed, "goal_mode": self.world.goal_mode})
         return obs, info

@@ -52,7 +52,8 @@ def test_wrong_exit_invalid_and_noop_are_not_milestones():
         walk = env.reset(seed=4)[1]["walkthrough"]
         maze = env.unwrapped.maze
         upto = len(maze.corridors[0])
-        steps = _play(env, [*walk[:upto], "dance", "wait", f"go {next(d for d in EXITS if d != maze.right_exit(1))}"], 4)
+        wrong = f"go {next(d for d in EXITS if d != maze.right_exit(1))}"
+        steps = _play(env, [*walk[:upto], "dance", "wait", wrong], 4)
         assert [s[2][INFO_MILESTONE] for s in steps] == [False] * (upto + 3)
         assert steps[-1][2]["won"] is False and steps[upto][2]["action_valid"] is False
         assert env.step("look")[4][INFO_MILESTONE] is False  # after the end
@@ -72,7 +73,8 @@ def test_turn_info_and_beacon_on_played_episodes():
             steps = _play(env, plan, 7)
             turns = [Turn(run_id="r", episode_id=e, group_id=0, t=t, observation="o", anchor_obs=f"s{t}", action=a,
                           action_valid=bool(info["action_valid"]), reward=r, prompt_ids=np.arange(2, dtype=np.int32),
-                          completion_ids=np.arange(2, dtype=np.int32), info={"won": info["won"], **milestone_info(info)})
+                          completion_ids=np.arange(2, dtype=np.int32),
+                          info={"won": info["won"], **milestone_info(info)})
                      for t, (a, r, info) in enumerate(steps)]
             episodes.append(Episode(e, 0, ID, maze.task_id, 7, turns=turns))
     finally:

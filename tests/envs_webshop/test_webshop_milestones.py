@@ -4,8 +4,6 @@ invalid actions and a purchase of an inconsistent product complete none."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from agentrl.env import INFO_MILESTONE, INFO_N_MILESTONES
 from agentrl_envs.webshop.milestones import MilestoneDetector
 
