@@ -230,6 +230,10 @@ class TurnTable:
             (``Turn.policy_version``: optimizer updates applied to the sampler); filled by
             ``from_episodes`` and the store's ``table()``. Read only by the staleness-aware
             credit options (``agentrl.credit.versions``), never by an estimator itself.
+        milestone: bool[N] or None, True on the turn that completed the next milestone of its
+            episode (BEACON, ALGORITHMS.md §15.2; ``Turn.info["milestone"]``, False where absent).
+        n_milestones: int64[N] or None, the episode's number of milestones (constant per
+            episode; ``Turn.info["n_milestones"]``), -1 where unknown (BEACON's dynamic rule).
         anchor_vocab: the interned strings, ``anchor_vocab[code] == text``.
     Raises:
         ValueError: a column has the wrong shape or a required column is missing.
@@ -255,6 +259,8 @@ class TurnTable:
     tree: np.ndarray | None = None
     branch: np.ndarray | None = None
     policy_version: np.ndarray | None = None
+    milestone: np.ndarray | None = None
+    n_milestones: np.ndarray | None = None
     anchor_vocab: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -267,9 +273,11 @@ class TurnTable:
         for name in ("value", "bootstrap_value"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, _column(self, name, n, np.float64))
-        for name in ("tree", "branch", "policy_version"):
+        for name in ("tree", "branch", "policy_version", "n_milestones"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, _column(self, name, n, np.int64))
+        if self.milestone is not None:
+            object.__setattr__(self, "milestone", _column(self, "milestone", n, np.bool_))
         if self.hidden is not None:
             h = np.asarray(self.hidden, dtype=np.float64)
             if h.ndim != 2 or h.shape[0] != n:
@@ -286,7 +294,7 @@ class TurnTable:
             raise ValueError(
                 f"TurnTable lacks column(s) {missing}; they are filled only when the rollout "
                 f"records them (hidden: policy.return_hidden=true; value: a critic; tree/branch: tree rollouts; "
-                f"policy_version: TurnTable.from_episodes or TurnStore.table)"
+                f"policy_version: TurnTable.from_episodes or TurnStore.table; milestone: likewise, from Turn.info)"
             )
 
     def take(self, idx: np.ndarray) -> "TurnTable":
@@ -318,7 +326,9 @@ class TurnTable:
                 statistic.
         ``policy_version`` is each turn's ``Turn.policy_version``; ``tree`` / ``branch`` are
         filled from ``Turn.info["tree"]`` / ``Turn.info["branch"]`` when any turn records them
-        (-1 on the other rows).
+        (-1 on the other rows). ``milestone`` is ``Turn.info["milestone"]`` (False where absent,
+        always filled); ``n_milestones`` is ``Turn.info["n_milestones"]`` when any turn records it
+        (-1 on the other rows), else None.
         """
         turns = [tr for ep in episodes for tr in ep.turns]
         ok = [ep.status == EpisodeStatus.OK and ep.return_ is not None for ep in episodes for _ in ep.turns]
@@ -335,6 +345,10 @@ class TurnTable:
             tree = [int(tr.info.get("tree", -1)) for tr in turns]
         if any("branch" in tr.info for tr in turns):
             branch = [int(tr.info.get("branch", -1)) for tr in turns]
+        milestone = [bool(tr.info.get("milestone", False)) for tr in turns]
+        n_milestones = None
+        if any("n_milestones" in tr.info for tr in turns):
+            n_milestones = [int(tr.info.get("n_milestones", -1)) for tr in turns]
         hidden = None
         if turns and all(tr.hidden is not None for tr in turns):
             hidden = np.stack([tr.hidden for tr in turns]).astype(np.float64)
@@ -357,6 +371,8 @@ class TurnTable:
             tree=tree,
             branch=branch,
             policy_version=[tr.policy_version for tr in turns],
+            milestone=milestone,
+            n_milestones=n_milestones,
             anchor_vocab=tuple(vocab),
         )
 

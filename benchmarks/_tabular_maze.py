@@ -146,13 +146,16 @@ def build_batch(graphs: Sequence[TaskGraph], groups: Sequence[Sequence[Episode]]
                 value_of: Callable[[str], float] | None = None, seed: int = 0) -> Batch:
     """The batch's ``TurnTable``: anchors = observation texts, one random float64[16] centre per
     text as BiPACE's hidden state, ``value`` from ``value_of(obs)`` (turn-PPO's critic; 0 when
-    None), one tree per episode, no branch groups (chains)."""
+    None), one tree per episode, no branch groups (chains), BEACON's milestones as the env's
+    ``info["milestone"]`` (a junction left by its right exit; ``n_milestones`` = the junctions)."""
     vocab: dict[str, int] = {}
     acts: dict[str, int] = {}
     cols: dict[str, list] = {k: [] for k in ("group", "episode", "t", "reward", "terminated", "truncated", "anchor",
-                                             "next", "action", "parent", "kind", "correct", "won", "obs", "aidx")}
+                                             "next", "action", "parent", "kind", "correct", "won", "obs", "aidx",
+                                             "milestone", "n_milestones")}
     ep_id = 0
     for g, (graph, eps) in enumerate(zip(graphs, groups)):
+        n_junctions = sum(1 for lab in graph.kind.values() if lab == "junction")
         for ep in eps:
             n = len(ep.actions)
             for t, (s, a, s2) in enumerate(zip(ep.states, ep.actions, ep.next_states)):
@@ -174,6 +177,9 @@ def build_batch(graphs: Sequence[TaskGraph], groups: Sequence[Sequence[Episode]]
                 cols["won"].append(ep.won)
                 cols["obs"].append(obs)
                 cols["aidx"].append(graph.actions[s].index(a))
+                # BEACON's milestones as JunctionMaze-v0 publishes them: a junction left by its right exit
+                cols["milestone"].append(graph.kind[s] == "junction" and s2 != s and graph.kind.get(s2) != "dead")
+                cols["n_milestones"].append(n_junctions)
             ep_id += 1
     n = len(cols["t"])
     rng = np.random.default_rng(seed)
@@ -189,6 +195,7 @@ def build_batch(graphs: Sequence[TaskGraph], groups: Sequence[Sequence[Episode]]
         episode_ok=np.ones(n, bool), trainable=np.ones(n, bool), turn_id=np.arange(n, dtype=np.int64),
         hidden=centres[anchor], value=values, bootstrap_value=np.zeros(n),
         tree=np.asarray(cols["episode"], np.int64), branch=np.full(n, -1, np.int64),
+        milestone=np.asarray(cols["milestone"], bool), n_milestones=np.asarray(cols["n_milestones"], np.int64),
         anchor_vocab=tuple(sorted(vocab, key=vocab.__getitem__)))
     return Batch(list(graphs), [list(e) for e in groups], table, np.asarray(cols["kind"]),
                  np.asarray(cols["correct"], bool), np.asarray(cols["won"], bool), cols["obs"],

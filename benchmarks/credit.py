@@ -5,7 +5,8 @@ Tables: ``--groups`` task groups × 8 rollouts × ~12 turns (default 1,000 group
 and 4× that) with realistic anchor repetition: each group has a small state space walked with
 a forward bias, loops, a shared ``"Nothing happens."`` anchor, ~50 % success (reward 10 on the
 last turn), ~5 % invalid actions, hidden states close for equal anchors, critic values, RTPO
-branch ids and Tree-GRPO chains; anchors are ALFWorld-like observation texts ("You arrive at
+branch ids, Tree-GRPO chains and BEACON milestones (~15 % of turns and every winning one; 4 per task);
+anchors are ALFWorld-like observation texts ("You arrive at
 cabinet 3. On the cabinet 3, you see a mug 1, and a spoon 2."; near-duplicates included).
 
 Variants: each estimator with its defaults; GiGPO and GraphGPO also with ``enable_similarity``
@@ -90,14 +91,19 @@ def realistic_table(n_groups: int, n_eps: int = 8, turns: int = 12, seed: int = 
     inv = np.empty(n, np.int64)
     inv[perm] = row
     par = parent[perm]
+    valid, action, value = rng.random(n) > 0.05, rng.integers(0, 6, n), rng.normal(size=n)  # drawn in the old order
+    # BEACON (§15.2), drawn after every other column: ~15 % of turns complete a milestone, every winning
+    # turn does; ALFWorld-like walkthroughs of 4 milestones (the −1 tail rule applies to some episodes)
+    milestone = (last & success[ep]) | (rng.random(n) < 0.15)
     return TurnTable(
         group=group[perm], episode=ep[perm], t=t[perm], reward=reward[perm],
         terminated=(last & success[ep])[perm], truncated=(last & ~success[ep])[perm],
-        action_valid=(rng.random(n) > 0.05)[perm], anchor_key=anchor[perm], next_anchor_key=nxt[perm],
-        action_key=rng.integers(0, 6, n)[perm], parent=np.where(par >= 0, inv[np.maximum(par, 0)], -1),
+        action_valid=valid[perm], anchor_key=anchor[perm], next_anchor_key=nxt[perm],
+        action_key=action[perm], parent=np.where(par >= 0, inv[np.maximum(par, 0)], -1),
         episode_ok=np.ones(n, bool), trainable=np.ones(n, bool), turn_id=perm, hidden=hidden[perm],
-        value=rng.normal(size=n), bootstrap_value=np.where(last & ~success[ep], 1.0, 0.0)[perm],
+        value=value, bootstrap_value=np.where(last & ~success[ep], 1.0, 0.0)[perm],
         tree=ep[perm], branch=np.where(t % 2 == 0, group * 64 + t, -1)[perm],
+        milestone=milestone[perm], n_milestones=np.full(n, 4),
         anchor_vocab=tuple(f"obs {i}" for i in range(int(max(anchor.max(), nxt.max())) + 1)),
     )
 

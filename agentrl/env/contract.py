@@ -13,7 +13,11 @@ to ``UnicodeText()`` and:
   tests, ALGORITHMS.md §0.4; no history, no template), ``admissible_actions`` (list of
   str, when the env has them), ``won`` (bool), ``action_valid`` (bool, step only),
   ``task_id`` (str, reset), ``walkthrough`` (list of str, reset, when an expert plan is
-  cheap to get; never computed per step).
+  cheap to get; never computed per step), and, for milestone-guided credit (BEACON,
+  ALGORITHMS.md §15.2, decision D-15), ``milestone`` (bool, step: True on the step that
+  completed the episode's *next* milestone, i.e. verifiable sub-goal, each milestone once and
+  in order) and ``n_milestones`` (int, reset and every step, when the env knows how many
+  milestones the task has). The agent loop copies both into ``Turn.info``.
 - ``close()`` is idempotent.
 
 - Action normalisation: the agent loop hands ``step`` the parsed action *exactly* as the
@@ -40,6 +44,7 @@ changes.
 from __future__ import annotations
 
 import re
+from typing import Mapping
 
 INFO_ANCHOR = "anchor_obs"
 INFO_ADMISSIBLE = "admissible_actions"
@@ -47,6 +52,10 @@ INFO_WON = "won"
 INFO_VALID = "action_valid"
 INFO_TASK = "task_id"
 INFO_WALKTHROUGH = "walkthrough"
+#: step info: True on the step that completed the episode's next milestone (BEACON, §15.2).
+INFO_MILESTONE = "milestone"
+#: reset and step info: the task's number of milestones, when the env knows it (BEACON, §15.2).
+INFO_N_MILESTONES = "n_milestones"
 #: step info: str set when the env's infrastructure failed (e.g. a sandbox died during
 #: scoring, PITFALLS P8); the episode's status becomes env_error, its reward is not a score.
 INFO_ENV_ERROR = "env_error"  # step info: the env's infrastructure failed (str reason); the episode is env_error, not scored
@@ -70,6 +79,19 @@ DATA_CHECK_HOOK = "check_data"
 
 RESET_INFO_KEYS = (INFO_ANCHOR, INFO_WON, INFO_TASK)
 STEP_INFO_KEYS = (INFO_ANCHOR, INFO_WON, INFO_VALID)
+
+
+
+def milestone_info(info: Mapping[str, object]) -> dict[str, bool | int]:
+    """The ``Turn.info`` entries of BEACON's milestones (§15.2) from an env step's ``info``:
+    ``{"milestone": bool}`` and ``{"n_milestones": int}`` for the keys the env published,
+    ``{}`` for an env that publishes none (its turns then count as milestone-free)."""
+    out: dict[str, bool | int] = {}
+    if INFO_MILESTONE in info:
+        out[INFO_MILESTONE] = bool(info[INFO_MILESTONE])
+    if info.get(INFO_N_MILESTONES) is not None:
+        out[INFO_N_MILESTONES] = int(info[INFO_N_MILESTONES])  # type: ignore[call-overload]
+    return out
 
 
 class MissingExtraError(ImportError):

@@ -24,7 +24,7 @@ from typing import Protocol
 import numpy as np
 
 from agentrl.env.contract import (ACTION_EXACT, INFO_ADMISSIBLE, INFO_ANCHOR, INFO_ENV_ERROR, INFO_VALID, INFO_WON,
-                                  normalize_action)
+                                  milestone_info, normalize_action)
 from agentrl.env.pool import EnvResult
 from agentrl.llm.base import Completion
 from agentrl.llm.chat import ChatRenderer
@@ -275,6 +275,7 @@ class EpisodeDriver:
         turn.truncated = bool(result.truncated) or (not result.terminated and turn.t + 1 >= self.cfg.max_turns)
         turn.next_anchor_obs = str(result.info.get(INFO_ANCHOR, result.obs))
         turn.info["won"] = bool(result.info.get(INFO_WON, False))
+        turn.info.update(milestone_info(result.info))  # BEACON's milestones (§15.2), when the env publishes them
         self.episode.turns.append(turn)
         if turn.terminated or turn.truncated:
             self.done = True

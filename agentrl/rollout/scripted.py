@@ -17,7 +17,7 @@ from typing import Callable
 import numpy as np
 
 from agentrl.env.contract import (INFO_ADMISSIBLE, INFO_ANCHOR, INFO_ENV_ERROR, INFO_TASK, INFO_VALID, INFO_WALKTHROUGH,
-                                  INFO_WON, META_WALKTHROUGH_KWARGS)
+                                  INFO_WON, META_WALKTHROUGH_KWARGS, milestone_info)
 from agentrl.rollout.jobs import LazyQueue
 from agentrl.rollout.request import RolloutRequest
 from agentrl.types import Episode, EpisodeStatus, Turn
@@ -118,7 +118,8 @@ def _turn(live: _Live, action: str, res, max_turns: int) -> Turn:
         anchor_obs=str(live.info.get(INFO_ANCHOR, live.obs)), action=action,
         action_valid=bool(res.info.get(INFO_VALID, True)), reward=float(res.reward),
         terminated=bool(res.terminated), truncated=bool(res.truncated or cut),
-        next_anchor_obs=str(res.info.get(INFO_ANCHOR, res.obs)), info={INFO_WON: bool(res.info.get(INFO_WON, False))},
+        next_anchor_obs=str(res.info.get(INFO_ANCHOR, res.obs)),
+        info={INFO_WON: bool(res.info.get(INFO_WON, False)), **milestone_info(res.info)},
     )
 
 

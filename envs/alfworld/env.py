@@ -9,17 +9,29 @@ description and ``"Your task is to: ..."``; step: the action feedback). ``anchor
 that same string (ALGORITHMS.md §0.4; ``"Nothing happens."`` after invalid actions).
 Reward 1.0 on the step that wins, else 0.0; ``terminated`` = won; ``truncated`` when
 ``max_turns`` (default 50) actions were taken without winning.
+
+Milestones (BEACON, ALGORITHMS.md §15.2, decision D-15): the game's expert walkthrough (the
+planner's, as ``info["walkthrough"]``) is the milestone list, ``info["n_milestones"] =
+len(walkthrough)``; a step's action completes the next unmatched milestone iff
+``difflib.SequenceMatcher(None, action, milestone).ratio() >= milestone_threshold`` (upstream
+``migpo`` matches the parsed action as it is, invalid ones too; each action matches at most one).
+Upstream reads the walkthroughs from its ``migpo/alfworld.json`` (3 553 trajectories, not vendored
+here); this env uses its own planner walkthrough, which needs ``expert=True`` or a cached plan:
+without one, ``n_milestones = 0`` and no step is a milestone (BEACON then gives segment 0, step
+reward 0: GRPO's episode term alone).
 """
 
 from __future__ import annotations
 
 import os
+from difflib import SequenceMatcher
 from typing import Any
 
 import gymnasium
 
 from agentrl.env.contract import (
-    INFO_ADMISSIBLE, INFO_ANCHOR, INFO_TASK, INFO_VALID, INFO_WALKTHROUGH, INFO_WON, require_module,
+    INFO_ADMISSIBLE, INFO_ANCHOR, INFO_MILESTONE, INFO_N_MILESTONES, INFO_TASK, INFO_VALID, INFO_WALKTHROUGH,
+    INFO_WON, require_module,
 )
 from agentrl.env.spaces import UnicodeText
 from agentrl.env.tasks import TaskRef, check_split_disjoint
@@ -44,6 +56,8 @@ class ALFWorldEnv(gymnasium.Env):
         max_turns: actions per episode before ``truncated`` (default 50).
         expert: when True, ``reset`` computes (once, cached on disk) the planner
             walkthrough; when False it is still returned if already cached.
+        milestone_threshold: similarity an action needs to match the next walkthrough step
+            (BEACON milestones, module docstring; the released ALFWorld script's 0.95).
 
     Raises:
         MissingExtraError: alfworld/textworld not installed (``pip install 'agentrl[alfworld]'``).
@@ -79,7 +93,7 @@ class ALFWorldEnv(gymnasium.Env):
 
     def __init__(self, split: str = "train", data_dir: str | os.PathLike | None = None,
                  generated_dir: str | os.PathLike | None = None, grammar: str = "native",
-                 max_turns: int = 50, expert: bool = False) -> None:
+                 max_turns: int = 50, expert: bool = False, milestone_threshold: float = 0.95) -> None:
         textworld = require_module("textworld", "alfworld")
         pddl = require_module("textworld.envs.pddl", "alfworld")
         tw_env = require_module("alfworld.agents.environment.alfred_tw_env", "alfworld")
@@ -88,6 +102,11 @@ class ALFWorldEnv(gymnasium.Env):
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
         self.split, self.grammar, self.max_turns, self.expert = split, grammar, int(max_turns), bool(expert)
+        if not 0.0 <= milestone_threshold <= 1.0:
+            raise ValueError(f"milestone_threshold must be in [0, 1], got {milestone_threshold}")
+        self.milestone_threshold = float(milestone_threshold)
+        self._milestones: list[str] = []
+        self._matched = 0
         self.games = alf_data.list_games(split, data_dir, generated_dir if split == "train" else None)
         check_split_disjoint(type(self), split, {"data_dir": data_dir, "generated_dir": generated_dir},
                              tuple(alf_data.SPLITS))
@@ -142,6 +161,8 @@ class ALFWorldEnv(gymnasium.Env):
         info[INFO_TASK] = self._task_id
         if plan is not None:
             info[INFO_WALKTHROUGH] = list(plan)
+        self._milestones, self._matched = list(plan or ()), 0
+        info[INFO_N_MILESTONES] = len(self._milestones)
         return str(state.feedback), info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
@@ -166,7 +187,18 @@ class ALFWorldEnv(gymnasium.Env):
         self._done = terminated or truncated
         info = self._info(state)
         info[INFO_VALID] = valid
+        info[INFO_MILESTONE] = self._match_milestone(action)
+        info[INFO_N_MILESTONES] = len(self._milestones)
         return str(state.feedback), float(won), terminated, truncated, info
+
+    def _match_milestone(self, action: str) -> bool:
+        """True when ``action`` completes the next walkthrough milestone (module docstring)."""
+        if self._matched >= len(self._milestones):
+            return False
+        if SequenceMatcher(None, action, self._milestones[self._matched]).ratio() < self.milestone_threshold:
+            return False
+        self._matched += 1
+        return True
 
     def _info(self, state) -> dict[str, Any]:
         return {

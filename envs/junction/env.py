@@ -20,6 +20,9 @@ is that text; ``admissible_actions`` are the room's moves (``go north``, ...) th
 ``wait``. Any other action is ``action_valid=False``, answered ``Nothing happens.`` followed by
 the room's text, and spends a turn in place (the graph does not model it). Actions are matched
 after whitespace normalisation (``metadata["agentrl.action_normalize"] = "whitespace"``).
+Milestones (BEACON, ALGORITHMS.md §15.2): a step that leaves junction ``j`` by its right exit has
+``info["milestone"] = True`` (the k junctions are the k milestones, in order; a wrong exit, a
+no-op or an invalid action never is); ``info["n_milestones"] = k`` at reset and every step.
 
 Tasks: a maze is fully determined by its task id (``maze.Maze.task_id``, e.g.
 ``k2x2c24h20-ne7-w13``); ``reset(seed=s)`` draws a maze of the split from ``s``. ``train`` (up to
@@ -45,8 +48,9 @@ from __future__ import annotations
 
 import gymnasium
 
-from agentrl.env import (ACTION_WHITESPACE, INFO_ADMISSIBLE, INFO_ANCHOR, INFO_TASK, INFO_VALID,
-                         INFO_WALKTHROUGH, INFO_WON, TaskGraph, normalize_action, text_spaces)
+from agentrl.env import (ACTION_WHITESPACE, INFO_ADMISSIBLE, INFO_ANCHOR, INFO_MILESTONE, INFO_N_MILESTONES,
+                         INFO_TASK, INFO_VALID, INFO_WALKTHROUGH, INFO_WON, TaskGraph, normalize_action,
+                         text_spaces)
 from agentrl.env.tasks import TaskRef, check_split_disjoint
 
 from agentrl_envs.junction.maze import SPLITS, Maze, check_sizes, split_mazes, split_refs
@@ -128,7 +132,8 @@ class JunctionMazeEnv(gymnasium.Env):
         self._start(self._maze(str(tid)) if tid else self._mazes[int(self.np_random.integers(len(self._mazes)))])
         obs = self._graph.observation[self.state]
         return obs, {INFO_ANCHOR: obs, INFO_ADMISSIBLE: list(self._graph.actions[self.state]), INFO_WON: False,
-                     INFO_TASK: self.maze.task_id, INFO_WALKTHROUGH: self.maze.walkthrough()}
+                     INFO_TASK: self.maze.task_id, INFO_WALKTHROUGH: self.maze.walkthrough(),
+                     INFO_N_MILESTONES: self.k}
 
     def step(self, action: str):
         if self._graph is None:
@@ -137,10 +142,11 @@ class JunctionMazeEnv(gymnasium.Env):
         if self.done:
             room = g.observation[self.state]
             return OVER, 0.0, self.state in g.terminal, self.state not in g.terminal, {
-                INFO_ANCHOR: room, INFO_ADMISSIBLE: [], INFO_WON: self._won, INFO_VALID: False}
+                INFO_ANCHOR: room, INFO_ADMISSIBLE: [], INFO_WON: self._won, INFO_VALID: False,
+                INFO_MILESTONE: False, INFO_N_MILESTONES: self.k}
         act = normalize_action(action, ACTION_WHITESPACE) if isinstance(action, str) else ""
         valid = act in g.actions[self.state]
-        reward = 0.0
+        reward, before = 0.0, self.state
         if valid:
             reward = float(g.reward[(self.state, act)])
             self.state = g.next_state[(self.state, act)]
@@ -151,7 +157,10 @@ class JunctionMazeEnv(gymnasium.Env):
         self._won = terminated and g.kind[self.state] == "goal"
         self.done = terminated or truncated
         info = {INFO_ANCHOR: room, INFO_ADMISSIBLE: [] if self.done else list(g.actions[self.state]),
-                INFO_WON: self._won, INFO_VALID: valid}
+                INFO_WON: self._won, INFO_VALID: valid,
+                # BEACON (§15.2): leaving a junction by its right exit (into the next corridor or the goal)
+                INFO_MILESTONE: g.kind[before] == "junction" and self.state != before and g.kind[self.state] != "dead",
+                INFO_N_MILESTONES: self.k}
         return (room if valid else f"{NOTHING} {room}"), reward, terminated, truncated, info
 
     def snapshot(self) -> dict:

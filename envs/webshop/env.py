@@ -12,12 +12,13 @@ from dataclasses import asdict
 import gymnasium
 import numpy as np
 
-from agentrl.env import (INFO_ADMISSIBLE, INFO_ANCHOR, INFO_TASK, INFO_VALID, INFO_WALKTHROUGH,
-                         INFO_WON, require_module, text_spaces)
+from agentrl.env import (INFO_ADMISSIBLE, INFO_ANCHOR, INFO_MILESTONE, INFO_N_MILESTONES, INFO_TASK, INFO_VALID,
+                         INFO_WALKTHROUGH, INFO_WON, require_module, text_spaces)
 from agentrl.env.tasks import TaskRef, check_split_disjoint
 from agentrl_envs.webshop.data import check_data_dir, resolve_data_dir
 from agentrl_envs.webshop.goals import SPLITS as GOAL_SPLITS
 from agentrl_envs.webshop.goals import Goal, split_goals
+from agentrl_envs.webshop.milestones import MilestoneDetector
 from agentrl_envs.webshop.policies import oracle_actions
 from agentrl_envs.webshop.pages import anchor_obs
 from agentrl_envs.webshop.reward import OPTION_MATCH_MODES, TYPE_MATCHERS, get_reward
@@ -35,7 +36,9 @@ class WebShopEnv(gymnasium.Env):
     is 0 except on ``click[buy now]``, which ends the episode (``terminated``) with the
     purchase reward R in [0, 1]; ``won`` iff R == 1.0. Invalid actions change nothing
     (same observation, ``action_valid=False``, reason in ``info["feedback"]``).
-    ``max_turns`` steps without buying → ``truncated``.
+    ``max_turns`` steps without buying → ``truncated``. BEACON's milestones (``milestones.py``,
+    ALGORITHMS.md §15.2): ``info["milestone"]`` on the step that completed the next of the phases
+    SEARCH, DETAIL, OPTIONS, PURCHASE; ``info["n_milestones"]`` their number for this goal.
 
     Args:
         data_dir: data folder (default ``$AGENTRL_WEBSHOP_DATA`` or ``../shared/data/webshop``).
@@ -96,6 +99,7 @@ class WebShopEnv(gymnasium.Env):
         self.split, self.max_turns = split, max_turns
         self.option_match, self.type_matcher = option_match, type_matcher
         self.session: WebShopSession | None = None
+        self.milestones: MilestoneDetector | None = None
         self.turns = 0
 
     def _draw_goal(self, options: dict | None) -> Goal:
@@ -119,10 +123,12 @@ class WebShopEnv(gymnasium.Env):
         super().reset(seed=seed)
         goal = self._draw_goal(options)
         self.session = WebShopSession(self.world.catalogue, self.world.engine, goal, self._scorer(goal))
+        self.milestones = MilestoneDetector(goal, self.world.catalogue, self.world.prices, self.option_match)
         self.turns = 0
         obs = self.session.page.text
         info = self._info(obs)
-        info.update({INFO_WON: False, INFO_TASK: goal.task_id, "instruction": goal.instruction_text,
+        info.update({INFO_WON: False, INFO_TASK: goal.task_id, INFO_N_MILESTONES: self.milestones.n_milestones,
+                     "instruction": goal.instruction_text,
                      INFO_WALKTHROUGH: oracle_actions(goal, self.world.catalogue, self.world.engine),
                      "price_seed": self.world.price_seed, "goal_mode": self.world.goal_mode})
         return obs, info
@@ -147,8 +153,11 @@ class WebShopEnv(gymnasium.Env):
         truncated = not terminated and self.turns >= self.max_turns
         obs = self.session.page.text
         info = self._info(obs)
+        assert self.milestones is not None
+        milestone = result.valid and self.milestones.update(self.session, result.purchase is not None)
         info.update({INFO_WON: bool(result.purchase is not None and reward == 1.0), INFO_VALID: result.valid,
-                     "feedback": result.feedback})
+                     "feedback": result.feedback, INFO_MILESTONE: bool(milestone),
+                     INFO_N_MILESTONES: self.milestones.n_milestones})
         if result.purchase is not None:
             info["reward_info"] = asdict(result.purchase)
         return obs, float(reward), terminated, truncated, info

@@ -343,6 +343,27 @@ def turn_ppo(tb, gamma=0.99, lam=0.9, whiten=False, c_inv=0.0):
     return out
 
 
+def beacon(tb, milestone_gamma=0.9, step_advantage_w=10.0, mode="mean_norm", stats_over="steps",
+           milestone_reward=10.0, c_inv=0.1):
+    """§15.3, one episode at a time: milestone turns k_1 < … < k_m by t, segments, shaped rewards."""
+    step, seg = [0.0] * len(tb), [0] * len(tb)
+    for rs in episodes(tb).values():
+        ks = [int(tb.t[i]) for i in rs if tb.milestone[i]]
+        nm = -1 if tb.n_milestones is None else int(tb.n_milestones[rs[0]])
+        for i in rs:
+            t = int(tb.t[i])
+            j = sum(1 for k in ks if k < t)  # milestones strictly before t
+            if j < len(ks):  # completed segment j, its milestone turn ks[j]
+                seg[i], shaped = j, milestone_reward * milestone_gamma ** (ks[j] - t)
+            else:  # the tail
+                seg[i], shaped = (-1 if 0 < nm <= len(ks) else len(ks)), 0.0
+            step[i] = shaped - c_inv * (not tb.action_valid[i])
+    keys = [(int(tb.group[i]), seg[i]) for i in _rows(tb)]
+    a_ep = epi(tb, c_inv, mode, stats_over)
+    a_seg = step_gn(tb, step, keys, mode)
+    return [a_ep[i] + step_advantage_w * a_seg[i] for i in _rows(tb)]
+
+
 REFERENCE = {
     "grpo": grpo,
     "grpo_mean": lambda tb, **kw: grpo(tb, mode="mean_norm", **kw),
@@ -352,6 +373,7 @@ REFERENCE = {
     "g2po": g2po,
     "graphgpo": graphgpo,
     "bipace": bipace,
+    "beacon": beacon,
     "tree_grpo": tree_grpo,
     "rtpo": rtpo,
     "turn_ppo": turn_ppo,

@@ -50,6 +50,7 @@ def make_table(
             last[r[1]] = i
     trunc = [truncated_last and last[r[1]] == i and not r[6] for i, r in enumerate(rows)]
     n = len(rows)
+    extra.setdefault("milestone", np.zeros(n, bool))  # BEACON's column, always filled by the store (no milestone)
     return TurnTable(
         group=intern_strings([r[0] for r in rows]),
         episode=traj,
@@ -114,12 +115,17 @@ def random_table(rng: np.random.Generator, *, n_groups: int | None = None, hidde
     take = lambda k, dt=None: np.asarray(cols[k], dtype=dt)[perm]  # noqa: E731
     hidden = rng.normal(size=(n_states, hidden_dim))
     h = hidden[take("anchor", np.int64)] + 0.01 * rng.normal(size=(n, hidden_dim)) * (rng.random((n, 1)) < 0.5)
+    # BEACON (§15.2), drawn last so the columns above keep their values: milestone flags and,
+    # per episode, a known milestone count (-1 unknown, 0 no walkthrough, 1..3)
+    milestone = rng.random(n) < 0.35
+    n_ms = rng.integers(-1, 4, size=ep)[take("episode", np.int64)]
     return TurnTable(
         group=take("group"), episode=take("episode"), t=take("t"), reward=take("reward"),
         terminated=take("terminated"), truncated=take("truncated"), action_valid=take("valid"),
         anchor_key=take("anchor"), next_anchor_key=take("next"), action_key=take("action"),
         parent=np.full(n, -1), episode_ok=take("ok"), trainable=take("train"), turn_id=np.arange(n),
         hidden=h, value=take("value") if with_value else None, bootstrap_value=take("boot") if with_value else None,
+        milestone=milestone, n_milestones=n_ms,
         anchor_vocab=tuple(f"state {i} " + "x" * i for i in range(n_states)),
     )
 

@@ -12,7 +12,7 @@ from agentrl.credit import (breakdown_estimators, compute_advantages, explain_ad
                             register_estimator)
 from agentrl.credit.breakdown import FORMULAS
 
-WITH = ["bipace", "dr_grpo", "g2po", "gigpo", "graphgpo", "grpo", "grpo_mean", "hgpo"]
+WITH = ["beacon", "bipace", "dr_grpo", "g2po", "gigpo", "graphgpo", "grpo", "grpo_mean", "hgpo"]
 #: non-default hyperparameters that switch on every branch of the breakdowns
 VARIANTS = {
     "grpo": [{"mode": "mean_norm"}, {"stats_over": "trajectories"}],
@@ -26,6 +26,7 @@ VARIANTS = {
     "graphgpo": [{"normalize_distance": True}, {"episode_advantage_w": 0.0}, {"episode_advantage_w": 0.4,
                                                                                "step_advantage_w": 2.0}],
     "bipace": [{"tau": 0.3, "merge_identical_anchor": False}, {"mode": "mean_norm"}],
+    "beacon": [{"mode": "mean_std_norm", "step_advantage_w": 1.0}, {"stats_over": "trajectories"}],
 }
 
 

@@ -11,7 +11,7 @@ from agentrl.credit import compute_advantages, get_estimator, list_estimators
 from agentrl.types import TurnTable
 
 EPS = 1e-6
-STEP_ESTIMATORS = ["grpo", "grpo_mean", "dr_grpo", "gigpo", "hgpo", "g2po", "graphgpo", "bipace"]
+STEP_ESTIMATORS = ["grpo", "grpo_mean", "dr_grpo", "gigpo", "hgpo", "g2po", "graphgpo", "bipace", "beacon"]
 
 
 def test_every_registered_estimator_is_covered():
@@ -68,6 +68,7 @@ def test_all_equal_tree_and_branch_groups_give_zero():
 SINGLETON = {  # one group holding one 1-step episode with reward 3 (§1.4)
     "grpo": 3 / (1 + EPS), "grpo_mean": 3.0, "dr_grpo": 3.0, "gigpo": 3 / (1 + EPS), "hgpo": 0.0,
     "g2po": 3 / (1 + EPS), "graphgpo": 3 / (1 + EPS), "bipace": 3 / (1 + EPS),
+    "beacon": 3.0,  # mean_norm by default (§15.4); its segment singleton gives 0
 }
 
 
@@ -132,7 +133,8 @@ def test_empty_table_gives_empty_output():
 
     from credit_tables import batch12
 
-    empty = dataclasses.replace(batch12().take(np.zeros(0, np.int64)), value=np.zeros(0), branch=np.zeros(0, np.int64))
+    empty = dataclasses.replace(batch12().take(np.zeros(0, np.int64)), value=np.zeros(0), branch=np.zeros(0, np.int64),
+                                milestone=np.zeros(0, bool))
     for name in list_estimators():
         out = compute_advantages(empty, name)
         assert out.shape == (0,) and out.dtype == np.float64

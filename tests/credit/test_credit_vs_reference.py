@@ -36,6 +36,9 @@ CONFIGS = [
     ("g2po", {"stats_over": "trajectories"}),
     ("graphgpo", {"stats_over": "episodes"}),
     ("bipace", {"stats_over": "trajectories"}),
+    ("beacon", {}),
+    ("beacon", {"milestone_gamma": 0.95, "step_advantage_w": 1.0, "mode": "mean_std_norm", "c_inv": 1.0}),
+    ("beacon", {"stats_over": "trajectories", "milestone_reward": 1.0}),
     ("turn_ppo", {}),
     ("turn_ppo", {"gamma": 0.9, "lam": 0.5, "whiten": True, "c_inv": 1.2}),
 ]
