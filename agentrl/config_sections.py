@@ -13,6 +13,7 @@ from typing import Any, Literal, Optional
 
 from agentrl.config_errors import ConfigError
 from agentrl.config_errors import check as _check
+from agentrl.config_update import UpdateConfig  # noqa: F401  (a section of Config, re-exported)
 from agentrl.config_vllm import VLLMSpec
 
 
@@ -309,111 +310,6 @@ class AlgorithmConfig:
     estimator: str = "grpo"
     kwargs: dict[str, Any] = field(default_factory=dict)
     group_by_version: bool = False
-
-
-@dataclass(frozen=True)
-class UpdateConfig:
-    """``update``: the policy-gradient step (``agentrl.update``).
-
-    ``loss`` names a registered policy loss (``ppo_clip``, ``gspo``); ``clip_low`` /
-    ``clip_high`` bound the ratio to [1 − clip_low, 1 + clip_high] (DAPO's clip-higher,
-    arXiv 2503.14476); ``clip_c`` enables dual-clip (arXiv 1912.09729, > 1). ``epochs``
-    passes over each iteration's batch, ``minibatch`` rows per optimizer step (0 = all),
-    ``micro_batch`` rows per forward pass (gradient accumulation in between), or with ``micro_batch_tokens``
-    N > 0 rows packed without padding, ≤ N tokens per pass, even over ranks (``agentrl.update.packing``;
-    with ``share_prefix`` rows of one task share a pack and their common prefix is in it once).
-    ``aggregation`` (one row per turn, so it decides how much a turn and an episode weigh):
-    ``token-mean`` (every trained token the same: an N-turn episode weighs ~N× a 1-turn one) |
-    ``seq-mean-token-mean`` (every turn the same, whatever its length: still N× per episode) |
-    ``seq-mean-token-sum-norm`` (Dr.GRPO, arXiv 2503.20783: token sums / ``sum_norm_tokens``,
-    defaulting to ``policy.max_tokens``; weight ∝ tokens, N× per episode) |
-    ``episode-mean-token-mean`` (every episode the same; inside it every token the same).
-    ``kl_coef`` > 0 adds a KL penalty to the frozen reference (``k1`` | ``k2`` | ``k3``).
-    ``pack`` puts prefix-consistent turns of one episode into one sequence. ``share_prefix``
-    runs identical rows of a micro-batch once and the prompt prefix that all its rows share once
-    per micro-batch (``agentrl.update.shared_prefix``: turns of one task; the same logprobs and
-    gradients to float rounding, for window prompts that ``pack`` cannot join); for turn-PPO's
-    critic it also runs each distinct prompt of the whole batch once (``micro_batch`` then counts
-    distinct prompts; ``agentrl.update.critic``). ``critic_lr``, ``critic_minibatch``,
-    ``critic_top_n_layers`` and ``value_clip`` configure the turn-level critic of turn-PPO
-    (``critic_top_n_layers`` n: only the top n transformer layers, the final norm and the
-    value head train — the layers below run without autograd state, so a critic step costs
-    about what a LoRA-on-the-top-n policy step does; null: the whole copy trains;
-    ``critic_minibatch`` k > 0: an optimizer step per k distinct prompts — runs of the sorted
-    distinct prompts in a seeded order, the same with or without ``share_prefix`` — so each of
-    the ``epochs`` passes takes several steps at the cost of one; 0: one step per pass; the
-    critic's weight decay is ``weight_decay``).
-
-    Rollout (off-policy) correction (``agentrl.update.correction``): ``rollout_correction``
-    ``auto`` (default: ``tis`` where the sampler is not the trained model itself —
-    ``policy.engine`` other than ``hf``, a half-precision ``policy.dtype``, or engine workers
-    ``rollout.engines`` ≥ 1 — else ``none``; resolved when the config is loaded, so config.yaml
-    records the value in effect) | ``none`` (π_old = the engine's behaviour logprobs, no
-    weight) | ``tis`` | ``mis`` | ``icepop``: the last three recompute π_old with the trainer at
-    the start of each update phase and weight each token's policy loss by w = f(ρ),
-    ρ = π_old/π_behav (detached): ``tis``
-    min(ρ, C); ``mis`` ρ if ρ ≤ C else 0; ``icepop`` ρ if α ≤ ρ ≤ C else 0, with
-    C = ``correction_high`` (> 1) and α = ``correction_low`` (in (0, 1), icepop only).
-    ``correction_level``: ``token`` (one ρ per token) | ``sequence`` (one ρ per turn, the
-    product of its tokens' ρ, on all its tokens). Masked tokens stay in the denominators.
-    Every mode, ``none`` included, logs ``correction/kl`` (the trainer–sampler KL, measured by
-    one forward pass without gradients per update phase).
-
-    ``master_weights``: ``auto`` (default: ``on`` for full fine-tuning with a bfloat16/float16
-    ``policy.dtype``, else ``off``; resolved when the config is loaded) | ``on``: the trained
-    parameters are float32 masters computing in ``policy.dtype`` (FSDP2 mixed precision, or
-    autocast in one process; engines get ``policy.dtype`` weights), so AdamW steps below half a
-    bf16 spacing accumulate (``agentrl.update.master_weights``) | ``off``: train in ``policy.dtype``.
-    """
-
-    loss: str = "ppo_clip"
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    clip_c: Optional[float] = None
-    epochs: int = 1
-    minibatch: int = 0
-    micro_batch: int = 4
-    micro_batch_tokens: int = 0
-    lr: float = 1e-5
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    kl_coef: float = 0.0
-    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
-    entropy_coef: float = 0.0
-    aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm",
-                         "episode-mean-token-mean"] = "token-mean"
-    sum_norm_tokens: Optional[int] = None
-    pack: bool = False
-    share_prefix: bool = False
-    gradient_checkpointing: bool = False
-    critic_lr: float = 1e-5
-    critic_minibatch: int = 0
-    critic_top_n_layers: Optional[int] = None
-    value_clip: Optional[float] = None
-    rollout_correction: Literal["auto", "none", "tis", "mis", "icepop"] = "auto"
-    correction_level: Literal["token", "sequence"] = "token"
-    correction_high: float = 2.0
-    correction_low: float = 0.5
-    master_weights: Literal["auto", "on", "off"] = "auto"
-
-    def __post_init__(self) -> None:
-        _check(0 <= self.clip_low < 1 and self.clip_high >= 0, "update.clip_low must be in [0, 1) and clip_high >= 0")
-        _check(self.clip_c is None or self.clip_c > 1, "update.clip_c (dual-clip) must be > 1 or null")
-        _check(self.epochs >= 1 and self.micro_batch >= 1 and self.minibatch >= 0,
-               "update.epochs and micro_batch must be >= 1, minibatch >= 0 (0 = whole batch)")
-        _check(self.micro_batch_tokens >= 0, "update.micro_batch_tokens must be >= 0 (0 = padded micro-batches of rows)")
-        _check(self.lr > 0 and self.critic_lr > 0, "update.lr and critic_lr must be > 0")
-        _check(self.weight_decay >= 0 and self.grad_clip >= 0, "update.weight_decay and grad_clip must be >= 0 (grad_clip 0 = off)")
-        _check(self.kl_coef >= 0, "update.kl_coef must be >= 0 (0 = no reference model)")
-        _check(self.sum_norm_tokens is None or self.sum_norm_tokens >= 1, "update.sum_norm_tokens must be >= 1 or null")
-        _check(self.critic_minibatch >= 0, "update.critic_minibatch must be >= 0 (prompts per critic step; 0 = the whole batch)")
-        _check(self.value_clip is None or self.value_clip > 0, "update.value_clip must be > 0 or null")
-        _check(self.critic_top_n_layers is None or self.critic_top_n_layers >= 1,
-               "update.critic_top_n_layers must be >= 1 (the critic's top layers that train) or null (all of them)")
-        _check(self.correction_high > 1, f"update.correction_high must be > 1 (the cap C of tis/mis, the upper bound "
-               f"β of icepop; ρ = 1 is on-policy), got {self.correction_high}")
-        _check(0 < self.correction_low < 1, f"update.correction_low must be in (0, 1) (the lower bound α of icepop), "
-               f"got {self.correction_low}")
 
 
 @dataclass(frozen=True)
