@@ -17,7 +17,8 @@ programming on each maze's task graph (``agentrl.credit.exact``):
    training, and its paired difference against GRPO.
 
 Estimator settings: defaults, except the terms that assume ALFWorld's reward 10: G2PO
-``success_reward`` and GraphGPO ``goal_value`` = 1.0 (the maze's reward), and GraphGPO γ 0.95
+``success_reward``, GraphGPO ``goal_value`` and BEACON ``milestone_reward`` = 1.0 (the maze's
+reward), and GraphGPO γ 0.95
 (the prototype's). turn-PPO's critic is tabular (per observation text, the mean return-to-go of
 the previous batch, updated with step 0.5; at the fidelity batch, fitted on one extra batch).
 Tree-GRPO and RTPO score tree rollouts; on these chain batches (one tree per episode, no branch
@@ -70,7 +71,8 @@ from agentrl.credit import compute_advantages, list_estimators  # noqa: E402
 
 ENV_ID = "agentrl/JunctionMaze-v0"
 ORACLE = "oracle"
-KWARGS = {"g2po": {"success_reward": 1.0}, "graphgpo": {"goal_value": 1.0, "gamma": 0.95}}
+KWARGS = {"g2po": {"success_reward": 1.0}, "graphgpo": {"goal_value": 1.0, "gamma": 0.95},
+          "beacon": {"milestone_reward": 1.0}}
 METRICS = ("corr", "sign_acc", "failed_credit", "noise_share", "informative_share", "sign_vs_grpo")
 _ENVS: dict[tuple, gym.Env] = {}
 
@@ -135,7 +137,7 @@ def onward(batch) -> np.ndarray:
 def run_seed(job: tuple[int, int, argparse.Namespace]) -> dict:
     """Fidelity at the initial policy and every arm's learning curve for one (K, seed)."""
     k, seed, args = job
-    arms = list_estimators() + [ORACLE]
+    arms = list(getattr(args, "arms", None) or list_estimators()) + [ORACLE]
     t0 = time.process_time()
     policy, critic = TabularPolicy(lr=args.lr, cue_prior=args.cue_prior, noop_logit=args.noop_logit), TabularCritic()
     graphs = mazes(k, seed, 0, args.tasks, maze_kwargs(args))
@@ -309,6 +311,9 @@ def main() -> None:
     ap.add_argument("--n-exits", type=int, default=None, help="tabular mode: the env's n_exits (default: the env's)")
     ap.add_argument("--n-hinted", type=int, default=None, help="tabular mode: the env's n_hinted (default: the env's)")
     ap.add_argument("--noop-logit", type=float, default=-3.0, help="initial logit of look/wait")
+    ap.add_argument("--arms", nargs="+", default=None,
+                    help="tabular mode: estimators to run (default: every registered one; grpo is needed for the "
+                         "paired differences; the oracle always runs)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", default=None, help="default results/credit_fidelity.json (tabular), "
                     "results/credit_fidelity_llm.json (--policy smollm2)")
