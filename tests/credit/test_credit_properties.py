@@ -12,6 +12,7 @@ from agentrl.types import TurnTable
 
 EPS = 1e-6
 STEP_ESTIMATORS = ["grpo", "grpo_mean", "dr_grpo", "gigpo", "hgpo", "g2po", "graphgpo", "bipace"]
+STEP_ESTIMATORS += ["threespo"]
 
 
 def test_every_registered_estimator_is_covered():
@@ -68,6 +69,7 @@ def test_all_equal_tree_and_branch_groups_give_zero():
 SINGLETON = {  # one group holding one 1-step episode with reward 3 (§1.4)
     "grpo": 3 / (1 + EPS), "grpo_mean": 3.0, "dr_grpo": 3.0, "gigpo": 3 / (1 + EPS), "hgpo": 0.0,
     "g2po": 3 / (1 + EPS), "graphgpo": 3 / (1 + EPS), "bipace": 3 / (1 + EPS),
+    "threespo": 0.0,  # step-level singleton; no episode term by default (§16.3)
 }
 
 
@@ -125,6 +127,7 @@ def test_requires_metadata():
     assert get_estimator("turn_ppo").requires == ("value",)
     assert get_estimator("rtpo").requires == ("branch",)
     assert get_estimator("gigpo").requires == ()
+    assert get_estimator("threespo").requires == ("state_stats",)
 
 
 def test_empty_table_gives_empty_output():
