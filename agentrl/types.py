@@ -385,7 +385,9 @@ def _column(table: TurnTable, name: str, n: int, dtype: type) -> np.ndarray:
 
 
 def _state_stats(value: np.ndarray, n: int) -> np.ndarray:
+    """``value`` as int64[N, 5] (``STATE_STATS_FIELDS``); ValueError for another shape."""
     arr = np.asarray(value, dtype=np.int64)
     if arr.shape != (n, len(STATE_STATS_FIELDS)):
-        raise ValueError(f"TurnTable.state_stats must have shape (N, {len(STATE_STATS_FIELDS)}) with N={n}, got {arr.shape}")
+        raise ValueError(f"TurnTable.state_stats must have shape (N, {len(STATE_STATS_FIELDS)}) with N={n}, "
+                         f"got {arr.shape}")
     return arr
