@@ -2,7 +2,7 @@
 
 Owns the estimator registry and one module per estimator of ALGORITHMS.md: GRPO family
 (``grpo``, ``grpo_mean``, ``dr_grpo``), ``gigpo``, ``hgpo``, ``g2po``, ``graphgpo``,
-``tree_grpo``, ``bipace`` (PROPOSED), ``rtpo`` (PROPOSED), ``turn_ppo``, ``threespo`` (3SPO, PROPOSED batch form); plus the
+``tree_grpo``, ``bipace`` (PROPOSED), ``rtpo`` (PROPOSED), ``turn_ppo``, ``threespo`` (3SPO, PROPOSED); plus the
 per-token ``token_gae`` baseline, the optional per-estimator breakdown of an advantage
 into named terms (``explain_advantages``, ``breakdown``), and the multi-output helpers ``turn_gae_returns``,
 ``rtpo_update_order`` and ``tree_grpo_nodes``; and the exact values and advantages of a
