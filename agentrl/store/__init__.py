@@ -14,7 +14,8 @@ from agentrl.store.export import export_parquet
 from agentrl.store.records import AdvantageRecord, EpisodeRecord, MetricRecord
 from agentrl.store.schema import SchemaVersionError, StoreDamagedError, StoreError, StorePathError
 from agentrl.store.sqlite import EVAL_RUN, INTERRUPTED, TurnStore
-from agentrl.store.state_stats import StateStats, state_success_stats, with_state_stats
+from agentrl.store.state_stats import (StateStats, query_state_stats, state_stats_column, state_success_stats,
+                                       with_state_stats)
 
 __all__ = [
     "AdvantageRecord",
@@ -31,6 +32,8 @@ __all__ = [
     "TurnStore",
     "backup",
     "export_parquet",
+    "query_state_stats",
+    "state_stats_column",
     "state_success_stats",
     "with_state_stats",
 ]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sqlite3
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -84,6 +85,19 @@ class StateStats:
         return int(self.n_total[i]), int(self.n_success[i])
 
 
+def query_state_stats(conn: sqlite3.Connection, run_key: int, before_iteration: int,
+                      anchors: Sequence[str]) -> StateStats:
+    """``state_success_stats`` on an open store connection (e.g. the viewer's) and a run key;
+    the caller chooses the transaction (``TurnStore`` runs it in one read snapshot)."""
+    anchors = tuple(anchors)
+    params = {"k": int(run_key), "it": int(before_iteration), "anchors": json.dumps(list(dict.fromkeys(anchors)))}
+    episodes = conn.execute(_EARLIER_OK + "SELECT count(*) FROM ok", params).fetchone()[0]
+    counts = {row[0]: (row[1], row[2] or 0) for row in conn.execute(_COUNTS, params)}
+    n_total = np.array([counts.get(a, (0, 0))[0] for a in anchors], dtype=np.int64)
+    n_success = np.array([counts.get(a, (0, 0))[1] for a in anchors], dtype=np.int64)
+    return StateStats(anchors, n_total, n_success, int(episodes))
+
+
 def state_success_stats(store: TurnStore, run_id: str, before_iteration: int, anchors: Sequence[str]) -> StateStats:
     """Per-state success statistics of ``run_id``'s episodes of iterations < ``before_iteration``.
 
@@ -94,38 +108,45 @@ def state_success_stats(store: TurnStore, run_id: str, before_iteration: int, an
             1..k−1 count (k = 1: none).
         anchors: M anchor texts (exact equality, §0.4).
     Returns:
-        ``StateStats`` (zeros and t = 1 when the run is not in the store yet).
+        ``StateStats`` (zeros and t = 1 when the run is not in the store yet), read from one
+        snapshot of the store.
     """
-    anchors = tuple(anchors)
-    n_total = np.zeros(len(anchors), dtype=np.int64)
-    n_success = np.zeros(len(anchors), dtype=np.int64)
     if run_id not in store.runs():
-        return StateStats(anchors, n_total, n_success, 0)
+        zeros = np.zeros(len(tuple(anchors)), dtype=np.int64)
+        return StateStats(tuple(anchors), zeros, zeros.copy(), 0)
     key, _ = store._run_key(run_id)
-    params = {"k": key, "it": int(before_iteration), "anchors": json.dumps(list(dict.fromkeys(anchors)))}
     with store._snapshot() as db:  # one committed state for both queries
-        episodes = db.execute(_EARLIER_OK + "SELECT count(*) FROM ok", params).fetchone()[0]
-        counts = {row[0]: (row[1], row[2] or 0) for row in db.execute(_COUNTS, params)}
-    for i, a in enumerate(anchors):
-        n_total[i], n_success[i] = counts.get(a, (0, 0))
-    return StateStats(anchors, n_total, n_success, int(episodes))
+        return query_state_stats(db, key, before_iteration, anchors)
+
+
+def state_stats_column(table: TurnTable, stats: StateStats) -> np.ndarray:
+    """int64[N, 5] ``TurnTable.state_stats`` of ``table`` from ``stats`` asked for
+    ``table.anchor_vocab``: per row (N, N_s) of its anchor and of its next anchor, and t.
+
+    Raises:
+        ValueError: a key of ``anchor_key`` / ``next_anchor_key`` outside ``anchor_vocab``, or
+            ``stats`` asked for other anchors.
+    """
+    n = len(table)
+    if stats.anchors != tuple(table.anchor_vocab):
+        raise ValueError("state_stats_column: the statistics were not asked for the table's anchor_vocab")
+    if n and max(int(table.anchor_key.max()), int(table.next_anchor_key.max())) >= len(table.anchor_vocab):
+        raise ValueError("state_stats_column: the table's anchor keys are not all in anchor_vocab; build it with "
+                         "TurnStore.table or TurnTable.from_episodes")
+    if not n:
+        return np.zeros((0, 5), np.int64)
+    return np.stack([stats.n_total[table.anchor_key], stats.n_success[table.anchor_key],
+                     stats.n_total[table.next_anchor_key], stats.n_success[table.next_anchor_key],
+                     np.full(n, stats.t, dtype=np.int64)], axis=1)
 
 
 def with_state_stats(store: TurnStore, run_id: str, table: TurnTable, iteration: int) -> TurnTable:
     """``table`` with its ``state_stats`` column (int64[N, 5], ``STATE_STATS_FIELDS``) filled from
-    ``state_success_stats(store, run_id, iteration, table.anchor_vocab)``: per row the (N, N_s)
-    of its anchor and of its next anchor, and t. ``iteration`` is the 1-based iteration the
-    table is scored in (its own episodes do not count yet).
+    ``state_success_stats(store, run_id, iteration, table.anchor_vocab)`` (``state_stats_column``).
+    ``iteration`` is the 1-based iteration the table is scored in (its own episodes do not count yet).
 
     Raises:
-        ValueError: a key of ``anchor_key`` / ``next_anchor_key`` outside ``anchor_vocab``.
+        ValueError: as ``state_stats_column``.
     """
-    n = len(table)
-    if n and max(int(table.anchor_key.max()), int(table.next_anchor_key.max())) >= len(table.anchor_vocab):
-        raise ValueError("with_state_stats: the table's anchor keys are not all in anchor_vocab; build it with "
-                         "TurnStore.table or TurnTable.from_episodes")
     stats = state_success_stats(store, run_id, iteration, table.anchor_vocab)
-    col = np.stack([stats.n_total[table.anchor_key], stats.n_success[table.anchor_key],
-                    stats.n_total[table.next_anchor_key], stats.n_success[table.next_anchor_key],
-                    np.full(n, stats.t, dtype=np.int64)], axis=1) if n else np.zeros((0, 5), np.int64)
-    return dataclasses.replace(table, state_stats=col)
+    return dataclasses.replace(table, state_stats=state_stats_column(table, stats))

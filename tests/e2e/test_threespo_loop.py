@@ -49,3 +49,26 @@ def test_threespo_trains_with_statistics_from_the_store(tiny_dir, tmp_path):
             want = compute_advantages(table, "threespo", alpha=1.0, episode_advantage_w=0.5)
             got = dict((a.turn_id, a.value) for a in stored)
             np.testing.assert_allclose([got[i] for i in table.turn_id], want, atol=1e-12, rtol=0)
+            if k == 2:  # the viewer's breakdown reads the same statistics and reproduces every stored value
+                _check_viewer(result, table, got)
+
+
+def _check_viewer(result, table, got):
+    import sqlite3
+
+    from agentrl.view.explain import explain_group
+
+    conn = sqlite3.connect(result.store_path)
+    try:
+        key = conn.execute("SELECT run_key FROM runs WHERE run_id = ?", (result.run_id,)).fetchone()[0]
+        for g in np.unique(table.group):
+            rows = table.group == g
+            expl = explain_group(conn, result.store_path, result.run_id, key, int(g), "threespo",
+                                 {int(i): got[int(i)] for i in table.turn_id[rows]})
+            assert expl.note is None and expl.n_mismatch == 0
+            assert expl.kwargs["alpha"] == 1.0 and expl.kwargs["episode_advantage_w"] == 0.5
+            assert len(expl.turns) == int(rows.sum()) and all(e.matches for e in expl.turns.values())
+            assert [n for n, _ in next(iter(expl.turns.values())).extras] == ["step reward R", "S(s_t)", "S(s_t+1)",
+                                                                             "w_t"]
+    finally:
+        conn.close()
