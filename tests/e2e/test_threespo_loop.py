@@ -15,9 +15,9 @@ from agentrl.credit import compute_advantages  # noqa: E402
 from agentrl.store import TurnStore, state_success_stats, with_state_stats  # noqa: E402
 
 
-def _cfg(tiny_dir, out_dir, iterations=2):
+def _cfg(tiny_dir, out_dir, iterations=2, name="spo3"):
     return config_from_dict({
-        "run": {"name": "spo3", "out_dir": str(out_dir), "iterations": iterations, "eval_every": 0, "save_every": 1,
+        "run": {"name": name, "out_dir": str(out_dir), "iterations": iterations, "eval_every": 0, "save_every": 1,
                 "seed": 3},
         "env": {"id": "agentrl/Toy-v0", "max_turns": 8, "split": "train"},
         "policy": {"model": str(tiny_dir), "max_tokens": 8, "action_format": "whole",
@@ -72,3 +72,42 @@ def _check_viewer(result, table, got):
                                                                              "w_t"]
     finally:
         conn.close()
+
+
+def _stored(store, run_id):
+    return [(a.turn_id, a.iteration, a.value) for a in store.advantages(run_id)]
+
+
+def test_threespo_resumed_after_a_crash_equals_uninterrupted_and_no_resume_starts_empty(tiny_dir, tmp_path,
+                                                                                        monkeypatch):
+    """D-16 through the trainer: a run that dies after iteration 2's advantages are stored but before its
+    checkpoint, resumed to 3 iterations, stores exactly the advantages of an uninterrupted run (iteration
+    3 reads iterations 1-2's statistics; the interrupted copy of iteration 2 moved aside never counts);
+    ``--no-resume`` in the same folder starts with empty statistics again."""
+    import agentrl.train.loop as train_mod
+
+    reference = train_mod.train(_cfg(tiny_dir, tmp_path, iterations=3, name="ref"), resume=False)
+    real_save = train_mod.save_checkpoint
+
+    def dies_at_iteration_2(run_dir, model, optimizer, state, dp=None, **kw):
+        if state.iteration == 2:
+            raise KeyboardInterrupt("killed before the checkpoint")
+        return real_save(run_dir, model, optimizer, state, dp=dp, **kw)
+
+    monkeypatch.setattr(train_mod, "save_checkpoint", dies_at_iteration_2)
+    with pytest.raises(KeyboardInterrupt):
+        train_mod.train(_cfg(tiny_dir, tmp_path, iterations=3, name="crash"), resume=False)
+    monkeypatch.setattr(train_mod, "save_checkpoint", real_save)
+    resumed = train_mod.train(_cfg(tiny_dir, tmp_path, iterations=3, name="crash"), resume=True)
+    with TurnStore(reference.store_path, readonly=True) as a, TurnStore(resumed.store_path, readonly=True) as b:
+        assert any(r.startswith("crash.interrupted-") for r in b.runs())
+        assert _stored(a, "ref") == _stored(b, "crash") and len(_stored(a, "ref")) > 0
+        for k in (1, 2, 3, 4):
+            sa = state_success_stats(a, "ref", k, a.table("ref").anchor_vocab)
+            sb = state_success_stats(b, "crash", k, a.table("ref").anchor_vocab)
+            assert sa.t == sb.t == 1 + 8 * (k - 1)
+            assert sa.n_total.tolist() == sb.n_total.tolist() and sa.n_success.tolist() == sb.n_success.tolist()
+    fresh = train_mod.train(_cfg(tiny_dir, tmp_path, iterations=1, name="crash"), resume=False)  # --no-resume
+    with TurnStore(fresh.store_path, readonly=True) as c, TurnStore(reference.store_path, readonly=True) as a:
+        assert state_success_stats(c, "crash", 1, ["x"]).t == 1 and state_success_stats(c, "crash", 2, ["x"]).t == 9
+        assert _stored(c, "crash") == [x for x in _stored(a, "ref") if x[1] == 1]  # as a first iteration again
