@@ -191,6 +191,10 @@ def intern_strings(values: Sequence[str], vocab: dict[str, int] | None = None) -
     return np.fromiter((vocab.setdefault(v, len(vocab)) for v in values), dtype=np.int64, count=len(values))
 
 
+#: Columns of ``TurnTable.state_stats`` (3SPO, ALGORITHMS.md §16.2): prior (N, N_s) of the anchor,
+#: of the next anchor, and the episode counter t.
+STATE_STATS_FIELDS = ("n_total", "n_success", "next_n_total", "next_n_success", "t")
+
 _INT_COLS = ("group", "episode", "t", "anchor_key", "next_anchor_key", "action_key", "parent", "turn_id")
 _BOOL_COLS = ("terminated", "truncated", "action_valid", "episode_ok", "trainable")
 
@@ -226,6 +230,11 @@ class TurnTable:
             last row of each episode; 0 where unavailable).
         tree: int64[N] or None, tree id for tree rollouts (Tree-GRPO).
         branch: int64[N] or None, branch-group id of a branching turn (RTPO), -1 otherwise.
+        state_stats: int64[N, 5] or None, 3SPO's per-state success statistics from the run's
+            *earlier* iterations (state outside the batch, filled by the trainer from the store:
+            ``agentrl.store.state_stats``), columns ``STATE_STATS_FIELDS``: episodes that visited
+            the row's anchor and how many of them succeeded, the same for its next anchor, and
+            the counter t = 1 + earlier ok episodes. ALGORITHMS.md §16.2.
         policy_version: int64[N] or None, the policy version that sampled the turn
             (``Turn.policy_version``: optimizer updates applied to the sampler); filled by
             ``from_episodes`` and the store's ``table()``. Read only by the staleness-aware
@@ -261,6 +270,7 @@ class TurnTable:
     policy_version: np.ndarray | None = None
     milestone: np.ndarray | None = None
     n_milestones: np.ndarray | None = None
+    state_stats: np.ndarray | None = None
     anchor_vocab: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -278,6 +288,8 @@ class TurnTable:
                 object.__setattr__(self, name, _column(self, name, n, np.int64))
         if self.milestone is not None:
             object.__setattr__(self, "milestone", _column(self, "milestone", n, np.bool_))
+        if self.state_stats is not None:
+            object.__setattr__(self, "state_stats", _state_stats(self.state_stats, n))
         if self.hidden is not None:
             h = np.asarray(self.hidden, dtype=np.float64)
             if h.ndim != 2 or h.shape[0] != n:
@@ -294,7 +306,8 @@ class TurnTable:
             raise ValueError(
                 f"TurnTable lacks column(s) {missing}; they are filled only when the rollout "
                 f"records them (hidden: policy.return_hidden=true; value: a critic; tree/branch: tree rollouts; "
-                f"policy_version: TurnTable.from_episodes or TurnStore.table; milestone: likewise, from Turn.info)"
+                f"policy_version: TurnTable.from_episodes or TurnStore.table; milestone: likewise, from Turn.info; "
+                f"state_stats: agentrl.store.with_state_stats, which the trainer runs)"
             )
 
     def take(self, idx: np.ndarray) -> "TurnTable":
@@ -384,4 +397,13 @@ def _column(table: TurnTable, name: str, n: int, dtype: type) -> np.ndarray:
     arr = np.asarray(value, dtype=dtype).reshape(-1) if np.ndim(value) <= 1 else np.asarray(value, dtype=dtype)
     if arr.shape != (n,):
         raise ValueError(f"TurnTable column {name!r} has shape {arr.shape}; expected ({n},) like 'group'")
+    return arr
+
+
+def _state_stats(value: np.ndarray, n: int) -> np.ndarray:
+    """``value`` as int64[N, 5] (``STATE_STATS_FIELDS``); ValueError for another shape."""
+    arr = np.asarray(value, dtype=np.int64)
+    if arr.shape != (n, len(STATE_STATS_FIELDS)):
+        raise ValueError(f"TurnTable.state_stats must have shape (N, {len(STATE_STATS_FIELDS)}) with N={n}, "
+                         f"got {arr.shape}")
     return arr

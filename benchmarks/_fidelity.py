@@ -118,3 +118,36 @@ def mean_ci(x: np.ndarray) -> tuple[float, float, float]:
         return m, float("nan"), float("nan")
     h = 1.96 * float(x.std(ddof=1)) / np.sqrt(x.size)
     return float(x.mean()), float(x.mean()) - h, float(x.mean()) + h
+
+
+class StateCounts:
+    """3SPO's per-state success statistics over earlier batches, in memory (ALGORITHMS.md §16.3): what
+    ``agentrl.store.state_success_stats`` reads from a run's store, for the benchmarks that keep no
+    store. Per anchor text: ok episodes that visited it as a current state (once each) and how many
+    of them succeeded (reward > 0 on the final turn); ``episodes``: ok episodes seen."""
+
+    def __init__(self) -> None:
+        self.n: dict[str, int] = {}
+        self.s: dict[str, int] = {}
+        self.episodes = 0
+
+    def fit(self, table: TurnTable) -> None:
+        """Count ``table``'s ok episodes (after the batch was scored: a snapshot per batch)."""
+        order = np.lexsort((table.t, table.episode))
+        ep, ok = table.episode[order], table.episode_ok[order]
+        last = np.append(ep[1:] != ep[:-1], True)
+        won = dict(zip(ep[last].tolist(), (table.reward[order][last] > 0).tolist()))
+        okd = dict(zip(ep[last].tolist(), ok[last].tolist()))
+        self.episodes += sum(okd.values())
+        for e, a in set(zip(ep.tolist(), table.anchor_key[order].tolist())):
+            if okd[e]:
+                text = table.anchor_vocab[a]
+                self.n[text] = self.n.get(text, 0) + 1
+                self.s[text] = self.s.get(text, 0) + int(won[e])
+
+    def column(self, table: TurnTable) -> np.ndarray:
+        """int64[N, 5] ``TurnTable.state_stats`` of ``table`` from the counts so far."""
+        n = np.array([self.n.get(v, 0) for v in table.anchor_vocab] or [0], dtype=np.int64)
+        s = np.array([self.s.get(v, 0) for v in table.anchor_vocab] or [0], dtype=np.int64)
+        a, nx = table.anchor_key, table.next_anchor_key
+        return np.stack([n[a], s[a], n[nx], s[nx], np.full(len(table), self.episodes + 1)], axis=1).astype(np.int64)

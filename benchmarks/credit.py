@@ -5,7 +5,8 @@ Tables: ``--groups`` task groups × 8 rollouts × ~12 turns (default 1,000 group
 and 4× that) with realistic anchor repetition: each group has a small state space walked with
 a forward bias, loops, a shared ``"Nothing happens."`` anchor, ~50 % success (reward 10 on the
 last turn), ~5 % invalid actions, hidden states close for equal anchors, critic values, RTPO
-branch ids, Tree-GRPO chains and BEACON milestones (~15 % of turns and every winning one; 4 per task);
+branch ids, Tree-GRPO chains and BEACON milestones (~15 % of turns and every winning one; 4 per task),
+3SPO's prior per-state statistics;
 anchors are ALFWorld-like observation texts ("You arrive at
 cabinet 3. On the cabinet 3, you see a mug 1, and a spoon 2."; near-duplicates included).
 
@@ -105,7 +106,20 @@ def realistic_table(n_groups: int, n_eps: int = 8, turns: int = 12, seed: int = 
         tree=ep[perm], branch=np.where(t % 2 == 0, group * 64 + t, -1)[perm],
         milestone=milestone[perm], n_milestones=np.full(n, 4),
         anchor_vocab=tuple(f"obs {i}" for i in range(int(max(anchor.max(), nxt.max())) + 1)),
+        state_stats=prior_state_stats(anchor[perm], nxt[perm], seed),
     )
+
+
+def prior_state_stats(anchor: np.ndarray, nxt: np.ndarray, seed: int) -> np.ndarray:
+    """3SPO's ``state_stats`` (int64[N, 5]) as after ~40 earlier iterations of 8 rollouts per task:
+    per anchor N in 0..320 (a fifth unseen), N_s ≤ N, t = 1 + 40·8·groups; own generator, so the
+    other columns stay as before."""
+    rng = np.random.default_rng(seed + 1)
+    m = int(max(anchor.max(), nxt.max())) + 1
+    n = rng.integers(0, 321, m) * (rng.random(m) > 0.2)
+    ns = (rng.random(m) * rng.random(m) * (n + 1)).astype(np.int64)
+    t = 1 + 320 * (m // N_STATES + 1)
+    return np.stack([n[anchor], ns[anchor], n[nxt], ns[nxt], np.full(anchor.size, t)], axis=1)
 
 
 LOCS = ["cabinet", "countertop", "drawer", "shelf", "sinkbasin", "fridge", "microwave", "stoveburner", "desk", "bed"]

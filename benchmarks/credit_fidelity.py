@@ -63,11 +63,11 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import agentrl  # noqa: E402,F401  (registers the agentrl/ ids)
-from _fidelity import fidelity, informative_share, mean_ci, sign_vs_grpo  # noqa: E402
+from _fidelity import StateCounts, fidelity, informative_share, mean_ci, sign_vs_grpo  # noqa: E402
 from _tabular_maze import (TabularPolicy, build_batch, policy_gradient, sample_episode,  # noqa: E402
                            success_rate, true_advantages)
 
-from agentrl.credit import compute_advantages, list_estimators  # noqa: E402
+from agentrl.credit import compute_advantages, get_estimator, list_estimators  # noqa: E402
 
 ENV_ID = "agentrl/JunctionMaze-v0"
 ORACLE = "oracle"
@@ -122,11 +122,21 @@ def play(graphs, policy: TabularPolicy, group: int, rng: np.random.Generator, cr
     return build_batch(graphs, groups, critic, seed=seed)
 
 
-def advantages(name: str, batch, policy: TabularPolicy) -> np.ndarray:
-    """float64[N]: the arm's advantages on ``batch`` (exact ones for the oracle)."""
+def advantages(name: str, batch, policy: TabularPolicy, counts: StateCounts | None = None) -> np.ndarray:
+    """float64[N]: the arm's advantages on ``batch`` (exact ones for the oracle); 3SPO reads the
+    per-state statistics of the earlier batches ``counts`` (none: no prior)."""
     if name == ORACLE:
         return true_advantages(batch, policy)
-    return compute_advantages(batch.table, name, **KWARGS.get(name, {}))
+    return compute_advantages(with_counts(name, batch.table, counts), name, **KWARGS.get(name, {}))
+
+
+def with_counts(name: str, table, counts: StateCounts | None):
+    """``table`` with 3SPO's ``state_stats`` from ``counts`` when estimator ``name`` requires them."""
+    if "state_stats" not in get_estimator(name).requires:
+        return table
+    import dataclasses
+
+    return dataclasses.replace(table, state_stats=(counts or StateCounts()).column(table))
 
 
 def onward(batch) -> np.ndarray:
@@ -141,24 +151,28 @@ def run_seed(job: tuple[int, int, argparse.Namespace]) -> dict:
     t0 = time.process_time()
     policy, critic = TabularPolicy(lr=args.lr, cue_prior=args.cue_prior, noop_logit=args.noop_logit), TabularCritic()
     graphs = mazes(k, seed, 0, args.tasks, maze_kwargs(args))
-    critic.fit(play(graphs, policy, args.group, np.random.default_rng([seed, k, 99]), seed=seed))
+    warm, counts = play(graphs, policy, args.group, np.random.default_rng([seed, k, 99]), seed=seed), StateCounts()
+    critic.fit(warm)
+    counts.fit(warm.table)  # 3SPO's statistics: the same earlier batch the critic saw
     batch = play(graphs, policy, args.group, np.random.default_rng([seed, k, 0]), critic, seed=seed)
     a_true = true_advantages(batch, policy)
     fid = {}
     for name in arms:
-        a = advantages(name, batch, policy)
+        a = advantages(name, batch, policy, counts)
         fid[name] = fidelity(a, a_true, batch.kind, onward(batch), batch.won)
         fid[name]["informative_share"] = informative_share(batch.table)
         fid[name]["sign_vs_grpo"] = sign_vs_grpo(batch.table, a)
     curves = {}
     for name in arms:
         policy, critic, succ = TabularPolicy(lr=args.lr, cue_prior=args.cue_prior, noop_logit=args.noop_logit), TabularCritic(), []
+        counts = StateCounts()
         for it in range(args.iterations):
             graphs = mazes(k, seed, it, args.tasks, maze_kwargs(args))
             b = play(graphs, policy, args.group, np.random.default_rng([seed, k, it]), critic, seed=seed)
             succ.append(success_rate(b))
-            policy.step(policy_gradient(b, policy, advantages(name, b, policy)))
+            policy.step(policy_gradient(b, policy, advantages(name, b, policy, counts)))
             critic.fit(b)
+            counts.fit(b.table)
         curves[name] = succ
     return {"k": k, "seed": seed, "fidelity": fid, "curves": curves, "cpu_s": time.process_time() - t0}
 
@@ -250,9 +264,12 @@ def run_llm(args: argparse.Namespace) -> dict:
                 table = dataclasses.replace(  # chains: one tree per episode, no branch groups (as the tabular mode)
                     mb.table, value=_critic_values(mapped[:i] + mapped[i + 1:], mb.table), tree=mb.table.episode,
                     branch=np.full(len(mb.table), -1, np.int64))
-                row = {}
+                row, counts = {}, StateCounts()
+                for other in mapped[:i] + mapped[i + 1:]:  # 3SPO's statistics: the other batches, as the critic
+                    counts.fit(other.table)
                 for name in list_estimators() + [ORACLE]:
-                    a = mb.a_true if name == ORACLE else compute_advantages(table, name, **KWARGS.get(name, {}))
+                    a = mb.a_true if name == ORACLE else compute_advantages(with_counts(name, table, counts), name,
+                                                                            **KWARGS.get(name, {}))
                     row[name] = fidelity(a, mb.a_true, mb.kind, mb.onward, mb.won)
                     row[name]["informative_share"] = informative_share(table)
                     row[name]["sign_vs_grpo"] = sign_vs_grpo(table, a)

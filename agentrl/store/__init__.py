@@ -2,7 +2,8 @@
 
 Owns: the on-disk schema (``schema``), exact Turn encoding (``codec``), batch validation
 and id assignment (``batch``), ``TurnStore`` (``sqlite``), the columnar ``TurnTable`` build
-(``table``), Parquet export (``export``) and consistent copies (``backup``).
+(``table``), Parquet export (``export``), consistent copies (``backup``) and 3SPO's per-state
+success statistics over a run's earlier iterations (``state_stats``).
 May import: ``agentrl.types``, ``agentrl.registry`` and the standard library / NumPy /
 pyarrow. It meets the rest of agentrl only through ``Episode``/``Turn`` in and
 ``TurnTable`` out; it never imports torch.
@@ -13,6 +14,8 @@ from agentrl.store.export import export_parquet
 from agentrl.store.records import AdvantageRecord, EpisodeRecord, MetricRecord
 from agentrl.store.schema import SchemaVersionError, StoreDamagedError, StoreError, StorePathError
 from agentrl.store.sqlite import EVAL_RUN, INTERRUPTED, TurnStore
+from agentrl.store.state_stats import (StateStats, query_state_stats, state_stats_column, state_success_stats,
+                                       with_state_stats)
 
 __all__ = [
     "AdvantageRecord",
@@ -22,10 +25,15 @@ __all__ = [
     "INTERRUPTED",
     "MetricRecord",
     "SchemaVersionError",
+    "StateStats",
     "StoreDamagedError",
     "StoreError",
     "StorePathError",
     "TurnStore",
     "backup",
     "export_parquet",
+    "query_state_stats",
+    "state_stats_column",
+    "state_success_stats",
+    "with_state_stats",
 ]

@@ -1,7 +1,8 @@
 """The training loop, top to bottom (DESIGN.md: agentrl.train): ``train`` and its iterations.
 
 One iteration: collect groups of episodes with the current policy → store them (with the
-policy version) → build the TurnTable from the store → advantages from the configured
+policy version) → build the TurnTable from the store (+ critic values, or 3SPO's per-state
+statistics of the earlier iterations read from the store) → advantages from the configured
 estimator (by name; the loop never branches on it) → write them to the store → build the
 TrainBatch → ``update.epochs`` passes of PPO-family minibatch steps (in the estimator's
 ``update_order`` when it has one, e.g. RTPO) → sync weights to the engine → log metrics.
@@ -34,7 +35,7 @@ from agentrl.llm.policy import Policy, load_policy
 from agentrl.log import make_logger
 from agentrl.rollout.stats import proxy_metrics, rollout_stats, sample_turns
 from agentrl.rollout.tree import add_linked
-from agentrl.store import EVAL_RUN, TurnStore
+from agentrl.store import EVAL_RUN, TurnStore, with_state_stats
 from agentrl.train.colocate import engine_asleep
 from agentrl.train.critic import Critic, critic_step, load_critic, make_critic, save_critic, with_values
 from agentrl.train.launches import Launch
@@ -171,6 +172,8 @@ def chain_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
         if parts.critic is not None:  # turn-PPO: V(s_t) per turn before the estimator runs
             table, all_turns = with_values(parts.critic, table, episodes, parts.policy.pad_id, cfg.update.micro_batch,
                                            cfg.update.share_prefix)
+        if "state_stats" in get_estimator(cfg.algorithm.estimator).requires:  # 3SPO: earlier iterations' counts
+            table = with_state_stats(parts.store, cfg.run.name, table, it + 1)
         adv = compute_advantages(table, cfg.algorithm.estimator, group_by_version=cfg.algorithm.group_by_version,
                                  **cfg.algorithm.kwargs)
         parts.store.set_advantages(cfg.run.name, table.turn_id, adv, iteration=it + 1,  # 1-based, as everywhere

@@ -143,6 +143,22 @@ def group_table(conn: sqlite3.Connection, key: int, run_id: str, group_id: int):
                                         "AND group_id = ?)", (key, group_id))
 
 
+def _with_state_stats(conn: sqlite3.Connection, key: int, table, estimator: str):
+    """``table`` with 3SPO's ``state_stats`` read from the store at the iteration its advantages were
+    stored at (``agentrl.store.state_stats``). Raises ValueError when none is stored."""
+    import dataclasses
+    import json
+
+    from agentrl.store.state_stats import query_state_stats, state_stats_column
+
+    row = conn.execute("SELECT min(iteration) FROM advantages WHERE run_key = ? AND estimator = ? AND turn_id IN "
+                       "(SELECT value FROM json_each(?))", (key, estimator, json.dumps(table.turn_id.tolist()))).fetchone()
+    if row is None or row[0] is None:
+        raise ValueError("no advantage of these turns is stored, so the iteration of their state statistics is unknown")
+    stats = query_state_stats(conn, key, int(row[0]), table.anchor_vocab)
+    return dataclasses.replace(table, state_stats=state_stats_column(table, stats))
+
+
 def _num(v: float) -> float | None:
     return float(v) if math.isfinite(v) else None
 
@@ -175,6 +191,8 @@ def explain_group(conn: sqlite3.Connection, store_path: Path, run_id: str, key: 
         return GroupExplanation(estimator, kwargs, source, f"no breakdown: the group has more than {EXPLAIN_TURN_CAP} "
                                                            "turns")
     try:
+        if "state_stats" in spec.requires:  # 3SPO: the earlier iterations' statistics, as the trainer read them
+            table = _with_state_stats(conn, key, table, estimator)
         b = explain_advantages(table, estimator, **kwargs)
     except (ValueError, TypeError, KeyError, LookupError, RuntimeError) as exc:
         return GroupExplanation(estimator, kwargs, source, f"no breakdown: {exc}")

@@ -364,6 +364,27 @@ def beacon(tb, milestone_gamma=0.9, step_advantage_w=10.0, mode="mean_norm", sta
     return [a_ep[i] + step_advantage_w * a_seg[i] for i in _rows(tb)]
 
 
+def threespo(tb, alpha=50.0, xi=10.0, zeta=0.1, omega_k=0.1, mode="mean_norm", c_inv=0.1, episode_advantage_w=0.0,
+             eps=EPS):
+    """ALGORITHMS.md §16.3, one row at a time from the prior counts in ``state_stats``."""
+    def s_of(n, ns, t):
+        if n == 0:
+            return 1.0
+        rate = ns / (n + eps)
+        return math.exp(-alpha * math.log(t) * rate) if (n - ns) < xi or rate > zeta else 0.0
+
+    r = []
+    for i in _rows(tb):
+        n, ns, nn, nns, t = (int(v) for v in tb.state_stats[i])
+        w = 0.5 * math.exp(-omega_k * n)
+        nov = 1.0 if tb.anchor_key[i] != tb.next_anchor_key[i] else 0.0
+        r.append(w * nov + (0.5 - w) * (s_of(n, ns, t) - s_of(nn, nns, t)) + 0.5 * tb.reward[i]
+                 - c_inv * (not tb.action_valid[i]))
+    step = step_gn(tb, r, [(int(tb.group[i]), int(tb.anchor_key[i])) for i in _rows(tb)], mode)
+    ep = epi(tb, c_inv, mode) if episode_advantage_w else [0.0] * len(tb)
+    return [step[i] + episode_advantage_w * ep[i] for i in _rows(tb)]
+
+
 REFERENCE = {
     "grpo": grpo,
     "grpo_mean": lambda tb, **kw: grpo(tb, mode="mean_norm", **kw),
@@ -377,4 +398,5 @@ REFERENCE = {
     "tree_grpo": tree_grpo,
     "rtpo": rtpo,
     "turn_ppo": turn_ppo,
+    "threespo": threespo,
 }

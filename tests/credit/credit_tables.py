@@ -29,6 +29,19 @@ BATCH12 = [
 ]
 
 
+#: 3SPO's ``state_stats`` row of a first iteration: no earlier episodes, t = 1 (§16.2).
+NO_PRIOR = (0, 0, 0, 0, 1)
+
+
+def random_state_stats(anchor: np.ndarray, nxt: np.ndarray, n_states: int, seed: int) -> np.ndarray:
+    """Consistent random 3SPO prior statistics (int64[N, 5]) per state code, from their own generator."""
+    rng = np.random.default_rng(seed)
+    n = rng.integers(0, 20, size=n_states) * (rng.random(n_states) < 0.8)
+    ns = (rng.random(n_states) * (n + 1)).astype(np.int64) * (rng.random(n_states) < 0.7)
+    t = int(n.max(initial=0)) + 1 + int(rng.integers(0, 30))
+    return np.stack([n[anchor], ns[anchor], n[nxt], ns[nxt], np.full(anchor.size, t)], axis=1)
+
+
 def make_table(
     rows: list[tuple],
     *,
@@ -51,6 +64,7 @@ def make_table(
     trunc = [truncated_last and last[r[1]] == i and not r[6] for i, r in enumerate(rows)]
     n = len(rows)
     extra.setdefault("milestone", np.zeros(n, bool))  # BEACON's column, always filled by the store (no milestone)
+    extra.setdefault("state_stats", np.tile(NO_PRIOR, (n, 1)))  # 3SPO: first iteration, no earlier episodes
     return TurnTable(
         group=intern_strings([r[0] for r in rows]),
         episode=traj,
@@ -127,6 +141,7 @@ def random_table(rng: np.random.Generator, *, n_groups: int | None = None, hidde
         hidden=h, value=take("value") if with_value else None, bootstrap_value=take("boot") if with_value else None,
         milestone=milestone, n_milestones=n_ms,
         anchor_vocab=tuple(f"state {i} " + "x" * i for i in range(n_states)),
+        state_stats=random_state_stats(take("anchor", np.int64), take("next", np.int64), n_states, n * 7 + n_states),
     )
 
 

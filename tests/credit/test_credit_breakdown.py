@@ -13,6 +13,7 @@ from agentrl.credit import (breakdown_estimators, compute_advantages, explain_ad
 from agentrl.credit.breakdown import FORMULAS
 
 WITH = ["beacon", "bipace", "dr_grpo", "g2po", "gigpo", "graphgpo", "grpo", "grpo_mean", "hgpo"]
+WITH += ["threespo"]
 #: non-default hyperparameters that switch on every branch of the breakdowns
 VARIANTS = {
     "grpo": [{"mode": "mean_norm"}, {"stats_over": "trajectories"}],
@@ -27,6 +28,7 @@ VARIANTS = {
                                                                                "step_advantage_w": 2.0}],
     "bipace": [{"tau": 0.3, "merge_identical_anchor": False}, {"mode": "mean_norm"}],
     "beacon": [{"mode": "mean_std_norm", "step_advantage_w": 1.0}, {"stats_over": "trajectories"}],
+    "threespo": [{"episode_advantage_w": 0.5, "mode": "mean_std_norm"}, {"alpha": 1.0, "c_inv": 0.0}],
 }
 
 

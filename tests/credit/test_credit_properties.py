@@ -12,6 +12,7 @@ from agentrl.types import TurnTable
 
 EPS = 1e-6
 STEP_ESTIMATORS = ["grpo", "grpo_mean", "dr_grpo", "gigpo", "hgpo", "g2po", "graphgpo", "bipace", "beacon"]
+STEP_ESTIMATORS += ["threespo"]
 
 
 def test_every_registered_estimator_is_covered():
@@ -69,6 +70,7 @@ SINGLETON = {  # one group holding one 1-step episode with reward 3 (§1.4)
     "grpo": 3 / (1 + EPS), "grpo_mean": 3.0, "dr_grpo": 3.0, "gigpo": 3 / (1 + EPS), "hgpo": 0.0,
     "g2po": 3 / (1 + EPS), "graphgpo": 3 / (1 + EPS), "bipace": 3 / (1 + EPS),
     "beacon": 3.0,  # mean_norm by default (§15.4); its segment singleton gives 0
+    "threespo": 0.0,  # step-level singleton; no episode term by default (§16.3)
 }
 
 
@@ -126,6 +128,7 @@ def test_requires_metadata():
     assert get_estimator("turn_ppo").requires == ("value",)
     assert get_estimator("rtpo").requires == ("branch",)
     assert get_estimator("gigpo").requires == ()
+    assert get_estimator("threespo").requires == ("state_stats",)
 
 
 def test_empty_table_gives_empty_output():

@@ -41,6 +41,9 @@ CONFIGS = [
     ("beacon", {"stats_over": "trajectories", "milestone_reward": 1.0}),
     ("turn_ppo", {}),
     ("turn_ppo", {"gamma": 0.9, "lam": 0.5, "whiten": True, "c_inv": 1.2}),
+    ("threespo", {}),
+    ("threespo", {"alpha": 1.0, "mode": "mean_std_norm", "xi": 3.0, "zeta": 0.3, "omega_k": 0.5}),
+    ("threespo", {"episode_advantage_w": 0.5, "c_inv": 0.0}),
 ]
 
 
