@@ -63,10 +63,17 @@ def fidelity(a_est: np.ndarray, a_true: np.ndarray, kind: np.ndarray, onward: np
     }
 
 
-def episode_returns(table: TurnTable) -> np.ndarray:
-    """float64[N]: each row's episode return (sum of the episode's rewards), undiscounted."""
-    ep = np.unique(np.asarray(table.episode), return_inverse=True)[1]
-    return np.bincount(ep, weights=np.asarray(table.reward, np.float64))[ep]
+def episode_returns(episode: np.ndarray, reward: np.ndarray) -> np.ndarray:
+    """float64[N]: each row's episode return (sum of its episode's rewards, undiscounted), from
+    int64[N] ``episode`` ids and float64[N] ``reward``."""
+    ep = np.unique(np.asarray(episode, np.int64), return_inverse=True)[1].reshape(-1)
+    return np.bincount(ep, weights=np.asarray(reward, np.float64))[ep]
+
+
+def _distinct_per_group(key: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """int64[G]: how many distinct ``values`` each group code 0..G-1 of ``key`` holds."""
+    pairs = np.unique(np.stack([key.astype(np.float64), np.asarray(values, np.float64)], 1), axis=0)
+    return np.bincount(pairs[:, 0].astype(np.int64), minlength=int(key.max()) + 1)
 
 
 def informative_rows(table: TurnTable) -> np.ndarray:
@@ -77,9 +84,8 @@ def informative_rows(table: TurnTable) -> np.ndarray:
     if not use.any():
         return out
     key = np.unique(np.stack([table.group[use], table.anchor_key[use]], 1), axis=0, return_inverse=True)[1].ravel()
-    ret, act = episode_returns(table)[use], np.asarray(table.action_key)[use]
-    n_ret = np.array([np.unique(ret[key == k]).size for k in range(key.max() + 1)])
-    n_act = np.array([np.unique(act[key == k]).size for k in range(key.max() + 1)])
+    ret = episode_returns(table.episode, table.reward)[use]
+    n_ret, n_act = _distinct_per_group(key, ret), _distinct_per_group(key, np.asarray(table.action_key)[use])
     out[use] = ((n_ret >= 2) & (n_act >= 2))[key]
     return out
 

@@ -30,7 +30,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-from _fidelity import informative_rows, noise_share_by_mask, sign_vs_grpo
+from _fidelity import episode_returns, informative_rows, noise_share_by_mask, sign_vs_grpo
 
 
 def zero_fraction(advantages: np.ndarray, use: np.ndarray) -> float:
@@ -63,14 +63,11 @@ def _returns_vs_group(group: np.ndarray, episode: np.ndarray, reward: np.ndarray
     """Per row: its episode's return (sum of the episode's rewards) and the mean return of the
     episodes of its task group, both (N,) float64."""
     group, episode = np.asarray(group, dtype=np.int64), np.asarray(episode, dtype=np.int64)
-    eps, inv = np.unique(episode, return_inverse=True)
-    inv = inv.reshape(-1)
-    ret = np.bincount(inv, weights=np.asarray(reward, dtype=np.float64), minlength=eps.size)
-    ep_group = np.zeros(eps.size, dtype=np.int64)
-    ep_group[inv] = group
-    gs, ginv = np.unique(ep_group, return_inverse=True)
-    gmean = np.bincount(ginv, weights=ret, minlength=gs.size) / np.bincount(ginv, minlength=gs.size)
-    return ret[inv], gmean[ginv][inv]
+    ret = episode_returns(episode, reward)
+    first = np.unique(episode, return_index=True)[1]  # one row per episode: its group and return
+    gs, ginv = np.unique(group[first], return_inverse=True)
+    gmean = np.bincount(ginv, weights=ret[first], minlength=gs.size) / np.bincount(ginv, minlength=gs.size)
+    return ret, gmean[np.searchsorted(gs, group)]
 
 
 def flat_group_share(group: np.ndarray, episode: np.ndarray, reward: np.ndarray, use: np.ndarray) -> float:
