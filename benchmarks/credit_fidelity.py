@@ -257,7 +257,7 @@ def run_llm(args: argparse.Namespace) -> dict:
             for seed in range(args.seeds):
                 run_id = f"{args.tag}-k{k}-s{seed}"
                 eps = sample_batch(engine, renderer, store, run_id, k=k, seed=1000 * seed + 17 * k, n_tasks=args.tasks,
-                                   group=args.group, max_turns=args.max_turns)
+                                   group=args.group, max_turns=args.max_turns, env_kwargs=maze_kwargs(args))
                 mapped.append(map_batch(store, run_id, eps, tables, args.max_turns))
             fids = []
             for i, mb in enumerate(mapped):
@@ -290,6 +290,7 @@ def run_llm(args: argparse.Namespace) -> dict:
         store.close()
     return {"config": {"policy": args.policy, "model": args.model, "dtype": args.dtype, "ks": args.ks,
                        "seeds": args.seeds, "tasks": args.tasks, "group": args.group, "max_turns": args.max_turns,
+                       "env_kwargs": maze_kwargs(args) or "env defaults",
                        "env_seed_of_group": "1000 * seed + 17 * k + g", "temperature": 1.0,
                        "loop": "window, window_k 0, action_format whole, action_constraint admissible",
                        "critic": "turn-PPO tabular critic cross-fitted on the other seeds' batches",
@@ -325,8 +326,8 @@ def main() -> None:
     ap.add_argument("--cue-prior", type=float, default=0.7,
                     help="initial logit of a junction's right exit (others 0): per-junction success ~0.65 with the "
                          "env's 2 exits (1.3 did that with the 3 exits of results/credit_fidelity.json)")
-    ap.add_argument("--n-exits", type=int, default=None, help="tabular mode: the env's n_exits (default: the env's)")
-    ap.add_argument("--n-hinted", type=int, default=None, help="tabular mode: the env's n_hinted (default: the env's)")
+    ap.add_argument("--n-exits", type=int, default=None, help="the env's n_exits (default: the env's)")
+    ap.add_argument("--n-hinted", type=int, default=None, help="the env's n_hinted (default: the env's)")
     ap.add_argument("--noop-logit", type=float, default=-3.0, help="initial logit of look/wait")
     ap.add_argument("--arms", nargs="+", default=None,
                     help="tabular mode: estimators to run (default: every registered one; grpo is needed for the "

@@ -4,6 +4,16 @@
 # AGENTRL_TEST_WORKERS=N: pytest-xdist workers for the main suite (default 2; 0 or 1 = serial).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# Disk preflight: a fresh clone needs ~3 GB for .venv, ~3.6 GB for .venv-vllm (CI) and ~1 GB of
+# temporary files while the suite runs; a full disk shows up as pytest INTERNALERRORs, not as a
+# clear failure, so say it first (a warning: a partly built clone needs less).
+for d in "$ROOT" "${TMPDIR:-/tmp}"; do
+  free_gb=$(df -Pk "$d" 2>/dev/null | awk 'NR==2 {printf "%d", $4 / 1048576}')
+  if [ -n "$free_gb" ] && [ "$free_gb" -lt 8 ]; then
+    echo "[test] WARNING: only ${free_gb} GB free on the disk of $d; a fresh clone with CI=true needs ~8 GB" \
+         "(free some space, or point TMPDIR at a larger disk)" >&2
+  fi
+done
 bash "$ROOT/scripts/setup.sh"
 cd "$ROOT"
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
