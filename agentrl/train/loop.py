@@ -27,7 +27,7 @@ from agentrl.config import Config, ConfigError, to_dict
 from agentrl.credit import check_success_reward, compute_advantages, get_estimator
 from agentrl.credit.stats import advantage_stats
 from agentrl.credit.versions import version_mixing
-from agentrl.distributed import DistContext, trained_policy
+from agentrl.distributed import DistContext, inference_state, trained_policy
 from agentrl.env.panels import Panel
 from agentrl.eval import EvalResult, eval_panel, evaluate, fresh_run_id, record_panel
 from agentrl.llm.models import resolve_model
@@ -96,14 +96,26 @@ class RunParts:
         """Rank 0 (or the only process): rolls out, writes the store, logs, evaluates."""
         return self.dp is None or self.dp.is_main
 
-    def chain_engines(self, cfg: Config, iteration: int = 0):
+    def chain_engines(self, cfg: Config, iteration: int = 0, weights=None):
         """The run's engine workers (None when ``rollout.engines`` is 0); with
-        ``rollout.max_staleness`` ≥ 1 an ``EngineStream`` producing from ``iteration`` on."""
+        ``rollout.max_staleness`` ≥ 1 an ``EngineStream`` producing from ``iteration`` on.
+        ``weights``: what they start with (``open_engines``; None: the trainer's own)."""
         if self.engines is None and cfg.rollout.engines:
             probe = None if self.sync is None else (self.sync.prompt, self.sync.completion)
-            self.engines = open_stream(cfg, self.policy, iteration, self.store, probe) if cfg.rollout.max_staleness \
-                else open_engines(cfg, self.policy)
+            self.engines = open_stream(cfg, self.policy, iteration, self.store, probe, weights) \
+                if cfg.rollout.max_staleness else open_engines(cfg, self.policy, weights)
         return self.engines
+
+    def start_engines(self, cfg: Config, iteration: int) -> None:
+        """Data-parallel run with ``rollout.engines`` ≥ 1: a **collective** (every rank calls it
+        before the first iteration) — the trainer's shards are gathered to rank 0, which starts
+        its engine workers with them (rank 0's own engine may hold no readable copy: vLLM).
+        Otherwise nothing (``chain_engines`` opens them when first needed)."""
+        if self.dp is None or not cfg.rollout.engines or self.engines is not None:
+            return
+        weights = inference_state(self.policy.model, self.dp)  # rank 0 gets the dict, the others None
+        if self.is_main:
+            self.chain_engines(cfg, iteration, weights)
 
     def chain_pool(self, cfg: Config):
         """The run's env pool for plain chain rollouts (None for trees, harnesses and engine
@@ -358,6 +370,8 @@ def _loop(parts: RunParts, state: TrainState, cfg: Config, run_dir: Path, evals:
             if cfg.run.eval_before and state.iteration == 0:
                 evals.append(_held_out(parts, cfg, panel, "before", "before"))
                 logger.log(0, evals[-1].as_metrics())
+        if state.iteration < cfg.run.iterations:
+            parts.start_engines(cfg, state.iteration)  # data-parallel: gathers the weights for rank 0's workers
         for it in range(state.iteration, cfg.run.iterations):
             out = run_iteration(parts, cfg, it)
             state = TrainState(iteration=it + 1, optimizer_steps=state.optimizer_steps + len(out.stats),

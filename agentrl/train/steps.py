@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from typing import Mapping
 
 import numpy as np
 import torch
@@ -89,20 +90,32 @@ def engine_spec(cfg: Config, policy: Policy) -> EngineSpec:
                       weight_bucket_mb=p.vllm.weight_bucket_mb, constrained=p.action_constraint == "admissible")
 
 
-def open_engines(cfg: Config, policy: Policy) -> EngineWorkers:
+def open_engines(cfg: Config, policy: Policy, weights: Mapping | None = None) -> EngineWorkers:
     """The run's ``rollout.engines`` engine workers (``rollout.backend``: local processes, one
     device each from ``rollout.engine_devices``, or Ray actors with ``rollout.engine_gpus`` GPUs
     each), started with the trainer's current inference weights and policy version over the
     weight broadcast group; the trainer keeps them for the whole run. Close them with ``.close()``.
 
+    ``weights``: the inference weights to start them with (a data-parallel run's rank 0 passes
+    those gathered from the shards, ``agentrl.distributed.inference_state``); None: the trainer's
+    own (one process), or the engine's separate HF copy when it has one.
+
     Raises:
         ConfigError: see ``engine_spec``. EngineWorkerError: a worker failed to start.
+        ValueError: the weights are FSDP2 shards (``DTensor``): gather them first.
     """
     r = cfg.rollout
     spec = engine_spec(cfg, policy)
-    # a data-parallel run's trainer is sharded: start the workers from rank 0's synced engine copy
-    own = getattr(policy.engine, "model", None)
-    weights = inference_state_dict(policy.model) if policy.shares_weights or own is None else dict(own.state_dict())
+    if weights is None:
+        own = getattr(policy.engine, "model", None)
+        weights = inference_state_dict(policy.model) if policy.shares_weights or own is None \
+            else dict(own.state_dict())
+    sharded = next((k for k, v in weights.items() if hasattr(v, "full_tensor")), None)
+    if sharded is not None:
+        raise ValueError(f"engine workers start from whole tensors, but {sharded!r} is an FSDP2 shard (DTensor): a "
+                         "data-parallel run gathers the weights on every rank first (agentrl.distributed."
+                         f"inference_state; RunParts.start_engines) - rank 0's {cfg.policy.engine} engine holds no "
+                         "copy to start them from")
     kwargs = {"devices": r.engine_devices} if r.backend == "local" else {"num_gpus_per_worker": r.engine_gpus}
     return open_engine_workers(r.backend, r.engines, spec, weights, policy.engine.policy_version, **kwargs)
 
@@ -117,7 +130,7 @@ def production_config(cfg: Config, k: int) -> CollectConfig:
 
 
 def open_stream(cfg: Config, policy: Policy, start: int, store: TurnStore | None = None,
-                probe: tuple | None = None) -> EngineStream:
+                probe: tuple | None = None, weights: Mapping | None = None) -> EngineStream:
     """The engine workers of ``open_engines`` behind an ``EngineStream`` (asynchronous rollouts,
     ``rollout.max_staleness`` ≥ 1), producing from iteration ``start`` on — or, on a resume,
     from the first production whose ids are not in ``store`` yet. ``probe``: (prompt ids,
@@ -127,7 +140,7 @@ def open_stream(cfg: Config, policy: Policy, start: int, store: TurnStore | None
     last = store.max_episode_id(cfg.run.name) if store is not None else None
     if last is not None:
         start = max(start, last // (r.groups_per_iteration * r.group_size) + 1)
-    workers = open_engines(cfg, policy)
+    workers = open_engines(cfg, policy, weights)
     try:
         if probe is not None:
             workers.set_probe(*probe)
