@@ -120,8 +120,10 @@ def _connect(ray, address: str | None, num_cpus: int) -> bool:
     if ray.is_initialized():
         return False
     local = address is None and not os.environ.get("RAY_ADDRESS")
-    ray.init(address=address, num_cpus=num_cpus if local else None, include_dashboard=False, log_to_driver=True,
-             configure_logging=False)
+    # "local": a fresh local Ray even when `ray start` left a cluster on this machine (ray.init() would
+    # join that one, and then refuses num_cpus)
+    ray.init(address="local" if local else address, num_cpus=num_cpus if local else None, include_dashboard=False,
+             log_to_driver=True, configure_logging=False)
     return True
 
 

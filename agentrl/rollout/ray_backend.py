@@ -82,6 +82,10 @@ def ensure_ray(num_cpus: int | None = None, **init_kwargs) -> None:
 
     path = os.pathsep.join(p for p in sys.path if p)
     runtime_env = {"env_vars": {"PYTHONPATH": path, "OMP_NUM_THREADS": "1"}}
+    if "address" not in init_kwargs and not os.environ.get("RAY_ADDRESS"):
+        init_kwargs = {**init_kwargs, "address": "local"}  # a fresh local Ray, not one `ray start` left running
+    elif init_kwargs.get("address") != "local":
+        num_cpus = None  # joining a cluster: Ray refuses num_cpus there (the cluster's nodes set it)
     ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, runtime_env=runtime_env,
              configure_logging=False, **init_kwargs)
 

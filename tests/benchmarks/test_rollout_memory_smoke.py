@@ -39,5 +39,7 @@ def test_smoke_run_writes_every_row(tmp_path):
             assert r["completion_tokens"] == [8, 8]  # every row ran the whole budget (no stop fired)
         assert row["ratio_above_model_kv_old_over_new"] > 0
     up = result["update"]["mmap-128k"]
-    assert up["max_abs_logprob_diff"] <= 1e-6 and up["max_abs_entropy_diff"] <= 1e-6 and up["max_rel_grad_diff"] <= 1e-5
+    # entropies are up to ln V ~ 10.8 nats, where an fp32 ulp is ~1e-6: a few ulps of summation-order
+    # noise (1.4e-6 seen on an AVX2-only CPU) is not a difference of paths
+    assert up["max_abs_logprob_diff"] <= 1e-6 and up["max_abs_entropy_diff"] <= 1e-5 and up["max_rel_grad_diff"] <= 1e-5
     assert up["old"]["union_columns"] * up["old"]["rows"] > up["new"]["trained_tokens"] > 0  # the union computes more
