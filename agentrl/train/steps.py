@@ -92,7 +92,7 @@ def engine_spec(cfg: Config, policy: Policy) -> EngineSpec:
 def open_engines(cfg: Config, policy: Policy) -> EngineWorkers:
     """The run's ``rollout.engines`` engine workers (``rollout.backend``: local processes, one
     device each from ``rollout.engine_devices``, or Ray actors with ``rollout.engine_gpus`` GPUs
-    each), started with the trainer's current inference weights and policy version over the
+    each, placed by ``rollout.placement``), started with the trainer's current inference weights and policy version over the
     weight broadcast group; the trainer keeps them for the whole run. Close them with ``.close()``.
 
     Raises:
@@ -103,8 +103,18 @@ def open_engines(cfg: Config, policy: Policy) -> EngineWorkers:
     # a data-parallel run's trainer is sharded: start the workers from rank 0's synced engine copy
     own = getattr(policy.engine, "model", None)
     weights = inference_state_dict(policy.model) if policy.shares_weights or own is None else dict(own.state_dict())
-    kwargs = {"devices": r.engine_devices} if r.backend == "local" else {"num_gpus_per_worker": r.engine_gpus}
-    return open_engine_workers(r.backend, r.engines, spec, weights, policy.engine.policy_version, **kwargs)
+    if r.backend == "local":
+        return open_engine_workers("local", r.engines, spec, weights, policy.engine.policy_version,
+                                   devices=r.engine_devices)
+    pl = r.placement
+    workers = open_engine_workers(r.backend, r.engines, spec, weights, policy.engine.policy_version,
+                                  num_cpus_per_worker=pl.engine_cpus, num_gpus_per_worker=r.engine_gpus,
+                                  resources=pl.engine_resources, placement_strategy=pl.strategy,
+                                  separate_nodes=pl.separate_nodes, broadcast_host=pl.broadcast_host,
+                                  broadcast_ports=pl.broadcast_ports)
+    log.info("%d Ray engine actor(s) on node(s) %s; the trainer on node %s", r.engines,
+             [n[:12] for n in getattr(workers, "nodes", [])], str(getattr(workers, "trainer_node", "?"))[:12])
+    return workers
 
 
 def production_config(cfg: Config, k: int) -> CollectConfig:

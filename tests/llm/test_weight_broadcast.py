@@ -110,3 +110,21 @@ def test_regroup_brings_a_new_member_and_resends_the_last_push():
         assert torch.equal(e.state["big"], _state(4)["big"])
     finally:
         sender.close()
+
+
+def test_store_takes_the_first_free_port_of_its_range_and_says_when_none_is_left():
+    import socket
+
+    with socket.socket() as s:  # a port that was free a moment ago, then its neighbour range
+        s.bind(("127.0.0.1", 0))
+        first = s.getsockname()[1]
+    lay = WeightLayout.of(_state())
+    a = WeightSender(lay, 1, ports=(first, first + 1))
+    b = WeightSender(lay, 1, ports=(first, first + 1))
+    try:
+        assert a.open().port == first and b.open().port == first + 1  # the first port is a's: b takes the next
+        with pytest.raises(RuntimeError, match="no free port for the weight store"):
+            WeightSender(lay, 1, ports=(first, first)).open()
+    finally:
+        a.close()
+        b.close()
