@@ -29,6 +29,7 @@ trainer → engine weight groups. Nothing global is touched, so it coexists with
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -63,15 +64,22 @@ class GroupAddress:
         return f"tcp://{self.host}:{self.port}"
 
 
-def _group(address: GroupAddress, rank: int, store: dist.Store):
-    """A process group of ``address.world_size`` ranks on ``store`` (not the default group)."""
+def _group(address: GroupAddress, rank: int, store: dist.Store, bind: str | None = None):
+    """A process group of ``address.world_size`` ranks on ``store`` (not the default group).
+    Gloo: this member's connections on the address ``bind`` (its node IP; the peers dial it),
+    unless ``GLOO_SOCKET_IFNAME`` names the interface or ``bind`` is None (the address the
+    host name resolves to — loopback on many machines)."""
     prefixed = dist.PrefixStore(_PREFIX, store)
     timeout = timedelta(seconds=address.timeout_s)
     if address.backend == "nccl":
         opts = dist.ProcessGroupNCCL.Options()
         opts._timeout = timeout
         return dist.ProcessGroupNCCL(prefixed, rank, address.world_size, opts)
-    return dist.ProcessGroupGloo(prefixed, rank, address.world_size, timeout)
+    if bind is None or os.environ.get("GLOO_SOCKET_IFNAME"):
+        return dist.ProcessGroupGloo(prefixed, rank, address.world_size, timeout)
+    opts = dist.ProcessGroupGloo._Options()
+    opts._timeout, opts._devices = timeout, [dist.ProcessGroupGloo.create_device(hostname=bind)]
+    return dist.ProcessGroupGloo(prefixed, rank, address.world_size, opts)
 
 
 def _abort(pg) -> None:
@@ -103,12 +111,13 @@ class WeightSender:
         timeout_s: collective and join timeout in seconds.
         ports: (first, last) ports the store may listen on, inclusive, the first free one
             taken (None: any free port); ``open`` raises ``RuntimeError`` when none is free.
+        bind: the address this member's gloo connections use (see ``_group``; None: default).
     Thread-safe: pushes and regroups hold one lock.
     """
 
     def __init__(self, layout: WeightLayout, n_engines: int, *, host: str = "127.0.0.1", device: str = "cpu",
-                 timeout_s: float = 600.0, ports: tuple[int, int] | None = None) -> None:
-        self.layout, self.n_engines, self.host, self.ports = layout, int(n_engines), host, ports
+                 timeout_s: float = 600.0, ports: tuple[int, int] | None = None, bind: str | None = None) -> None:
+        self.layout, self.n_engines, self.host, self.ports, self.bind = layout, int(n_engines), host, ports, bind
         self.device = torch.device(device)
         self.backend = "nccl" if self.device.type == "cuda" else "gloo"
         self.timeout_s = float(timeout_s)
@@ -142,7 +151,7 @@ class WeightSender:
         """Build the group (blocks until every engine of the address has joined)."""
         with self._lock:
             address = GroupAddress(self.host, int(self._store.port), self.n_engines + 1, self.backend, self.timeout_s)
-            self._pg = _group(address, 0, self._store)
+            self._pg = _group(address, 0, self._store, self.bind)
             self._old.clear()  # the members have left the previous group's store
 
     def regroup(self) -> GroupAddress:
@@ -228,14 +237,15 @@ class WeightReceiver:
         layout: the trainer's ``WeightLayout``.
         device: where the buffers are received (the engine's device; ``cuda`` with NCCL).
         poll_s: seconds between looks at the store for the next push.
+        bind: the address this member's gloo connections use (its node IP; None: default).
     The constructor blocks until the group forms (every member and the trainer joined).
     Attributes:
         version: the staged version (-1 before the first push).
     """
 
     def __init__(self, address: GroupAddress, rank: int, layout: WeightLayout, device: str = "cpu",
-                 poll_s: float = 0.01) -> None:
-        self.layout, self.rank, self.poll_s = layout, int(rank), poll_s
+                 poll_s: float = 0.01, bind: str | None = None) -> None:
+        self.layout, self.rank, self.poll_s, self.bind = layout, int(rank), poll_s, bind
         self.device = torch.device(device)
         self._cv = threading.Condition()
         self._staged: dict | None = None
@@ -247,7 +257,7 @@ class WeightReceiver:
     def _join(self, address: GroupAddress):
         store = dist.TCPStore(address.host, address.port, None, False, timedelta(seconds=address.timeout_s))
         self._address = address
-        return store, _group(address, self.rank, store)
+        return store, _group(address, self.rank, store, self.bind)
 
     @property
     def version(self) -> int:

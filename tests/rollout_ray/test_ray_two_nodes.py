@@ -89,6 +89,7 @@ def test_two_node_run_engines_on_engine_node_trainer_on_head(two_nodes, tiny_dir
     assert [e["node_id"] for e in start["env"]] == [engine_node, engine_node]  # asked inside each actor
     assert start["bundles"] == [{"CPU": 0.5, "engine_node": 1.0}] * 2
     assert start["host"] == ray.util.get_node_ip_address()  # the weight store: the node IP Ray reports
+    assert all(e["ip"] for e in start["env"])  # each actor's gloo connections: its node IP (ray.util)
 
     per_iteration = cfg.rollout.groups_per_iteration * cfg.rollout.group_size
     with TurnStore(result.store_path, readonly=True) as store:

@@ -6,7 +6,8 @@ node). The actors sit in one placement group, one bundle each (``num_cpus_per_wo
 GPUs in ``CUDA_VISIBLE_DEVICES`` and its engine uses ``cuda`` — and the custom node
 ``resources`` that keep it on the engine nodes: ``agentrl.rollout.engines.ray_placement``).
 Weights travel over the broadcast group of ``agentrl.llm.weight_broadcast`` (the trainer's
-node IP as Ray reports it, or ``broadcast_host``; gloo),
+node IP as Ray reports it, or ``broadcast_host``; gloo, each member's connections on its node
+IP unless ``GLOO_SOCKET_IFNAME`` is set),
 as with local workers: each actor joins it at start (``join``), loads the trainer's weights,
 and after every push loads the new version when told (``load``) or on its own (streaming).
 
@@ -69,7 +70,10 @@ class _EngineActor:
 
         if self.weights is not None:
             self.weights.close()
-        self.weights = WeightReceiver(address, rank, layout, device=receiver_device(self.spec, address.backend))
+        import ray
+
+        self.weights = WeightReceiver(address, rank, layout, device=receiver_device(self.spec, address.backend),
+                                      bind=ray.util.get_node_ip_address())
         self.weights.wait(None, timeout_s=address.timeout_s)
         return self.weights.load_into(self.worker.engine)
 
@@ -197,13 +201,13 @@ class RayEngineWorkers:
         self._pids: list[int | None] = [None] * n
         self._polls: dict[int, object] = {}
         self._lock, self._closed, self.probe = threading.RLock(), False, None
-        self.placement = EnginePlacement(ray, n, self.bundle, strategy=placement_strategy,
-                                         separate_nodes=separate_nodes, timeout_s=start_timeout_s)
-        self.placement_group, self.nodes, self.trainer_node = self.placement.group, self.placement.nodes, \
-            self.placement.trainer_node
+        pl = self.placement = EnginePlacement(ray, n, self.bundle, strategy=placement_strategy,
+                                              separate_nodes=separate_nodes, timeout_s=start_timeout_s)
+        self.placement_group, self.nodes, self.trainer_node = pl.group, pl.nodes, pl.trainer_node
         self._sender = WeightSender(WeightLayout.of(state, int(spec.weight_bucket_mb * (1 << 20))), n,
                                     host=broadcast_host or ray.util.get_node_ip_address(), device="cpu",
-                                    timeout_s=start_timeout_s, ports=broadcast_ports)
+                                    timeout_s=start_timeout_s, ports=broadcast_ports,
+                                    bind=broadcast_host or ray.util.get_node_ip_address())
         try:
             address = self._sender.open()
             joins = [self._start(i, address) for i in range(n)]
