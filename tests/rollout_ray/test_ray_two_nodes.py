@@ -10,7 +10,9 @@ test process is the driver, on the head node).
 - an engine actor's resource request (``rollout.engine_gpus``, ``engine_cpus``,
   ``engine_resources``) is the bundle Ray reserved and the resources Ray assigned it;
 - ``separate_nodes`` refuses bundles on the trainer's node before any actor starts;
-- ``--ray-ranks`` trainer ranks land where ``rollout.placement.trainer_resources`` says.
+- ``--ray-ranks`` trainer ranks land where ``rollout.placement.trainer_resources`` says, and a
+  2-iteration run with its trainer rank as a Ray actor on the head node and its engine actors
+  on the engine node trains with every engine's probe within 1e-4.
 Real separate machines and NCCL over a network are not tested here (docs/scaling.md).
 """
 
@@ -153,3 +155,28 @@ def test_ray_ranks_follow_trainer_resources(two_nodes):
     head, engine_node = two_nodes
     assert launch(_where, ranks=1, cpus_per_rank=0.5, resources={"trainer_node": 1}, start_timeout_s=60) == head
     assert launch(_where, ranks=1, cpus_per_rank=0.5, resources={"engine_node": 1}, start_timeout_s=60) == engine_node
+
+
+@pytest.mark.slow
+def test_ray_ranks_trainer_on_head_engines_on_engine_node(two_nodes, tiny_dir, tmp_path):
+    """``agentrl train --ray-ranks 1`` form: the trainer rank is a Ray actor that
+    ``trainer_resources`` puts on the head node, and it opens the engine actors, which
+    ``engine_resources`` put on the engine node (``separate_nodes`` would refuse otherwise)."""
+    from agentrl.distributed.ray_launch import launch
+    from agentrl.train import train
+
+    head, engine_node = two_nodes
+    placement = {**ENGINE_NODE, "trainer_resources": {"trainer_node": 1}}
+    cfg = _cfg(tiny_dir, tmp_path, name="ranks", rollout__engines=2, rollout__backend="ray", run__eval_every=0,
+               run__save_every=0, run__seed=0, rollout__placement=placement)
+    before = set(ray.util.placement_group_table())
+    result = launch(train, (cfg,), {"resume": False}, ranks=1, cpus_per_rank=0.5,
+                    resources=dict(cfg.rollout.placement.trainer_resources), start_timeout_s=120)
+    assert result.state.iteration == 2 and result.state.policy_version == 2
+    # the run's placement groups (removed at its end, Ray keeps where their bundles were)
+    groups = [g for k, g in ray.util.placement_group_table().items() if k not in before]
+    where = {tuple(sorted(b)): set(g["bundles_to_node_id"].values()) for g in groups for b in g["bundles"].values()}
+    assert where == {("CPU", "trainer_node"): {head}, ("CPU", "engine_node"): {engine_node}}, where
+    rows = [json.loads(x) for x in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(r["sync/probe_engines"] == 2 and r["sync/probe_max_abs_diff"] <= 1e-4 for r in rows), rows
