@@ -47,6 +47,14 @@ def two_nodes():
     torch.set_num_threads(1)
     mp = pytest.MonkeyPatch()
     mp.delenv("RAY_ADDRESS", raising=False)
+    # Cluster would write its address to /tmp/ray/ray_current_cluster (and delete that file at
+    # shutdown), where any other process's plain ray.init() on this machine would find it and
+    # join this cluster: keep it out of there (the driver below connects by address)
+    import ray._common.utils
+    import ray._private.utils
+
+    mp.setattr(ray._private.utils, "write_ray_address", lambda *args, **kwargs: None, raising=False)
+    mp.setattr(ray._common.utils, "reset_ray_address", lambda *args, **kwargs: None, raising=False)
     assert not ray.is_initialized()
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"trainer_node": 1}})
     try:
