@@ -31,6 +31,8 @@ torch = pytest.importorskip("torch")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 from test_train_loop import _cfg  # noqa: E402
 
+import ray._common.utils  # noqa: E402  (the address file, see two_nodes)
+import ray._private.utils  # noqa: E402
 from agentrl.rollout.engines.interface import EngineWorkerError  # noqa: E402
 from agentrl.rollout.engines.ray_actors import RayEngineWorkers  # noqa: E402
 from agentrl.rollout.ray_backend import ensure_ray  # noqa: E402
@@ -50,9 +52,6 @@ def two_nodes():
     # Cluster would write its address to /tmp/ray/ray_current_cluster (and delete that file at
     # shutdown), where any other process's plain ray.init() on this machine would find it and
     # join this cluster: keep it out of there (the driver below connects by address)
-    import ray._common.utils
-    import ray._private.utils
-
     mp.setattr(ray._private.utils, "write_ray_address", lambda *args, **kwargs: None, raising=False)
     mp.setattr(ray._common.utils, "reset_ray_address", lambda *args, **kwargs: None, raising=False)
     assert not ray.is_initialized()
