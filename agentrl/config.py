@@ -46,6 +46,7 @@ from agentrl.config_sections import (  # noqa: F401  (re-exported: the public co
     _check,
 )
 from agentrl.config_checks import _plain, resolve_master_weights, resolve_rollout_correction, validate_config  # noqa: F401
+from agentrl.config_placement import PlacementSpec  # noqa: F401  (re-exported)
 from agentrl.config_vllm import VLLMSpec
 from agentrl.registry import closest
 

@@ -13,6 +13,7 @@ from typing import Any, Literal, Optional
 
 from agentrl.config_errors import ConfigError
 from agentrl.config_errors import check as _check
+from agentrl.config_placement import PlacementSpec
 from agentrl.config_update import UpdateConfig  # noqa: F401  (a section of Config, re-exported)
 from agentrl.config_vllm import VLLMSpec
 
@@ -270,6 +271,7 @@ class RolloutConfig:
     engines: int = 0
     engine_devices: Optional[tuple[str, ...]] = None
     engine_gpus: float = 0.0
+    placement: PlacementSpec = field(default_factory=PlacementSpec)
     max_staleness: int = 0
     on_weight_update: Literal["continue", "drain"] = "continue"
     turn_seeds: bool = False
@@ -287,6 +289,10 @@ class RolloutConfig:
                f"rollout.max_staleness={self.max_staleness} needs engine workers apart from the trainer: set "
                "rollout.engines >= 1 (or max_staleness: 0 for synchronous rollouts)")
         _check_engine_devices(self)
+        engine_keys = self.placement.engine_keys_set()
+        _check(not engine_keys or (self.backend == "ray" and self.engines >= 1),
+               f"rollout.placement.{', '.join(engine_keys)} act only on Ray engine actors; set rollout.backend: ray and "
+               "rollout.engines >= 1, or remove them")
         _check(self.engines == 0 or (self.sampler == "chain" and self.harness is None),
                f"rollout.engines={self.engines} runs chain rollouts only; set rollout.sampler: chain without "
                "rollout.harness, or rollout.engines: 0 for trees, RTPO and external harnesses")

@@ -75,6 +75,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         if args.ray_address is not None or args.gpus_per_rank:
             raise ValueError("--ray-address / --gpus-per-rank need --ray-ranks N")
+        if cfg.rollout.placement.trainer_resources:
+            import logging
+
+            logging.getLogger(__name__).warning("rollout.placement.trainer_resources places --ray-ranks trainer "
+                                                "ranks; without --ray-ranks the trainer is this process, on this node")
         result = train(cfg, resume=not args.no_resume, force_resume=args.force_resume, launch=launch)
     if not result.is_main:  # torchrun: ranks other than 0 trained their shards; rank 0 reports
         return 0
@@ -100,7 +105,8 @@ def _ray_train(train, cfg, args: argparse.Namespace, launch):
 
     return ray_launch(train, (cfg,), {"resume": not args.no_resume, "force_resume": args.force_resume, "launch": launch},
                       ranks=args.ray_ranks, address=args.ray_address,
-                      gpus_per_rank=args.gpus_per_rank, cpus_per_rank=args.cpus_per_rank)
+                      gpus_per_rank=args.gpus_per_rank, cpus_per_rank=args.cpus_per_rank,
+                      resources=dict(cfg.rollout.placement.trainer_resources))
 
 
 def _print_config(console, cfg) -> None:

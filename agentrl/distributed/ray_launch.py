@@ -1,8 +1,8 @@
 """Data-parallel training on a Ray cluster: ``agentrl train CFG --ray-ranks N``.
 
 ``launch(fn, args, kwargs, ranks=N)`` places N trainer ranks as Ray actors (one placement group,
-one bundle per rank: ``cpus_per_rank`` CPUs and ``gpus_per_rank`` GPUs, packed onto as few nodes
-as possible), gives each rank torchrun's process-group environment (``RANK``, ``WORLD_SIZE``,
+one bundle per rank: ``cpus_per_rank`` CPUs, ``gpus_per_rank`` GPUs and the custom node
+``resources`` of ``rollout.placement.trainer_resources``, packed onto as few nodes as possible), gives each rank torchrun's process-group environment (``RANK``, ``WORLD_SIZE``,
 ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ``MASTER_ADDR`` = rank 0's node IP,
 ``MASTER_PORT`` = a port free there), then calls ``fn(*args, **kwargs)`` in every rank at once
 and returns rank 0's return value. With ``fn = agentrl.train.train`` each rank's
@@ -143,7 +143,8 @@ def _cause(exc: BaseException) -> str:
 
 
 def launch(fn: Callable, args: tuple = (), kwargs: dict | None = None, *, ranks: int, address: str | None = None,
-           gpus_per_rank: int = 0, cpus_per_rank: float = 1.0, start_timeout_s: float = 300.0,
+           gpus_per_rank: int = 0, cpus_per_rank: float = 1.0, resources: dict[str, float] | None = None,
+           start_timeout_s: float = 300.0,
            timeout_s: float | None = None, poll_s: float = 0.5) -> Any:
     """Run ``fn(*args, **kwargs)`` in ``ranks`` Ray actors that form one torch process group
     (see the module docstring) and return rank 0's return value.
@@ -157,6 +158,8 @@ def launch(fn: Callable, args: tuple = (), kwargs: dict | None = None, *, ranks:
             initialised in this process is used as it is (and left running).
         gpus_per_rank: 0 (CPU ranks) or 1 (one GPU per rank, ``cuda:LOCAL_RANK``).
         cpus_per_rank: Ray CPU resource each rank reserves (fractions allowed).
+        resources: custom Ray resources each rank reserves (``{"trainer_node": 1}``: only nodes
+            started with ``ray start --resources '{"trainer_node": N}'``); None: any node.
         start_timeout_s: seconds for the ranks to be placed and started.
         timeout_s: seconds the whole run may take (None: no limit; a failing rank still ends
             the launch at once).
@@ -180,17 +183,19 @@ def launch(fn: Callable, args: tuple = (), kwargs: dict | None = None, *, ranks:
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     started = _connect(ray, address, num_cpus=max(1, int(-(-ranks * cpus_per_rank // 1))))
-    bundle = {"CPU": float(cpus_per_rank), **({"GPU": float(gpus_per_rank)} if gpus_per_rank else {})}
+    custom = {str(k): float(v) for k, v in (resources or {}).items()}
+    bundle = {"CPU": float(cpus_per_rank), **({"GPU": float(gpus_per_rank)} if gpus_per_rank else {}), **custom}
     pg, actors = None, []
     try:
         pg = placement_group([dict(bundle) for _ in range(ranks)], strategy="PACK")
         if not ray.wait([pg.ready()], timeout=start_timeout_s)[0]:
             raise RayLaunchError(f"Ray could not place {ranks} rank(s) of {bundle} within {start_timeout_s:.0f} s; "
                                  f"the cluster has {ray.cluster_resources()}: lower --ray-ranks / --gpus-per-rank, "
-                                 "or add nodes (ray start --address HEAD:6379)")
+                                 "or add nodes (ray start --address HEAD:6379" + (f" --resources with {sorted(custom)}, or change "
+                                 "rollout.placement.trainer_resources)" if custom else ")"))
         cls = ray.remote(_Rank)
         env = _worker_env()
-        actors = [cls.options(num_cpus=cpus_per_rank, num_gpus=gpus_per_rank, max_restarts=0,
+        actors = [cls.options(num_cpus=cpus_per_rank, num_gpus=gpus_per_rank, resources=custom, max_restarts=0,
                               runtime_env={"env_vars": env},
                               scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i))
                   .remote() for i in range(ranks)]

@@ -8,7 +8,7 @@ tensors; the same code) built on it directly — the pattern of vLLM's
 ``stateless_init_torch_distributed_process_group`` that verl, SkyRL and OpenRLHF use for their
 trainer → engine weight groups. Nothing global is touched, so it coexists with FSDP2's group.
 
-- **Layout** (``WeightLayout``, plain data): the names, dtypes and shapes of the inference state
+- **Layout** (``WeightLayout``, ``agentrl.llm.weight_layout``, plain data): the names, dtypes and shapes of the inference state
   dict, tied tensors sent once, cut into buckets of at most ``bucket_bytes`` (each tensor at a
   16-byte-aligned offset of one ``uint8`` buffer per bucket). Fixed for a run; the engines get
   it when they join.
@@ -29,6 +29,7 @@ trainer → engine weight groups. Nothing global is touched, so it coexists with
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -38,10 +39,10 @@ from typing import Mapping
 import torch
 import torch.distributed as dist
 
+from agentrl.llm.weight_layout import ALIGN, WeightLayout
+
 __all__ = ["GroupAddress", "WeightLayout", "WeightSender", "WeightReceiver", "ALIGN"]
 
-#: Byte alignment of every tensor inside a bucket buffer (any dtype may view its slice).
-ALIGN = 16
 _PREFIX = "agentrl-weights"
 
 
@@ -63,71 +64,22 @@ class GroupAddress:
         return f"tcp://{self.host}:{self.port}"
 
 
-@dataclass(frozen=True)
-class WeightLayout:
-    """The inference state dict's layout (plain data: pickles through pipes and Ray).
-
-    Attributes:
-        names / dtypes / shapes: the tensors sent (dtype without ``torch.``), in order.
-        offsets: byte offset of each tensor inside its bucket buffer (16-byte aligned).
-        buckets: per bucket, (first index, end index, buffer bytes).
-        aliases: ``(name, sent name)`` of tied tensors (one storage under two names).
-    """
-
-    names: tuple[str, ...]
-    dtypes: tuple[str, ...]
-    shapes: tuple[tuple[int, ...], ...]
-    offsets: tuple[int, ...]
-    buckets: tuple[tuple[int, int, int], ...]
-    aliases: tuple[tuple[str, str], ...] = ()
-
-    @classmethod
-    def of(cls, state: Mapping[str, torch.Tensor], bucket_bytes: int = 512 << 20) -> "WeightLayout":
-        """The layout of ``state`` in buckets of at most ``bucket_bytes`` bytes (a larger
-        tensor goes alone).
-
-        Raises:
-            ValueError: ``bucket_bytes`` < 1.
-        """
-        if bucket_bytes < 1:
-            raise ValueError(f"bucket_bytes must be >= 1, got {bucket_bytes}; set policy.vllm.weight_bucket_mb > 0")
-        seen: dict[tuple, str] = {}
-        names, dtypes, shapes, offsets, aliases, buckets = [], [], [], [], [], []
-        start, at = 0, 0
-        for name, t in state.items():
-            key = (t.device, t.data_ptr(), t.dtype, tuple(t.shape), tuple(t.stride()))
-            if t.numel() and key in seen:
-                aliases.append((name, seen[key]))
-                continue
-            seen[key] = name
-            n = t.numel() * t.element_size()
-            if at and at + n > bucket_bytes:
-                buckets.append((start, len(names), at))
-                start, at = len(names), 0
-            names.append(name)
-            dtypes.append(str(t.dtype).removeprefix("torch."))
-            shapes.append(tuple(int(s) for s in t.shape))
-            offsets.append(at)
-            at += -(-n // ALIGN) * ALIGN
-        if names:
-            buckets.append((start, len(names), at))
-        return cls(tuple(names), tuple(dtypes), tuple(shapes), tuple(offsets), tuple(buckets), tuple(aliases))
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes sent per push (alignment padding included)."""
-        return sum(b[2] for b in self.buckets)
-
-
-def _group(address: GroupAddress, rank: int, store: dist.Store):
-    """A process group of ``address.world_size`` ranks on ``store`` (not the default group)."""
+def _group(address: GroupAddress, rank: int, store: dist.Store, bind: str | None = None):
+    """A process group of ``address.world_size`` ranks on ``store`` (not the default group).
+    Gloo: this member's connections on the address ``bind`` (its node IP; the peers dial it),
+    unless ``GLOO_SOCKET_IFNAME`` names the interface or ``bind`` is None (the address the
+    host name resolves to — loopback on many machines)."""
     prefixed = dist.PrefixStore(_PREFIX, store)
     timeout = timedelta(seconds=address.timeout_s)
     if address.backend == "nccl":
         opts = dist.ProcessGroupNCCL.Options()
         opts._timeout = timeout
         return dist.ProcessGroupNCCL(prefixed, rank, address.world_size, opts)
-    return dist.ProcessGroupGloo(prefixed, rank, address.world_size, timeout)
+    if bind is None or os.environ.get("GLOO_SOCKET_IFNAME"):
+        return dist.ProcessGroupGloo(prefixed, rank, address.world_size, timeout)
+    opts = dist.ProcessGroupGloo._Options()
+    opts._timeout, opts._devices = timeout, [dist.ProcessGroupGloo.create_device(hostname=bind)]
+    return dist.ProcessGroupGloo(prefixed, rank, address.world_size, opts)
 
 
 def _abort(pg) -> None:
@@ -153,15 +105,19 @@ class WeightSender:
 
     Args:
         layout: the state dict's ``WeightLayout``. n_engines: engines that join (ranks 1…K).
-        host: the address the engines reach the trainer at (127.0.0.1 for local workers).
+        host: the address the engines reach the trainer at (127.0.0.1 for local workers, the
+            node IP for engines on other nodes; the store listens on every interface).
         device: where bucket buffers are packed (``cuda`` for NCCL, else ``cpu``/gloo).
         timeout_s: collective and join timeout in seconds.
+        ports: (first, last) ports the store may listen on, inclusive, the first free one
+            taken (None: any free port); ``open`` raises ``RuntimeError`` when none is free.
+        bind: the address this member's gloo connections use (see ``_group``; None: default).
     Thread-safe: pushes and regroups hold one lock.
     """
 
     def __init__(self, layout: WeightLayout, n_engines: int, *, host: str = "127.0.0.1", device: str = "cpu",
-                 timeout_s: float = 600.0) -> None:
-        self.layout, self.n_engines, self.host = layout, int(n_engines), host
+                 timeout_s: float = 600.0, ports: tuple[int, int] | None = None, bind: str | None = None) -> None:
+        self.layout, self.n_engines, self.host, self.ports, self.bind = layout, int(n_engines), host, ports, bind
         self.device = torch.device(device)
         self.backend = "nccl" if self.device.type == "cuda" else "gloo"
         self.timeout_s = float(timeout_s)
@@ -176,16 +132,26 @@ class WeightSender:
         with self._lock:
             if self._store is not None:
                 self._old.append((self._store, self._pg))
-            self._store = dist.TCPStore(self.host, 0, None, True, timedelta(seconds=self.timeout_s),
-                                        wait_for_workers=False)
-            self._pg, self._seq = None, 0
+            self._store, self._pg, self._seq = self._serve(), None, 0
             return GroupAddress(self.host, int(self._store.port), self.n_engines + 1, self.backend, self.timeout_s)
+
+    def _serve(self) -> dist.TCPStore:
+        """A new store on the first free port of ``ports`` (any free port without them)."""
+        first, last = self.ports or (0, 0)
+        for port in range(first, last + 1):
+            try:
+                return dist.TCPStore(self.host, port, None, True, timedelta(seconds=self.timeout_s),
+                                     wait_for_workers=False)
+            except dist.DistNetworkError as exc:
+                error = exc
+        raise RuntimeError(f"no free port for the weight store in {first}-{last} ({error}); widen "
+                           "rollout.placement.broadcast_ports (an engine restart opens a new store)")
 
     def form(self) -> None:
         """Build the group (blocks until every engine of the address has joined)."""
         with self._lock:
             address = GroupAddress(self.host, int(self._store.port), self.n_engines + 1, self.backend, self.timeout_s)
-            self._pg = _group(address, 0, self._store)
+            self._pg = _group(address, 0, self._store, self.bind)
             self._old.clear()  # the members have left the previous group's store
 
     def regroup(self) -> GroupAddress:
@@ -271,14 +237,15 @@ class WeightReceiver:
         layout: the trainer's ``WeightLayout``.
         device: where the buffers are received (the engine's device; ``cuda`` with NCCL).
         poll_s: seconds between looks at the store for the next push.
+        bind: the address this member's gloo connections use (its node IP; None: default).
     The constructor blocks until the group forms (every member and the trainer joined).
     Attributes:
         version: the staged version (-1 before the first push).
     """
 
     def __init__(self, address: GroupAddress, rank: int, layout: WeightLayout, device: str = "cpu",
-                 poll_s: float = 0.01) -> None:
-        self.layout, self.rank, self.poll_s = layout, int(rank), poll_s
+                 poll_s: float = 0.01, bind: str | None = None) -> None:
+        self.layout, self.rank, self.poll_s, self.bind = layout, int(rank), poll_s, bind
         self.device = torch.device(device)
         self._cv = threading.Condition()
         self._staged: dict | None = None
@@ -290,7 +257,7 @@ class WeightReceiver:
     def _join(self, address: GroupAddress):
         store = dist.TCPStore(address.host, address.port, None, False, timedelta(seconds=address.timeout_s))
         self._address = address
-        return store, _group(address, self.rank, store)
+        return store, _group(address, self.rank, store, self.bind)
 
     @property
     def version(self) -> int:

@@ -34,7 +34,7 @@ RESUME_MAY_CHANGE = (
     "run.iterations", "run.eval_every", "run.save_every", "run.out_dir", "run.eval_seed", "run.eval_before", "log.",
     "policy.num_threads", "policy.device", "policy.max_batch", "policy.prefix_cache_mb",
     "policy.decode_attention",
-    "rollout.num_workers", "rollout.step_timeout_s", "rollout.backend",
+    "rollout.num_workers", "rollout.step_timeout_s", "rollout.backend", "rollout.placement.",
     "rollout.harness.timeout_s", "rollout.harness.max_parallel",
     "update.micro_batch", "update.gradient_checkpointing", "update.share_prefix", "update.micro_batch_tokens",
 )

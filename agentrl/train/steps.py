@@ -93,7 +93,8 @@ def engine_spec(cfg: Config, policy: Policy) -> EngineSpec:
 def open_engines(cfg: Config, policy: Policy, weights: Mapping | None = None) -> EngineWorkers:
     """The run's ``rollout.engines`` engine workers (``rollout.backend``: local processes, one
     device each from ``rollout.engine_devices``, or Ray actors with ``rollout.engine_gpus`` GPUs
-    each), started with the trainer's current inference weights and policy version over the
+    each, placed by ``rollout.placement``), started with the trainer's current inference weights and policy
+    version over the
     weight broadcast group; the trainer keeps them for the whole run. Close them with ``.close()``.
 
     ``weights``: the inference weights to start them with (a data-parallel run's rank 0 passes
@@ -116,8 +117,18 @@ def open_engines(cfg: Config, policy: Policy, weights: Mapping | None = None) ->
                          "data-parallel run gathers the weights on every rank first (agentrl.distributed."
                          f"inference_state; RunParts.start_engines) - rank 0's {cfg.policy.engine} engine holds no "
                          "copy to start them from")
-    kwargs = {"devices": r.engine_devices} if r.backend == "local" else {"num_gpus_per_worker": r.engine_gpus}
-    return open_engine_workers(r.backend, r.engines, spec, weights, policy.engine.policy_version, **kwargs)
+    if r.backend == "local":
+        return open_engine_workers("local", r.engines, spec, weights, policy.engine.policy_version,
+                                   devices=r.engine_devices)
+    pl = r.placement
+    workers = open_engine_workers(r.backend, r.engines, spec, weights, policy.engine.policy_version,
+                                  num_cpus_per_worker=pl.engine_cpus, num_gpus_per_worker=r.engine_gpus,
+                                  resources=pl.engine_resources, placement_strategy=pl.strategy,
+                                  separate_nodes=pl.separate_nodes, broadcast_host=pl.broadcast_host,
+                                  broadcast_ports=pl.broadcast_ports)
+    log.info("%d Ray engine actor(s) on node(s) %s; the trainer on node %s", r.engines,
+             [n[:12] for n in getattr(workers, "nodes", [])], str(getattr(workers, "trainer_node", "?"))[:12])
+    return workers
 
 
 def production_config(cfg: Config, k: int) -> CollectConfig:

@@ -113,3 +113,25 @@ def test_ray_options_are_checked_before_any_launch(tmp_path, tiny_dir, capsys):
     assert main(["train", str(cfg_path), "--ray-ranks", "0"]) == 2
     assert "--ray-ranks must be >= 1" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists() and not ray.is_initialized()
+
+
+def test_trainer_resources_reach_the_ray_launch(tmp_path, tiny_dir, monkeypatch, capsys):
+    """``rollout.placement.trainer_resources`` is what ``--ray-ranks`` asks Ray for per rank (the
+    launch itself is faked: it records its arguments and fails)."""
+    from agentrl.cli import main
+    from agentrl.distributed import ray_launch
+
+    seen = {}
+
+    def fake_launch(fn, args=(), kwargs=None, **options):
+        seen.update(options)
+        raise ray_launch.RayLaunchError("stopped by the test")
+
+    monkeypatch.setattr(ray_launch, "launch", fake_launch)
+    raw = tiny_config(tiny_dir, tmp_path / "runs", lora=True)
+    raw["rollout"]["placement"] = {"trainer_resources": {"trainer_node": 1}}
+    cfg_path = tmp_path / "cfg.yaml"
+    cfg_path.write_text(yaml.safe_dump(raw))
+    assert main(["train", str(cfg_path), "--ray-ranks", "2", "--cpus-per-rank", "0.5"]) == 1
+    assert "stopped by the test" in capsys.readouterr().err
+    assert seen["resources"] == {"trainer_node": 1} and seen["ranks"] == 2 and seen["cpus_per_rank"] == 0.5

@@ -110,3 +110,67 @@ def test_regroup_brings_a_new_member_and_resends_the_last_push():
         assert torch.equal(e.state["big"], _state(4)["big"])
     finally:
         sender.close()
+
+
+def test_store_takes_the_first_free_port_of_its_range_and_says_when_none_is_left():
+    import socket
+
+    with socket.socket() as s:  # a port that was free a moment ago, then its neighbour range
+        s.bind(("127.0.0.1", 0))
+        first = s.getsockname()[1]
+    lay = WeightLayout.of(_state())
+    a = WeightSender(lay, 1, ports=(first, first + 1))
+    b = WeightSender(lay, 1, ports=(first, first + 1))
+    try:
+        assert a.open().port == first and b.open().port == first + 1  # the first port is a's: b takes the next
+        with pytest.raises(RuntimeError, match="no free port for the weight store"):
+            WeightSender(lay, 1, ports=(first, first)).open()
+    finally:
+        a.close()
+        b.close()
+
+
+def _own_ip() -> str | None:
+    """This machine's address on its default route (no packet is sent), None without one."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.254", 9))
+            ip = s.getsockname()[0]
+        except OSError:
+            return None
+    return None if ip.startswith("127.") else ip
+
+
+def test_gloo_connections_use_the_bind_address(monkeypatch):
+    """With ``bind`` (a node IP, as Ray engine actors pass) every member's gloo connections are on
+    that address, not on the loopback address the host name may resolve to."""
+    psutil = pytest.importorskip("psutil")
+    ip = _own_ip()
+    if ip is None:
+        pytest.skip("no non-loopback address on this machine")
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    state = _state(5)
+    lay = WeightLayout.of(state)
+
+    def established() -> set:
+        return {(c.laddr, c.raddr) for c in psutil.Process().net_connections("tcp") if c.raddr
+                and c.status == "ESTABLISHED"}
+
+    before = established()
+    sender = WeightSender(lay, 1, host=ip, timeout_s=60, bind=ip)
+    address = sender.open()
+    out = [None]
+    thread = threading.Thread(target=lambda: out.__setitem__(0, WeightReceiver(address, 1, lay, bind=ip)))
+    thread.start()
+    sender.form()
+    thread.join()
+    try:
+        sender.push(state, 1)
+        assert out[0].wait(1, timeout_s=30) == 1
+        pairs = [(lo, re) for lo, re in established() - before if address.port not in (lo.port, re.port)]
+        assert pairs and all(lo.ip == ip and re.ip == ip for lo, re in pairs), pairs  # gloo's, not the store's
+    finally:
+        out[0].close()
+        sender.close()

@@ -8,7 +8,8 @@ One room, one module per job, read top to bottom:
 - ``worker``: ``EngineWorker``, the body of one worker (engine + renderer + env pool);
 - ``procs`` / ``ray_actors``: the backends (local spawned processes; Ray actors in a
   placement group), both fed weights over ``agentrl.llm.weight_broadcast``, each
-  importing only ``interface`` and ``worker``;
+  importing only ``interface`` and ``worker`` (``ray_actors`` also ``ray_placement``: the
+  actors' bundles, placement group and the nodes it landed on, ``rollout.placement``);
 - ``factory``: ``open_engine_workers`` (backend by name);
 - ``stream``, ``stream_worker``, ``stream_buffer``: asynchronous rollouts with bounded
   staleness (``rollout.max_staleness`` ≥ 1).

@@ -1,10 +1,13 @@
 """``RayEngineWorkers``: rollout engine workers as Ray actors (``rollout.backend: ray``).
 
 Each actor holds an ``EngineWorker`` body (engine + its own local ``EnvPool`` on the actor's
-node). The actors sit in one placement group, one bundle each (``num_cpus_per_worker`` CPUs
-and ``num_gpus_per_worker`` GPUs — ``rollout.engine_gpus``; Ray then shows an actor only its
-own GPUs in ``CUDA_VISIBLE_DEVICES`` and its engine uses ``cuda``). Weights travel over the
-broadcast group of ``agentrl.llm.weight_broadcast`` (the trainer's node address, gloo or NCCL),
+node). The actors sit in one placement group, one bundle each (``num_cpus_per_worker`` CPUs,
+``num_gpus_per_worker`` GPUs — ``rollout.engine_gpus``; Ray then shows an actor only its own
+GPUs in ``CUDA_VISIBLE_DEVICES`` and its engine uses ``cuda`` — and the custom node
+``resources`` that keep it on the engine nodes: ``agentrl.rollout.engines.ray_placement``).
+Weights travel over the broadcast group of ``agentrl.llm.weight_broadcast`` (the trainer's
+node IP as Ray reports it, or ``broadcast_host``; gloo, each member's connections on its node
+IP unless ``GLOO_SOCKET_IFNAME`` is set),
 as with local workers: each actor joins it at start (``join``), loads the trainer's weights,
 and after every push loads the new version when told (``load``) or on its own (streaming).
 
@@ -29,6 +32,7 @@ from typing import Callable, Mapping, Sequence
 
 from agentrl.rollout.collector import CollectConfig
 from agentrl.rollout.engines.interface import EngineSpec, EngineWorkerError, WorkerScore, aborted_episodes, shard_config, shard_groups
+from agentrl.rollout.engines.ray_placement import EnginePlacement, engine_bundle
 from agentrl.rollout.engines.worker import EngineWorker, receiver_device, worker_environment
 from agentrl.rollout.ray_backend import _require_ray, ensure_ray
 from agentrl.types import Episode
@@ -66,7 +70,10 @@ class _EngineActor:
 
         if self.weights is not None:
             self.weights.close()
-        self.weights = WeightReceiver(address, rank, layout, device=receiver_device(self.spec, address.backend))
+        import ray
+
+        self.weights = WeightReceiver(address, rank, layout, device=receiver_device(self.spec, address.backend),
+                                      bind=ray.util.get_node_ip_address())
         self.weights.wait(None, timeout_s=address.timeout_s)
         return self.weights.load_into(self.worker.engine)
 
@@ -78,11 +85,14 @@ class _EngineActor:
         return self.worker.score(prompt_ids, completion_ids)
 
     def env(self) -> dict:
-        """Where the actor runs: its ``CUDA_VISIBLE_DEVICES``, Ray's GPU ids and assigned resources."""
+        """Where the actor runs: its ``CUDA_VISIBLE_DEVICES``, Ray's GPU ids, assigned resources,
+        Ray node id and node IP."""
         import ray
 
+        ctx = ray.get_runtime_context()
         return {"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"), "gpu_ids": list(ray.get_gpu_ids()),
-                "resources": dict(ray.get_runtime_context().get_assigned_resources()), "device": self.spec.device}
+                "resources": dict(ctx.get_assigned_resources()), "device": self.spec.device,
+                "node_id": ctx.get_node_id(), "ip": ray.util.get_node_ip_address()}
 
     def collect(self, cc: CollectConfig):
         """Yield each episode as it finishes (the collect runs in a thread feeding a queue)."""
@@ -159,40 +169,45 @@ class RayEngineWorkers:
         state: the trainer's inference weights (``{name: tensor}``). version: their version.
         num_cpus_per_worker: Ray CPUs each actor reserves (its bundle).
         num_gpus_per_worker: Ray GPUs each actor reserves (``rollout.engine_gpus``; 0 on CPU).
-        placement_strategy: the placement group's strategy (``PACK``: few nodes; ``SPREAD``).
+        resources: custom Ray resources each actor reserves (``rollout.placement.engine_resources``).
+        placement_strategy: the placement group's strategy (``PACK``: few nodes; ``SPREAD``; ...).
+        separate_nodes: refuse a bundle on this process's (the trainer's) node.
+        broadcast_host / broadcast_ports: the weight store's address (None: this node's IP as
+            Ray reports it) and (first, last) port range (None: any free port).
         start_timeout_s / answer_timeout_s: see ``ProcessEngineWorkers``.
         ray_init: start a local Ray (``ensure_ray``) when none is running.
+    Attributes:
+        nodes: the Ray node id of each actor's bundle. trainer_node: this process's node id.
     Raises:
-        ModuleNotFoundError: ray is not installed. EngineWorkerError: actors failed to start
-        or could not be placed within ``start_timeout_s`` (the bundles asked for in the message).
+        ModuleNotFoundError: ray is not installed. EngineWorkerError: actors failed to start,
+        could not be placed within ``start_timeout_s`` (the bundles asked for in the message),
+        or landed on the trainer's node with ``separate_nodes``.
     """
 
     def __init__(self, n: int, spec: EngineSpec, state: Mapping, version: int, *, num_cpus_per_worker: float = 1.0,
-                 num_gpus_per_worker: float = 0.0, placement_strategy: str = "PACK", start_timeout_s: float = 600.0,
+                 num_gpus_per_worker: float = 0.0, resources: Mapping[str, float] | None = None,
+                 placement_strategy: str = "PACK", separate_nodes: bool = False, broadcast_host: str | None = None,
+                 broadcast_ports: tuple[int, int] | None = None, start_timeout_s: float = 600.0,
                  answer_timeout_s: float = 1800.0, ray_init: bool = True) -> None:
         from agentrl.llm.weight_broadcast import WeightLayout, WeightSender
 
         ray = self._ray = _require_ray()
         if ray_init:
             ensure_ray()
-        from ray.util.placement_group import placement_group
-
         self.n, self.spec, self.restarts, self.policy_version = n, spec, 0, int(version)
         self.start_timeout_s, self.answer_timeout_s = start_timeout_s, answer_timeout_s
-        self.bundle = {"CPU": float(num_cpus_per_worker)} | ({"GPU": float(num_gpus_per_worker)} if num_gpus_per_worker else {})
-        self.placement_group = placement_group([dict(self.bundle) for _ in range(n)], strategy=placement_strategy)
+        self.bundle = engine_bundle(num_cpus_per_worker, num_gpus_per_worker, resources)
         self._actors: list = [None] * n
         self._pids: list[int | None] = [None] * n
         self._polls: dict[int, object] = {}
         self._lock, self._closed, self.probe = threading.RLock(), False, None
-        try:
-            ray.get(self.placement_group.ready(), timeout=start_timeout_s)
-        except Exception as exc:
-            self.close()
-            raise EngineWorkerError(f"engine actors could not be placed ({n} bundles of {self.bundle}) in "
-                                    f"{start_timeout_s}s: {type(exc).__name__}; cluster: {ray.cluster_resources()}") from None
+        pl = self.placement = EnginePlacement(ray, n, self.bundle, strategy=placement_strategy,
+                                              separate_nodes=separate_nodes, timeout_s=start_timeout_s)
+        self.placement_group, self.nodes, self.trainer_node = pl.group, pl.nodes, pl.trainer_node
         self._sender = WeightSender(WeightLayout.of(state, int(spec.weight_bucket_mb * (1 << 20))), n,
-                                    host=ray.util.get_node_ip_address(), device="cpu", timeout_s=start_timeout_s)
+                                    host=broadcast_host or ray.util.get_node_ip_address(), device="cpu",
+                                    timeout_s=start_timeout_s, ports=broadcast_ports,
+                                    bind=broadcast_host or ray.util.get_node_ip_address())
         try:
             address = self._sender.open()
             joins = [self._start(i, address) for i in range(n)]
@@ -206,11 +221,7 @@ class RayEngineWorkers:
 
     def _start(self, i: int, address):
         """Create actor ``i`` in bundle ``i`` and ask it to join the weight group (its ref)."""
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        cls = self._ray.remote(_EngineActor).options(
-            num_cpus=self.bundle["CPU"], num_gpus=self.bundle.get("GPU", 0.0), scheduling_strategy=
-            PlacementGroupSchedulingStrategy(self.placement_group, placement_group_bundle_index=i))
+        cls = self._ray.remote(_EngineActor).options(**self.placement.options(i))
         self._actors[i] = cls.remote(self.spec)
         self._pids[i] = None
         return self._actors[i].join.remote(address, i + 1, self._sender.layout)
@@ -260,12 +271,7 @@ class RayEngineWorkers:
                 self._ray.kill(a, no_restart=True)
             except Exception:
                 pass
-        from ray.util.placement_group import remove_placement_group
-
-        try:
-            remove_placement_group(self.placement_group)
-        except Exception:
-            pass
+        self.placement.remove()
 
     def __enter__(self) -> "RayEngineWorkers":
         return self
