@@ -191,6 +191,9 @@ def intern_strings(values: Sequence[str], vocab: dict[str, int] | None = None) -
     return np.fromiter((vocab.setdefault(v, len(vocab)) for v in values), dtype=np.int64, count=len(values))
 
 
+#: ``TurnTable.subgoal_key`` of a turn without a ``<subgoal>`` tag (HiPER, ALGORITHMS.md §14.2).
+NO_SUBGOAL = -1
+
 #: Columns of ``TurnTable.state_stats`` (3SPO, ALGORITHMS.md §16.2): prior (N, N_s) of the anchor,
 #: of the next anchor, and the episode counter t.
 STATE_STATS_FIELDS = ("n_total", "n_success", "next_n_total", "next_n_success", "t")
@@ -243,6 +246,14 @@ class TurnTable:
             episode (BEACON, ALGORITHMS.md §15.2; ``Turn.info["milestone"]``, False where absent).
         n_milestones: int64[N] or None, the episode's number of milestones (constant per
             episode; ``Turn.info["n_milestones"]``), -1 where unknown (BEACON's dynamic rule).
+        switch, has_switch: bool[N] or None, HiPER (ALGORITHMS.md §14.2): the ``<switch>`` content
+            is not KEEP (a new segment starts; ``Turn.info["switch"]``), and the response has a
+            ``<switch>`` tag (a switch span; ``Turn.info["switch_span"]``, None = every row has one).
+        subgoal_key: int64[N] or None, HiPER: the interned exact ``<subgoal>`` text
+            (``Turn.info["subgoal"]``), ``NO_SUBGOAL`` (-1) where the tag is missing.
+        value_low, value_high, value_term: float64[N] or None, HiPER's three critic heads
+            (§14.2): V(s_t, g_t) on every row, V(s_t) (read on segment-start rows only) and the
+            switch value (optional).
         anchor_vocab: the interned strings, ``anchor_vocab[code] == text``.
     Raises:
         ValueError: a column has the wrong shape or a required column is missing.
@@ -271,6 +282,12 @@ class TurnTable:
     milestone: np.ndarray | None = None
     n_milestones: np.ndarray | None = None
     state_stats: np.ndarray | None = None
+    switch: np.ndarray | None = None
+    has_switch: np.ndarray | None = None
+    subgoal_key: np.ndarray | None = None
+    value_low: np.ndarray | None = None
+    value_high: np.ndarray | None = None
+    value_term: np.ndarray | None = None
     anchor_vocab: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -280,14 +297,15 @@ class TurnTable:
         for name in _BOOL_COLS:
             object.__setattr__(self, name, _column(self, name, n, np.bool_))
         object.__setattr__(self, "reward", _column(self, "reward", n, np.float64))
-        for name in ("value", "bootstrap_value"):
+        for name in ("value", "bootstrap_value", "value_low", "value_high", "value_term"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, _column(self, name, n, np.float64))
-        for name in ("tree", "branch", "policy_version", "n_milestones"):
+        for name in ("tree", "branch", "policy_version", "n_milestones", "subgoal_key"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, _column(self, name, n, np.int64))
-        if self.milestone is not None:
-            object.__setattr__(self, "milestone", _column(self, "milestone", n, np.bool_))
+        for name in ("milestone", "switch", "has_switch"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, _column(self, name, n, np.bool_))
         if self.state_stats is not None:
             object.__setattr__(self, "state_stats", _state_stats(self.state_stats, n))
         if self.hidden is not None:
@@ -307,7 +325,8 @@ class TurnTable:
                 f"TurnTable lacks column(s) {missing}; they are filled only when the rollout "
                 f"records them (hidden: policy.return_hidden=true; value: a critic; tree/branch: tree rollouts; "
                 f"policy_version: TurnTable.from_episodes or TurnStore.table; milestone: likewise, from Turn.info; "
-                f"state_stats: agentrl.store.with_state_stats, which the trainer runs)"
+                f"state_stats: agentrl.store.with_state_stats, which the trainer runs; switch/subgoal_key: "
+                f"Turn.info from agentrl.rollout.parse_hiper; value_low/value_high/value_term: HiPER's three-head critic)"
             )
 
     def take(self, idx: np.ndarray) -> "TurnTable":
@@ -341,7 +360,8 @@ class TurnTable:
         filled from ``Turn.info["tree"]`` / ``Turn.info["branch"]`` when any turn records them
         (-1 on the other rows). ``milestone`` is ``Turn.info["milestone"]`` (False where absent,
         always filled); ``n_milestones`` is ``Turn.info["n_milestones"]`` when any turn records it
-        (-1 on the other rows), else None.
+        (-1 on the other rows), else None. HiPER's ``switch`` / ``has_switch`` / ``subgoal_key``
+        come from ``Turn.info`` when any turn records ``"switch"`` (``hiper_columns``), else None.
         """
         turns = [tr for ep in episodes for tr in ep.turns]
         ok = [ep.status == EpisodeStatus.OK and ep.return_ is not None for ep in episodes for _ in ep.turns]
@@ -362,6 +382,7 @@ class TurnTable:
         n_milestones = None
         if any("n_milestones" in tr.info for tr in turns):
             n_milestones = [int(tr.info.get("n_milestones", -1)) for tr in turns]
+        hier = hiper_columns([tr.info for tr in turns])
         hidden = None
         if turns and all(tr.hidden is not None for tr in turns):
             hidden = np.stack([tr.hidden for tr in turns]).astype(np.float64)
@@ -387,7 +408,30 @@ class TurnTable:
             milestone=milestone,
             n_milestones=n_milestones,
             anchor_vocab=tuple(vocab),
+            **hier,
         )
+
+
+def hiper_columns(infos: Sequence[dict]) -> dict[str, np.ndarray]:
+    """HiPER's TurnTable columns from per-turn ``Turn.info`` dicts (ALGORITHMS.md §14.2).
+
+    Args:
+        infos: N dicts; the keys read are ``"switch"`` (bool: not KEEP), ``"switch_span"`` (bool:
+            the response has a ``<switch>`` tag; default True) and ``"subgoal"`` (str, absent or
+            None when the response has no ``<subgoal>`` tag), as ``agentrl.rollout.parse_hiper``
+            records them.
+    Returns:
+        ``{}`` when no dict has ``"switch"``; else ``switch``, ``has_switch`` (bool[N]) and
+        ``subgoal_key`` (int64[N]: interned exact subgoal text, ``NO_SUBGOAL`` where missing).
+    """
+    if not any("switch" in d for d in infos):
+        return {}
+    text = [d.get("subgoal") for d in infos]
+    vocab: dict[str, int] = {}
+    key = np.array([NO_SUBGOAL if s is None else vocab.setdefault(str(s), len(vocab)) for s in text], dtype=np.int64)
+    return {"switch": np.array([bool(d.get("switch", False)) for d in infos], dtype=bool),
+            "has_switch": np.array([bool(d.get("switch_span", True)) for d in infos], dtype=bool),
+            "subgoal_key": key}
 
 
 def _column(table: TurnTable, name: str, n: int, dtype: type) -> np.ndarray:

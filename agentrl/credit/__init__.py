@@ -29,6 +29,7 @@ from agentrl.credit.breakdown import Breakdown, Term, breakdown_estimators, expl
 from agentrl.credit import beacon  # noqa: F401  (register)
 from agentrl.credit import bipace, g2po, gigpo, graphgpo, grpo, hgpo, rtpo, tree_grpo, turn_ppo  # noqa: F401  (register)
 from agentrl.credit import threespo  # noqa: F401  (register; 3SPO, ALGORITHMS.md §16)
+from agentrl.credit import hiper  # noqa: F401  (register; HiPER, ALGORITHMS.md §14)
 from agentrl.credit.exact import ExactValues, exact_advantages, exact_values, uniform_policy
 from agentrl.credit.ppo_token import TokenGAE, token_gae
 from agentrl.credit.rtpo import rtpo_update_order
