@@ -97,6 +97,20 @@ def segment_starts(st: TurnTable) -> np.ndarray:
     return S.first_of_episode(st) | st.switch
 
 
+def segment_start_rows(table: TurnTable) -> np.ndarray:
+    """bool[N] in the table's row order: the rows that start a HiPER segment (t-first row of an
+    episode, or ``switch``): they carry A^hi on their subgoal span and the high head's target.
+
+    Raises:
+        ValueError: the table has no ``switch`` column, or duplicate (episode, t).
+    """
+    table.require(["switch"])
+    st, order = S.canonical(table)
+    out = np.empty(len(st), dtype=bool)
+    out[order] = segment_starts(st)
+    return out
+
+
 def shaped_reward(st: TurnTable, *, keep_penalty: float, keep_penalty_mode: str, keep_consistency_penalty: float,
                   keep_consistency_requires_both: bool, c_inv: float) -> np.ndarray:
     """r_t of §14.3 on a canonical table (rows by (episode, t)): float64[N]."""
