@@ -16,6 +16,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from agentrl.turn_info import NO_SUBGOAL, hiper_columns  # noqa: F401  (NO_SUBGOAL re-exported)
+
 #: Version of the on-disk store schema and of these contracts. Bump on any change to the
 #: stored columns; the store refuses to open a file written with another version.
 SCHEMA_VERSION = 1
@@ -191,9 +193,6 @@ def intern_strings(values: Sequence[str], vocab: dict[str, int] | None = None) -
     return np.fromiter((vocab.setdefault(v, len(vocab)) for v in values), dtype=np.int64, count=len(values))
 
 
-#: ``TurnTable.subgoal_key`` of a turn without a ``<subgoal>`` tag (HiPER, ALGORITHMS.md §14.2).
-NO_SUBGOAL = -1
-
 #: Columns of ``TurnTable.state_stats`` (3SPO, ALGORITHMS.md §16.2): prior (N, N_s) of the anchor,
 #: of the next anchor, and the episode counter t.
 STATE_STATS_FIELDS = ("n_total", "n_success", "next_n_total", "next_n_success", "t")
@@ -326,7 +325,7 @@ class TurnTable:
                 f"records them (hidden: policy.return_hidden=true; value: a critic; tree/branch: tree rollouts; "
                 f"policy_version: TurnTable.from_episodes or TurnStore.table; milestone: likewise, from Turn.info; "
                 f"state_stats: agentrl.store.with_state_stats, which the trainer runs; switch/subgoal_key: "
-                f"Turn.info from agentrl.rollout.parse_hiper; value_low/value_high/value_term: HiPER's three-head critic)"
+                f"policy.action_format: hiper; value_low/value_high/value_term: HiPER's three-head critic)"
             )
 
     def take(self, idx: np.ndarray) -> "TurnTable":
@@ -410,28 +409,6 @@ class TurnTable:
             anchor_vocab=tuple(vocab),
             **hier,
         )
-
-
-def hiper_columns(infos: Sequence[dict]) -> dict[str, np.ndarray]:
-    """HiPER's TurnTable columns from per-turn ``Turn.info`` dicts (ALGORITHMS.md §14.2).
-
-    Args:
-        infos: N dicts; the keys read are ``"switch"`` (bool: not KEEP), ``"switch_span"`` (bool:
-            the response has a ``<switch>`` tag; default True) and ``"subgoal"`` (str, absent or
-            None when the response has no ``<subgoal>`` tag), as ``agentrl.rollout.parse_hiper``
-            records them.
-    Returns:
-        ``{}`` when no dict has ``"switch"``; else ``switch``, ``has_switch`` (bool[N]) and
-        ``subgoal_key`` (int64[N]: interned exact subgoal text, ``NO_SUBGOAL`` where missing).
-    """
-    if not any("switch" in d for d in infos):
-        return {}
-    text = [d.get("subgoal") for d in infos]
-    vocab: dict[str, int] = {}
-    key = np.array([NO_SUBGOAL if s is None else vocab.setdefault(str(s), len(vocab)) for s in text], dtype=np.int64)
-    return {"switch": np.array([bool(d.get("switch", False)) for d in infos], dtype=bool),
-            "has_switch": np.array([bool(d.get("switch_span", True)) for d in infos], dtype=bool),
-            "subgoal_key": key}
 
 
 def _column(table: TurnTable, name: str, n: int, dtype: type) -> np.ndarray:

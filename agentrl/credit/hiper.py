@@ -4,8 +4,8 @@ Paper: "HiPER", arXiv 2602.16165 (ICML 2026). Reference: ``JonP07/HiPER-agent`` 
 (``hiper_hae/core_hae.py``, ``hiper_hae/hier_mask.py``, the trainer's HAE branch).
 
 Every turn is written as ``<switch>KEEP|SWITCH</switch><subgoal>…</subgoal><action>…</action>``
-(``agentrl.rollout.parse_hiper``). A turn whose switch is not KEEP starts a segment (t = 0
-always does). Notation (§14.3), per episode with turns 0..T−1, segments [s_k, e_k]::
+(``policy.action_format: hiper``, ``agentrl.rollout.parsing.parse_hiper``). A turn whose switch
+is not KEEP starts a segment (t = 0 always does). Notation (§14.3), per episode with turns 0..T−1, segments [s_k, e_k]::
 
     r_t      = reward_t + keep_penalty·[KEEP_t] (÷T in "normalized" mode, T > 1 only)
                − c_inv·invalid_t + keep_consistency_penalty·[t ≥ 1, KEEP_t, g_t ≠ g_{t−1}]

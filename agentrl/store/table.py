@@ -17,7 +17,8 @@ from typing import Sequence
 import numpy as np
 
 from agentrl.store.records import EpisodeRecord
-from agentrl.types import EpisodeStatus, TurnTable, hiper_columns, intern_strings, normalize_action_key
+from agentrl.turn_info import hiper_columns
+from agentrl.types import EpisodeStatus, TurnTable, intern_strings, normalize_action_key
 
 _COLS = ("turn_id, episode_id, group_id, t, coalesce(parent_turn_id, -1), parent_turn_id IS NULL, anchor_obs, "
          "next_anchor_obs, action, action_valid, coalesce(reward, 0.0), reward IS NULL, terminated, truncated, "
