@@ -48,11 +48,18 @@ def test_hiper_trains_one_iteration_with_span_advantages_and_three_heads(tiny_di
 
     import agentrl.train.plan as plan
 
+    from agentrl.train.critic import load_critic, make_critic
+
     monkeypatch.setattr(EpisodeDriver, "allowed", _tagged)
     built = []
     real = plan.build_batch
     monkeypatch.setattr(plan, "build_batch", lambda *a, **kw: built.append(kw) or real(*a, **kw))
-    result = train(config_from_dict(_raw(tiny_dir, tmp_path)), resume=False)
+    cfg = config_from_dict(_raw(tiny_dir, tmp_path))
+    result = train(cfg, resume=False)
+    fresh = make_critic(cfg)  # the checkpoint holds the three-head critic, which a resume restores
+    assert fresh.model.heads == 3 and fresh.model.head.weight.abs().sum() == 0
+    folder = result.run_dir / "checkpoints" / (result.run_dir / "checkpoints" / "latest").read_text()
+    assert load_critic(folder, fresh) and fresh.model.head.weight.abs().sum() > 0
     assert result.state.iteration == 1 and result.state.policy_version == 1
     line = json.loads((result.run_dir / "metrics.jsonl").read_text().splitlines()[0])
     assert line["critic/loss"] >= 0 and line["update/steps"] >= 1
