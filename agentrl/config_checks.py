@@ -113,7 +113,7 @@ def validate_config(cfg: Config, *, check_registries: bool = True) -> Config:
         ConfigError: unknown env id or estimator, kwargs that do not bind, or a chain
             estimator with ``rollout.sampler: tree | rtpo``; env kwargs the env refuses
             (keyword, split, missing data: ``agentrl.env.preflight``); a file where
-            ``run.out_dir`` needs a folder.
+            ``run.out_dir`` needs a folder; HiPER without ``policy.action_format: hiper``.
     """
     update = cfg.update
     if update.sum_norm_tokens is None:
@@ -130,6 +130,7 @@ def validate_config(cfg: Config, *, check_registries: bool = True) -> Config:
         algorithm = dataclasses.replace(algorithm, kwargs=_resolve_estimator_kwargs(algorithm.estimator, algorithm.kwargs))
         _validate_tree_estimator(algorithm.estimator, cfg.rollout.sampler)
         _validate_group_by_version(algorithm.estimator, algorithm.group_by_version)
+        _validate_hiper_tags(algorithm.estimator, cfg.policy.action_format)
     return dataclasses.replace(cfg, update=update, algorithm=algorithm)
 
 
@@ -189,6 +190,19 @@ def _validate_tree_estimator(name: str, sampler: str) -> None:
         raise ConfigError(f"rollout.sampler: {sampler} stores trees, but algorithm.estimator {name!r} scores chains "
                           f"(its advantages would depend on which branch is stored as a turn's chain); use one of "
                           f"{registry.tree_estimators()} or rollout.sampler: chain")
+
+
+def _validate_hiper_tags(name: str, action_format: str) -> None:
+    """An estimator that reads HiPER's ``switch`` column needs the agent loop to parse the tags:
+    ``policy.action_format: hiper`` (ConfigError)."""
+    try:
+        registry = importlib.import_module("agentrl.credit.registry")
+    except ModuleNotFoundError:
+        return
+    if "switch" in registry.get_estimator(name).requires and action_format != "hiper":
+        raise ConfigError(f"algorithm.estimator {name!r} reads the <switch>/<subgoal>/<action> tags of every turn "
+                          f"(ALGORITHMS.md §14.2), but policy.action_format is {action_format!r}; set "
+                          "policy.action_format: hiper")
 
 
 def _plain(v: Any) -> Any:

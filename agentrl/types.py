@@ -16,6 +16,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from agentrl.turn_info import NO_SUBGOAL, hiper_columns  # noqa: F401  (NO_SUBGOAL re-exported)
+
 #: Version of the on-disk store schema and of these contracts. Bump on any change to the
 #: stored columns; the store refuses to open a file written with another version.
 SCHEMA_VERSION = 1
@@ -243,6 +245,14 @@ class TurnTable:
             episode (BEACON, ALGORITHMS.md §15.2; ``Turn.info["milestone"]``, False where absent).
         n_milestones: int64[N] or None, the episode's number of milestones (constant per
             episode; ``Turn.info["n_milestones"]``), -1 where unknown (BEACON's dynamic rule).
+        switch, has_switch: bool[N] or None, HiPER (ALGORITHMS.md §14.2): the ``<switch>`` content
+            is not KEEP (a new segment starts; ``Turn.info["switch"]``), and the response has a
+            ``<switch>`` tag (a switch span; ``Turn.info["switch_span"]``, None = every row has one).
+        subgoal_key: int64[N] or None, HiPER: the interned exact ``<subgoal>`` text
+            (``Turn.info["subgoal"]``), ``NO_SUBGOAL`` (-1) where the tag is missing.
+        value_low, value_high, value_term: float64[N] or None, HiPER's three critic heads
+            (§14.2): V(s_t, g_t) on every row, V(s_t) (read on segment-start rows only) and the
+            switch value (optional).
         anchor_vocab: the interned strings, ``anchor_vocab[code] == text``.
     Raises:
         ValueError: a column has the wrong shape or a required column is missing.
@@ -271,6 +281,12 @@ class TurnTable:
     milestone: np.ndarray | None = None
     n_milestones: np.ndarray | None = None
     state_stats: np.ndarray | None = None
+    switch: np.ndarray | None = None
+    has_switch: np.ndarray | None = None
+    subgoal_key: np.ndarray | None = None
+    value_low: np.ndarray | None = None
+    value_high: np.ndarray | None = None
+    value_term: np.ndarray | None = None
     anchor_vocab: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -280,14 +296,15 @@ class TurnTable:
         for name in _BOOL_COLS:
             object.__setattr__(self, name, _column(self, name, n, np.bool_))
         object.__setattr__(self, "reward", _column(self, "reward", n, np.float64))
-        for name in ("value", "bootstrap_value"):
+        for name in ("value", "bootstrap_value", "value_low", "value_high", "value_term"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, _column(self, name, n, np.float64))
-        for name in ("tree", "branch", "policy_version", "n_milestones"):
+        for name in ("tree", "branch", "policy_version", "n_milestones", "subgoal_key"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, _column(self, name, n, np.int64))
-        if self.milestone is not None:
-            object.__setattr__(self, "milestone", _column(self, "milestone", n, np.bool_))
+        for name in ("milestone", "switch", "has_switch"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, _column(self, name, n, np.bool_))
         if self.state_stats is not None:
             object.__setattr__(self, "state_stats", _state_stats(self.state_stats, n))
         if self.hidden is not None:
@@ -307,7 +324,8 @@ class TurnTable:
                 f"TurnTable lacks column(s) {missing}; they are filled only when the rollout "
                 f"records them (hidden: policy.return_hidden=true; value: a critic; tree/branch: tree rollouts; "
                 f"policy_version: TurnTable.from_episodes or TurnStore.table; milestone: likewise, from Turn.info; "
-                f"state_stats: agentrl.store.with_state_stats, which the trainer runs)"
+                f"state_stats: agentrl.store.with_state_stats, which the trainer runs; switch/subgoal_key: "
+                f"policy.action_format: hiper; value_low/value_high/value_term: HiPER's three-head critic)"
             )
 
     def take(self, idx: np.ndarray) -> "TurnTable":
@@ -341,7 +359,8 @@ class TurnTable:
         filled from ``Turn.info["tree"]`` / ``Turn.info["branch"]`` when any turn records them
         (-1 on the other rows). ``milestone`` is ``Turn.info["milestone"]`` (False where absent,
         always filled); ``n_milestones`` is ``Turn.info["n_milestones"]`` when any turn records it
-        (-1 on the other rows), else None.
+        (-1 on the other rows), else None. HiPER's ``switch`` / ``has_switch`` / ``subgoal_key``
+        come from ``Turn.info`` when any turn records ``"switch"`` (``hiper_columns``), else None.
         """
         turns = [tr for ep in episodes for tr in ep.turns]
         ok = [ep.status == EpisodeStatus.OK and ep.return_ is not None for ep in episodes for _ in ep.turns]
@@ -362,6 +381,7 @@ class TurnTable:
         n_milestones = None
         if any("n_milestones" in tr.info for tr in turns):
             n_milestones = [int(tr.info.get("n_milestones", -1)) for tr in turns]
+        hier = hiper_columns([tr.info for tr in turns])
         hidden = None
         if turns and all(tr.hidden is not None for tr in turns):
             hidden = np.stack([tr.hidden for tr in turns]).astype(np.float64)
@@ -387,6 +407,7 @@ class TurnTable:
             milestone=milestone,
             n_milestones=n_milestones,
             anchor_vocab=tuple(vocab),
+            **hier,
         )
 
 

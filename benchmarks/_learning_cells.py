@@ -22,6 +22,9 @@ On top of that an estimator gets only
     critic explained no variance in 8 iterations (2026-12-03, bf16 seed 0 — also because its
     bf16 weights then dropped updates below their rounding, fixed by ``MasterAdamW``).
     It has no example config, so its defaults (γ 0.99, λ 0.9);
+  - ``hiper``: ``policy.action_format=hiper`` (the agent loop parses its ``<switch>``/``<subgoal>``/
+    ``<action>`` tags), so free decoding (``policy.action_constraint=none``) with room for the tags
+    (``policy.max_tokens=64``), and the turn critic's settings of ``turn_ppo`` for its three heads;
   - ``tree_grpo``: ``rollout.sampler=tree`` with 2 trees per task, 1 expansion round of 2
     branches, 2 leaves kept per tree (4 leaf trajectories per task, as the 4-episode groups
     of the chain cells; the example's 2/1/2 trees/rounds/branches with ``leaves`` 2 instead of 3);
@@ -41,13 +44,15 @@ EXAMPLES_DIR = Path(__file__).parents[1] / "examples"
 #: The example config an estimator takes its ``algorithm.kwargs`` from.
 EXAMPLES = {"hgpo": "hgpo_textworld.yaml", "g2po": "g2po_textworld.yaml", "graphgpo": "graphgpo_textworld.yaml",
             "dr_grpo": "dr_grpo_textworld.yaml", "bipace": "bipace_alfworld.yaml", "rtpo": "rtpo_alfworld.yaml",
-            "tree_grpo": "tree_grpo_webshop.yaml"}
+            "tree_grpo": "tree_grpo_webshop.yaml", "hiper": "hiper_alfworld.yaml"}
 
 #: Overrides an estimator needs on the TextWorld chain setup (see the module docstring).
 NEEDS = {
     "dr_grpo": ["update.aggregation=seq-mean-token-sum-norm"],
     "bipace": ["policy.return_hidden=true"],
     "turn_ppo": ["update.critic_top_n_layers=6", "update.critic_lr=1e-4", "update.critic_minibatch=16"],
+    "hiper": ["policy.action_format=hiper", "policy.action_constraint=none", "policy.max_tokens=64",
+              "update.critic_top_n_layers=6", "update.critic_lr=1e-4", "update.critic_minibatch=16"],
     "tree_grpo": ["rollout.sampler=tree", "rollout.tree.trees=2", "rollout.tree.rounds=1", "rollout.tree.branches=2",
                   "rollout.tree.leaves=2"],
     "rtpo": ["rollout.sampler=rtpo", "rollout.group_size=2", "rollout.tree.stride=2", "rollout.tree.siblings=3",

@@ -6,7 +6,7 @@ and 4× that) with realistic anchor repetition: each group has a small state spa
 a forward bias, loops, a shared ``"Nothing happens."`` anchor, ~50 % success (reward 10 on the
 last turn), ~5 % invalid actions, hidden states close for equal anchors, critic values, RTPO
 branch ids, Tree-GRPO chains and BEACON milestones (~15 % of turns and every winning one; 4 per task),
-3SPO's prior per-state statistics;
+3SPO's prior per-state statistics, HiPER's switch / subgoal tags and three critic values;
 anchors are ALFWorld-like observation texts ("You arrive at
 cabinet 3. On the cabinet 3, you see a mug 1, and a spoon 2."; near-duplicates included).
 
@@ -107,7 +107,20 @@ def realistic_table(n_groups: int, n_eps: int = 8, turns: int = 12, seed: int = 
         milestone=milestone[perm], n_milestones=np.full(n, 4),
         anchor_vocab=tuple(f"obs {i}" for i in range(int(max(anchor.max(), nxt.max())) + 1)),
         state_stats=prior_state_stats(anchor[perm], nxt[perm], seed),
+        **hiper_columns(t[perm], seed),
     )
+
+
+def hiper_columns(t: np.ndarray, seed: int) -> dict[str, np.ndarray]:
+    """HiPER's inputs (§14.2) for rows with turn indices ``t``: ~30 % SWITCH turns (segments of ~3
+    turns), 3 % without a switch tag, a subgoal per row from 6 texts (5 % missing), three critic
+    values; own generator, so the other columns stay as before."""
+    rng = np.random.default_rng(seed + 2)
+    n = t.size
+    switch = (rng.random(n) < 0.3) & (t > 0)
+    sub = np.where(rng.random(n) < 0.05, -1, rng.integers(0, 6, n))
+    return {"switch": switch, "has_switch": rng.random(n) > 0.03, "subgoal_key": sub,
+            "value_low": rng.normal(size=n), "value_high": rng.normal(size=n), "value_term": rng.normal(size=n)}
 
 
 def prior_state_stats(anchor: np.ndarray, nxt: np.ndarray, seed: int) -> np.ndarray:

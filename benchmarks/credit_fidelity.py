@@ -21,7 +21,8 @@ Estimator settings: defaults, except the terms that assume ALFWorld's reward 10:
 reward), and GraphGPO γ 0.95
 (the prototype's). turn-PPO's critic is tabular (per observation text, the mean return-to-go of
 the previous batch, updated with step 0.5; at the fidelity batch, fitted on one extra batch).
-Tree-GRPO and RTPO score tree rollouts; on these chain batches (one tree per episode, no branch
+HiPER (no tags in the maze): one segment per episode, the turn critic as its three heads, keep
+penalties 0. Tree-GRPO and RTPO score tree rollouts; on these chain batches (one tree per episode, no branch
 groups) they are reported as they come out.
 
 **LLM mode** (``--policy smollm2``; ``benchmarks/_llm_maze.py``): the fidelity table on batches
@@ -72,7 +73,7 @@ from agentrl.credit import compute_advantages, get_estimator, list_estimators  #
 ENV_ID = "agentrl/JunctionMaze-v0"
 ORACLE = "oracle"
 KWARGS = {"g2po": {"success_reward": 1.0}, "graphgpo": {"goal_value": 1.0, "gamma": 0.95},
-          "beacon": {"milestone_reward": 1.0}}
+          "beacon": {"milestone_reward": 1.0}, "hiper": {"keep_penalty": 0.0, "keep_consistency_penalty": 0.0}}
 METRICS = ("corr", "sign_acc", "failed_credit", "noise_share", "informative_share", "sign_vs_grpo")
 _ENVS: dict[tuple, gym.Env] = {}
 
@@ -131,12 +132,25 @@ def advantages(name: str, batch, policy: TabularPolicy, counts: StateCounts | No
 
 
 def with_counts(name: str, table, counts: StateCounts | None):
-    """``table`` with 3SPO's ``state_stats`` from ``counts`` when estimator ``name`` requires them."""
-    if "state_stats" not in get_estimator(name).requires:
-        return table
+    """``table`` with 3SPO's ``state_stats`` from ``counts`` when estimator ``name`` requires them,
+    and HiPER's columns when it requires those (``hiper_columns``)."""
     import dataclasses
 
+    if "switch" in get_estimator(name).requires:
+        return dataclasses.replace(table, **hiper_columns(table))
+    if "state_stats" not in get_estimator(name).requires:
+        return table
     return dataclasses.replace(table, state_stats=(counts or StateCounts()).column(table))
+
+
+def hiper_columns(table) -> dict[str, np.ndarray]:
+    """HiPER's inputs on a maze without tags: every turn KEEP (one segment per episode), no switch
+    or subgoal span, the turn critic's ``value`` as all three heads: HAE is then whitened turn
+    GAE (γ = λ = 1) against that critic."""
+    n = len(table)
+    value = np.zeros(n) if table.value is None else table.value
+    return {"switch": np.zeros(n, bool), "has_switch": np.zeros(n, bool), "subgoal_key": np.full(n, -1, np.int64),
+            "value_low": value, "value_high": value, "value_term": value}
 
 
 def onward(batch) -> np.ndarray:

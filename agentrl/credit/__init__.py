@@ -3,9 +3,9 @@
 Owns the estimator registry and one module per estimator of ALGORITHMS.md: GRPO family
 (``grpo``, ``grpo_mean``, ``dr_grpo``), ``gigpo``, ``hgpo``, ``g2po``, ``graphgpo``,
 ``tree_grpo``, ``bipace`` (PROPOSED), ``rtpo`` (PROPOSED), ``turn_ppo``, ``beacon`` (§15),
-``threespo`` (3SPO, PROPOSED); plus the
+``threespo`` (3SPO, PROPOSED), ``hiper`` (HiPER's HAE, §14, critic-based); plus the
 per-token ``token_gae`` baseline, the optional per-estimator breakdown of an advantage
-into named terms (``explain_advantages``, ``breakdown``), and the multi-output helpers ``turn_gae_returns``,
+into named terms (``explain_advantages``, ``breakdown``), and the multi-output helpers ``turn_gae_returns``, ``hiper_hae``,
 ``rtpo_update_order`` and ``tree_grpo_nodes``; and the exact values and advantages of a
 policy on a known task graph (``exact_values``, ``exact_advantages``: the oracle arm); and
 staleness-aware credit (``agentrl.credit.versions``: ``version_mixing`` of the comparison groups,
@@ -29,6 +29,8 @@ from agentrl.credit.breakdown import Breakdown, Term, breakdown_estimators, expl
 from agentrl.credit import beacon  # noqa: F401  (register)
 from agentrl.credit import bipace, g2po, gigpo, graphgpo, grpo, hgpo, rtpo, tree_grpo, turn_ppo  # noqa: F401  (register)
 from agentrl.credit import threespo  # noqa: F401  (register; 3SPO, ALGORITHMS.md §16)
+from agentrl.credit import hiper  # noqa: F401  (register; HiPER, ALGORITHMS.md §14)
+from agentrl.credit.hiper import HAE, hiper_hae
 from agentrl.credit.exact import ExactValues, exact_advantages, exact_values, uniform_policy
 from agentrl.credit.ppo_token import TokenGAE, token_gae
 from agentrl.credit.rtpo import rtpo_update_order
@@ -41,10 +43,12 @@ __all__ = [
     "Breakdown",
     "EstimatorSpec",
     "ExactValues",
+    "HAE",
     "Term",
     "breakdown_estimators",
     "explain_advantages",
     "has_breakdown",
+    "hiper_hae",
     "TokenGAE",
     "TreeNodeAdvantages",
     "TurnGAE",

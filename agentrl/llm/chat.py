@@ -128,6 +128,53 @@ class ChatRenderer:
             ids = ids[:-1]
         return self.tokenizer.decode(ids, skip_special_tokens=False)
 
+    def token_spans(self, completion_ids: Sequence[int],
+                    char_spans: Sequence[tuple[int, int] | None]) -> list[tuple[int, int] | None]:
+        """Token ranges of character ranges of ``completion_text(completion_ids)``.
+
+        A token belongs to the range that holds its first character, or to the range that starts
+        inside it when everything before that start in the token is whitespace (``" <action>"``
+        as one token), so disjoint character ranges give disjoint token ranges. Token offsets come
+        from decoding prefixes of the ids (binary search), so any tokenization works, canonical or not.
+
+        Args:
+            completion_ids: int[C] sampled ids (a trailing EOS is never in a range).
+            char_spans: (start, end) character ranges, or None.
+        Returns:
+            One ``(start, end)`` int pair (0 ≤ start ≤ end ≤ C) or None per range.
+        """
+        ids = [int(i) for i in completion_ids]
+        n = len(ids) - (1 if ids and ids[-1] == self.eos_token_id else 0)
+        text = self.tokenizer.decode(ids[:n], skip_special_tokens=False)
+        cache: dict[int, int] = {0: 0, n: len(text)}
+
+        def chars(k: int) -> int:  # characters decoded from the first k tokens
+            if k not in cache:
+                cache[k] = len(self.tokenizer.decode(ids[:k], skip_special_tokens=False))
+            return cache[k]
+
+        def first_token_from(c: int) -> int:  # smallest k with chars(k) >= c (n when none)
+            lo, hi = 0, n
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if chars(mid) >= c:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            return lo
+
+        out: list[tuple[int, int] | None] = []
+        for span in char_spans:
+            if span is None:
+                out.append(None)
+                continue
+            a, b = span
+            start, end = first_token_from(a), first_token_from(b)
+            if b > a and start > 0 and chars(start) > a and not text[chars(start - 1):a].strip():
+                start -= 1  # a token of whitespace + the range's first characters
+            out.append((start, max(start, end)))
+        return out
+
     def bridge_ids(self, completion_ids: Sequence[int]) -> np.ndarray:
         """Template tokens between a completion and the next message: the tail after EOS,
         preceded by EOS itself when the completion did not sample it (cut by length)."""

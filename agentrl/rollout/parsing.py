@@ -3,7 +3,11 @@
 Formats (``parse_format``):
 - ``"tag:NAME"`` (default ``tag:action``): the text inside the first ``<NAME>…</NAME>``;
 - ``"regex:PATTERN"``: group 1 of the first match (``re.DOTALL``);
-- ``"whole"``: the whole completion.
+- ``"whole"``: the whole completion;
+- ``"hiper"``: HiPER's three tags (ALGORITHMS.md §14.2), ``<switch>KEEP|SWITCH</switch>
+  <subgoal>…</subgoal><action>…</action>``: the action is the ``<action>`` text as with
+  ``tag:action``, and ``parse_hiper`` reads the switch, the subgoal and the character span of
+  each tag (the agent loop records them in ``Turn.info``).
 The action is the extracted text *exactly* (code and JSON tool calls keep every newline
 and indent) unless the env asks for normalisation (``normalize``; an env declares it in
 its class's ``metadata["agentrl.action_normalize"]``, ``agentrl.env.action_normalization``):
@@ -62,6 +66,57 @@ class ActionFormat:
         return ParsedAction(normalize_action(raw, normalize), True)
 
 
+HIPER_FORMAT = "hiper"
+HIPER_INSTRUCTIONS = ("Each turn, first decide whether to keep your current subgoal or switch to a new one: "
+                      "<switch>KEEP</switch> or <switch>SWITCH</switch>; then state the subgoal you pursue as "
+                      "<subgoal>your subgoal</subgoal>; then write your action as <action>your action</action>.")
+_HIPER_TAGS = {name: re.compile(rf"<{name}>(.*?)</{name}>", re.DOTALL) for name in ("switch", "subgoal", "action")}
+
+
+@dataclass(frozen=True)
+class HiperTags:
+    """HiPER's tags of one completion (ALGORITHMS.md §14.2).
+
+    Attributes:
+        switch: True iff the ``<switch>`` content, stripped and upper-cased, is not a keep value
+            (a new segment starts); a missing or empty tag is KEEP (False).
+        subgoal: the exact ``<subgoal>`` content, None when the tag is missing.
+        spans: ``{"switch" | "subgoal" | "action": (start, end) or None}``, character ranges of
+            each first tag *with* its tags in the text; ``action`` is the whole text when the
+            completion has no ``<action>`` tag (it is then trained with A^lo, §14.5).
+    """
+
+    switch: bool
+    subgoal: str | None
+    spans: dict
+
+    @property
+    def has_switch(self) -> bool:
+        """The completion has a ``<switch>`` tag (a switch span)."""
+        return self.spans["switch"] is not None
+
+
+def parse_hiper(text: str, keep_values: tuple[str, ...] = ("KEEP",)) -> HiperTags:
+    """Read HiPER's ``<switch>``, ``<subgoal>`` and ``<action>`` tags from a completion's text
+    (the first of each; arXiv 2602.16165, upstream ``AlfredTWEnvOptions`` projection).
+
+    Args:
+        text: the completion text (decoded from its ids, without EOS).
+        keep_values: switch contents (compared stripped and upper-cased) that mean KEEP.
+    Returns:
+        ``HiperTags``.
+    """
+    found = {name: pat.search(text) for name, pat in _HIPER_TAGS.items()}
+    sw = found["switch"]
+    switch = sw is not None and bool(sw.group(1).strip()) and sw.group(1).strip().upper() not in \
+        {k.strip().upper() for k in keep_values}
+    spans = {name: (m.start(), m.end()) if m is not None else None for name, m in found.items()}
+    if spans["action"] is None:
+        spans["action"] = (0, len(text))
+    sub = found["subgoal"]
+    return HiperTags(switch, None if sub is None else sub.group(1), spans)
+
+
 def parse_format(spec: str = "tag:action") -> ActionFormat:
     """Compile an action format string.
 
@@ -69,6 +124,8 @@ def parse_format(spec: str = "tag:action") -> ActionFormat:
         ValueError: an unknown kind, an invalid tag name, or a regex without a group.
     """
     kind, _, arg = spec.partition(":")
+    if spec == HIPER_FORMAT:
+        return ActionFormat(spec, _HIPER_TAGS["action"], HIPER_INSTRUCTIONS)
     if kind == "whole" and not arg:
         return ActionFormat(spec, None, "Reply with the action only, e.g. `go north`.")
     if kind == "tag" and re.fullmatch(r"[A-Za-z_][\w-]*", arg or ""):
@@ -82,4 +139,4 @@ def parse_format(spec: str = "tag:action") -> ActionFormat:
         if pat.groups < 1:
             raise ValueError(f"action format {spec!r}: the regex needs one capture group around the action")
         return ActionFormat(spec, pat, "Write your action in the required format.")
-    raise ValueError(f"unknown action format {spec!r}; use 'tag:action', 'regex:<pattern with one group>' or 'whole'")
+    raise ValueError(f"unknown action format {spec!r}; use 'tag:action', 'regex:<pattern with one group>', 'whole' or 'hiper'")

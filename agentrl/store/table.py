@@ -3,8 +3,8 @@
 Gives exactly what ``TurnTable.from_episodes`` gives for the stored episodes (rows by episode
 id, then ``t``; one anchor vocabulary, anchors first; ``parent`` as a row index;
 ``episode_ok`` from status and scored rewards; ``trainable``: rows with prompt and completion
-token ids not marked ``info["trainable"] = false``; ``tree``/``branch`` and BEACON's ``milestone``/``n_milestones``
-from ``info``; ``hidden`` when every row
+token ids not marked ``info["trainable"] = false``; ``tree``/``branch``, BEACON's ``milestone``/``n_milestones``
+and HiPER's ``switch``/``has_switch``/``subgoal_key`` from ``info``; ``hidden`` when every row
 has one; ``policy_version`` from its column), built column by column: ~10x faster than materialising 100k turns.
 """
 
@@ -17,6 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from agentrl.store.records import EpisodeRecord
+from agentrl.turn_info import hiper_columns
 from agentrl.types import EpisodeStatus, TurnTable, intern_strings, normalize_action_key
 
 _COLS = ("turn_id, episode_id, group_id, t, coalesce(parent_turn_id, -1), parent_turn_id IS NULL, anchor_obs, "
@@ -67,6 +68,7 @@ def build_table(conn: sqlite3.Connection, run_key: int, recs: Sequence[EpisodeRe
     trainable &= ~np.array([_marked_untrainable(text) for text in info], dtype=bool)
     tree, branch = _tree_columns(info)
     milestone, n_milestones = _milestone_columns(info)
+    hier = _hiper_columns(info)
     stacked = None
     if all(h is not None for h in hidden):
         stacked = np.stack([np.frombuffer(h, dtype="<f4") for h in hidden]).astype(np.float64)
@@ -76,7 +78,7 @@ def build_table(conn: sqlite3.Connection, run_key: int, recs: Sequence[EpisodeRe
         truncated=np.array(trunc, dtype=bool), action_valid=np.array(valid, dtype=bool), anchor_key=anchor_key,
         next_anchor_key=next_key, action_key=action_key, parent=parent, episode_ok=episode_ok, trainable=trainable,
         turn_id=turn_id, hidden=stacked, tree=tree, branch=branch, policy_version=np.array(version, dtype=np.int64),
-        milestone=milestone, n_milestones=n_milestones, anchor_vocab=tuple(vocab),
+        milestone=milestone, n_milestones=n_milestones, anchor_vocab=tuple(vocab), **hier,
     )
 
 
@@ -116,3 +118,16 @@ def _milestone_columns(infos: Sequence[str]) -> tuple[np.ndarray, list[int] | No
     if any("n_milestones" in d for d in parsed.values()):
         n_milestones = [int(parsed[text].get("n_milestones", -1)) if text in parsed else -1 for text in infos]
     return milestone, n_milestones
+
+
+def _hiper_columns(infos: Sequence[str]) -> dict[str, np.ndarray]:
+    """HiPER's ``switch`` / ``has_switch`` / ``subgoal_key`` columns from the ``info`` texts, as
+    ``TurnTable.from_episodes`` reads them (``agentrl.types.hiper_columns``; ``{}`` when no row
+    records ``"switch"``); only texts that can hold the key are parsed, once each."""
+    parsed: dict[str, dict] = {}
+    for text in set(infos):
+        if '"switch"' in text:
+            parsed[text] = json.loads(text)
+    if not parsed:
+        return {}
+    return hiper_columns([parsed.get(text, {}) for text in infos])

@@ -37,7 +37,7 @@ from agentrl.rollout.stats import proxy_metrics, rollout_stats, sample_turns
 from agentrl.rollout.tree import add_linked
 from agentrl.store import EVAL_RUN, TurnStore, with_state_stats
 from agentrl.train.colocate import engine_asleep
-from agentrl.train.critic import Critic, critic_step, load_critic, make_critic, save_critic, with_values
+from agentrl.train.critic import Critic, critic_heads, critic_step, load_critic, make_critic, save_critic, with_values
 from agentrl.train.launches import Launch
 from agentrl.train.run_dir import RunLock, prepare_run_dir, set_aside_interrupted
 from agentrl.train.plan import update_policy
@@ -181,7 +181,7 @@ def chain_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
         add_linked(parts.store, episodes, run_id=cfg.run.name)  # tree branches after their parents (stored first)
         check_success_reward(cfg.algorithm.estimator, cfg.algorithm.kwargs, episodes)
         table = parts.store.table(run_id=cfg.run.name, episode_ids=[e.episode_id for e in episodes])
-        if parts.critic is not None:  # turn-PPO: V(s_t) per turn before the estimator runs
+        if parts.critic is not None:  # turn-PPO: V(s_t) per turn (HiPER: its three heads) before the estimator runs
             table, all_turns = with_values(parts.critic, table, episodes, parts.policy.pad_id, cfg.update.micro_batch,
                                            cfg.update.share_prefix)
         if "state_stats" in get_estimator(cfg.algorithm.estimator).requires:  # 3SPO: earlier iterations' counts
@@ -242,7 +242,7 @@ def check_distributed(cfg: Config, ctx: DistContext) -> None:
     """
     if not ctx.distributed:
         return
-    why = ("a turn-level critic (estimator needs 'value')" if "value" in get_estimator(cfg.algorithm.estimator).requires
+    why = ("a turn-level critic (estimator needs 'value' or HiPER's value heads)" if critic_heads(cfg.algorithm.estimator)
            else "rollout.sampler: rtpo" if cfg.rollout.sampler == "rtpo" else None)
     if why:
         raise ConfigError(f"data-parallel training ({ctx.world_size} ranks) does not support {why} yet; "
@@ -262,7 +262,7 @@ def start_run(cfg: Config, run_dir: Path, resume: bool, ctx: DistContext | None 
             before any weights load.
     """
     ctx = ctx or DistContext()
-    needs_critic = "value" in get_estimator(cfg.algorithm.estimator).requires
+    needs_critic = critic_heads(cfg.algorithm.estimator) > 0
     if needs_critic and cfg.rollout.sampler == "rtpo":
         raise ValueError(f"estimator {cfg.algorithm.estimator!r} needs a critic, which rollout.sampler=rtpo "
                          "does not support; use rollout.sampler=chain or an estimator without 'value'")

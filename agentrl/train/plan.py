@@ -18,6 +18,7 @@ from agentrl.distributed import DistContext
 from agentrl.llm.constrained import constraint_masks
 from agentrl.llm.grammar import grammar_masks
 from agentrl.llm.policy import Policy
+from agentrl.train import hiper_spans
 from agentrl.types import Episode, EpisodeStatus, TurnTable
 from agentrl.update.batch import TrainBatch, build_batch, minibatches, pack_chains
 from agentrl.update.correction import Correction, apply_rollout_correction
@@ -35,26 +36,30 @@ class BatchInputs:
     Attributes:
         prompt_ids / completion_ids: per turn int arrays (P_i,) / (C_i,), exactly as sampled.
         logprobs: per turn float32 (C_i,) behaviour logprobs.
-        advantages: float64[N], one per turn.
+        advantages: float64[N], one per turn, or per turn float64 (C_i,) per-token advantages (HiPER's spans).
         allowed / grammar: per turn constrained-decoding ids / grammar masks, or None.
         episodes: int[N], each turn's episode id.
         pad_id / pack: as ``build_batch``.
+        token_mask: per turn None or bool (C_i,), the completion tokens that train (HiPER's span
+            union); None: all of them.
     """
 
     prompt_ids: list
     completion_ids: list
     logprobs: list
-    advantages: np.ndarray
+    advantages: np.ndarray | list
     allowed: list | None
     grammar: list | None
     episodes: list[int]
     pad_id: int
     pack: bool
+    token_mask: list | None = None
 
     def build(self) -> TrainBatch:
         """The padded ``TrainBatch`` (``agentrl.update.batch.build_batch``)."""
         return build_batch(self.prompt_ids, self.completion_ids, self.logprobs, self.advantages, pad_id=self.pad_id,
-                           pack=self.pack, allowed=self.allowed, episodes=self.episodes, grammar=self.grammar)
+                           pack=self.pack, allowed=self.allowed, episodes=self.episodes, grammar=self.grammar,
+                           token_mask=self.token_mask)
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,8 @@ def plan_update(policy: Policy, cfg: Config, table: TurnTable, advantages: np.nd
     """``update.epochs`` passes over the trainable rows with a non-zero advantage (None when
     there is none).
 
+    HiPER (``hiper``): each trained turn's action, subgoal and switch spans get their own advantage
+    and only those tokens train (``agentrl.train.hiper_spans``).
     Minibatches follow the estimator's update groups when it defines an order (RTPO's
     reverse-turn ``update_order``: one group per branch, latest branch point first);
     otherwise they are shuffled chunks of ``update.minibatch`` rows.
@@ -107,10 +114,13 @@ def plan_update(policy: Policy, cfg: Config, table: TurnTable, advantages: np.nd
     if rows.size == 0:
         return None
     picked = [turns[int(i)] for i in table.turn_id[rows]]
+    adv, token_mask = advantages[rows], None
+    if cfg.algorithm.estimator == hiper_spans.ESTIMATOR:  # each span its own advantage (D-14a)
+        adv, token_mask = hiper_spans.span_token_advantages(table, rows, picked, cfg.algorithm.kwargs)
     inputs = BatchInputs([t.prompt_ids for t in picked], [t.completion_ids for t in picked],
-                         [t.completion_logprobs for t in picked], advantages[rows],
+                         [t.completion_logprobs for t in picked], adv,
                          constraint_masks(picked, policy.renderer), grammar_masks(picked, policy.renderer),
-                         [t.episode_id for t in picked], policy.pad_id, cfg.update.pack)
+                         [t.episode_id for t in picked], policy.pad_id, cfg.update.pack, token_mask)
     n_rows = len(pack_chains(inputs.prompt_ids, inputs.completion_ids)) if cfg.update.pack else len(picked)
     groups = update_groups(cfg.algorithm.estimator, table, rows)
     epochs = [groups if groups is not None else minibatches(

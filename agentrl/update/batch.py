@@ -32,7 +32,8 @@ class TrainBatch:
     Attributes:
         input_ids: (B, T) int64 token ids, right padded with ``pad_id``.
         attention_mask: (B, T) int64, 1 on real tokens, 0 on padding.
-        loss_mask: (B, T) float32, 1 exactly on sampled completion tokens, else 0.
+        loss_mask: (B, T) float32, 1 exactly on sampled completion tokens, else 0 (and 0 on the
+            completion tokens outside ``build_batch``'s ``token_mask``: HiPER's span union).
         advantages: (B, T) float32, each turn's advantage on its completion tokens, else 0.
         old_logprobs: (B, T) float32, π_old of the PPO ratio on completion tokens, else 0: the
             behaviour-policy logprobs as sampled, or the trainer's recomputed ones after
@@ -58,6 +59,8 @@ class TrainBatch:
         token_episode: optional (B, T) int64, the episode index (0..E-1 over the whole batch,
             not renumbered by ``select``) of each completion token, −1 elsewhere; the
             ``episode-mean-token-mean`` aggregation weighs episodes by it. None = unknown.
+        value_low_pos: optional (N,) int64, HiPER's three-head critic: where its low head reads
+            V(s_n, g_n) in turn n's row (the last token of its subgoal, ALGORITHMS.md §14.2).
         position_ids: optional (B, T) int64 position of each token in its own sequence; set
             only on a packed micro-batch (``agentrl.update.packing.pack_rows``: several rows
             end to end, positions restarting at 0). None = right padded, position = column.
@@ -79,6 +82,7 @@ class TrainBatch:
     token_episode: torch.Tensor | None = None
     grammar_mask: BatchMasks | None = None
     position_ids: torch.Tensor | None = None
+    value_low_pos: torch.Tensor | None = None
 
     @property
     def num_rows(self) -> int:
@@ -119,6 +123,7 @@ class TrainBatch:
             token_episode=cut(self.token_episode),
             grammar_mask=None if self.grammar_mask is None else self.grammar_mask.select(rows, length),
             position_ids=cut(self.position_ids),
+            value_low_pos=None if self.value_low_pos is None else self.value_low_pos[keep],
         )
 
     def to(self, device: torch.device | str) -> "TrainBatch":
@@ -192,7 +197,8 @@ def build_batch(prompt_ids: Sequence[np.ndarray], completion_ids: Sequence[np.nd
                 old_logprobs: Sequence[np.ndarray], advantages: np.ndarray | Sequence[np.ndarray],
                 pad_id: int, pack: bool = False,
                 allowed: Sequence[Sequence[np.ndarray] | None] | None = None,
-                episodes: Sequence[int] | np.ndarray | None = None, grammar: Sequence | None = None) -> TrainBatch:
+                episodes: Sequence[int] | np.ndarray | None = None, grammar: Sequence | None = None,
+                token_mask: Sequence[np.ndarray | None] | None = None) -> TrainBatch:
     """Build the padded batch for N turns.
 
     Args:
@@ -211,14 +217,20 @@ def build_batch(prompt_ids: Sequence[np.ndarray], completion_ids: Sequence[np.nd
         grammar: optional, per turn None or its ``agentrl.llm.grammar.TokenMasks`` (index
             int32[C_i], bits int32[U_i, W]; ``agentrl.llm.grammar.grammar_masks``); fills
             ``TrainBatch.grammar_mask``.
+        token_mask: optional, per turn None (every completion token trains) or bool[C_i]: the
+            completion tokens that train (HiPER's union of its action, subgoal and switch spans,
+            ALGORITHMS.md §14.3, decision D-14a); ``loss_mask`` is 0 on the others, so they get no
+            gradient, no KL and no entropy term, and their advantage is 0.
     Returns:
         ``TrainBatch`` with B = N rows (or one per chain when packing), T = longest row.
     Raises:
         ValueError: mismatched lengths, an empty prompt, non-integer ids, NaN/inf advantages,
             ``allowed`` not matching the completions (or not containing the sampled id),
-            ``episodes`` not one per turn, ``grammar`` masks that do not allow the sampled ids.
+            ``episodes`` not one per turn, ``grammar`` masks that do not allow the sampled ids,
+            ``token_mask`` not one bool[C_i] (or None) per turn.
     """
     prompts, comps, lps, advs = _check_inputs(prompt_ids, completion_ids, old_logprobs, advantages)
+    keep = _check_token_mask(token_mask, comps)
     allowed = _check_allowed(allowed, comps)
     chains = pack_chains(prompts, comps) if pack else [[i] for i in range(len(prompts))]
     lengths = [prompts[c[-1]].size + comps[c[-1]].size for c in chains]
@@ -236,7 +248,8 @@ def build_batch(prompt_ids: Sequence[np.ndarray], completion_ids: Sequence[np.nd
         attn[r, : lengths[r]] = 1
         for i in chain:
             s, e = prompts[i].size, prompts[i].size + comps[i].size
-            mask[r, s:e], adv[r, s:e], old[r, s:e], tid[r, s:e] = 1.0, advs[i], lps[i], i
+            on = 1.0 if keep is None or keep[i] is None else keep[i].astype(np.float32)
+            mask[r, s:e], adv[r, s:e], old[r, s:e], tid[r, s:e] = on, advs[i] * on, lps[i], i
             turn_row[i], value_pos[i] = r, s - 1
             if tep is not None:
                 tep[r, s:e] = ep_of_turn[i]
@@ -249,6 +262,21 @@ def build_batch(prompt_ids: Sequence[np.ndarray], completion_ids: Sequence[np.nd
         token_episode=None if tep is None else torch.from_numpy(tep),
         grammar_mask=pack_masks(grammar, comps, chains, prompts, b, t),
     )
+
+
+def _check_token_mask(token_mask, comps: list[np.ndarray]) -> list | None:
+    """Validated per-turn bool token masks (None when absent)."""
+    if token_mask is None:
+        return None
+    if len(token_mask) != len(comps):
+        raise ValueError(f"token_mask has {len(token_mask)} entries for {len(comps)} turns; pass one (or None) per turn")
+    out = []
+    for i, (m, c) in enumerate(zip(token_mask, comps)):
+        m = None if m is None else np.asarray(m, dtype=bool).reshape(-1)
+        if m is not None and m.size != c.size:
+            raise ValueError(f"token_mask[{i}] has {m.size} entries for {c.size} completion tokens; pass one per token")
+        out.append(m)
+    return out
 
 
 def _episode_index(episodes: Sequence[int] | np.ndarray | None, n: int) -> np.ndarray | None:

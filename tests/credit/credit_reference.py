@@ -8,6 +8,7 @@ import difflib
 import math
 from collections import defaultdict, deque
 
+import hiper_reference
 import numpy as np
 
 EPS = 1e-6
@@ -399,4 +400,5 @@ REFERENCE = {
     "rtpo": rtpo,
     "turn_ppo": turn_ppo,
     "threespo": threespo,
+    "hiper": hiper_reference.hiper,
 }

@@ -142,7 +142,17 @@ def random_table(rng: np.random.Generator, *, n_groups: int | None = None, hidde
         milestone=milestone, n_milestones=n_ms,
         anchor_vocab=tuple(f"state {i} " + "x" * i for i in range(n_states)),
         state_stats=random_state_stats(take("anchor", np.int64), take("next", np.int64), n_states, n * 7 + n_states),
+        **random_hiper_columns(n, n * 11 + n_states),
     )
+
+
+def random_hiper_columns(n: int, seed: int) -> dict[str, np.ndarray]:
+    """HiPER's inputs (ALGORITHMS.md §14.2) for ``n`` rows from their own generator (the other columns keep
+    their values): ~40 % SWITCH, 10 % without a switch tag, subgoals from 3 texts (20 % missing), values."""
+    rng = np.random.default_rng(seed)
+    return {"switch": rng.random(n) < 0.4, "has_switch": rng.random(n) > 0.1,
+            "subgoal_key": np.where(rng.random(n) < 0.2, -1, rng.integers(0, 3, n)),
+            "value_low": rng.normal(size=n), "value_high": rng.normal(size=n), "value_term": rng.normal(size=n)}
 
 
 def _plain(n: int, **cols) -> TurnTable:

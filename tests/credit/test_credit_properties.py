@@ -16,10 +16,10 @@ STEP_ESTIMATORS += ["threespo"]
 
 
 def test_every_registered_estimator_is_covered():
-    assert set(list_estimators()) == set(STEP_ESTIMATORS) | {"tree_grpo", "rtpo", "turn_ppo"}
+    assert set(list_estimators()) == set(STEP_ESTIMATORS) | {"tree_grpo", "rtpo", "turn_ppo", "hiper"}
 
 
-@pytest.mark.parametrize("name", sorted(set(STEP_ESTIMATORS) | {"tree_grpo", "rtpo", "turn_ppo"}))
+@pytest.mark.parametrize("name", sorted(set(STEP_ESTIMATORS) | {"tree_grpo", "rtpo", "turn_ppo", "hiper"}))
 def test_shape_finite_deterministic_equivariant(name):
     for seed in range(15):
         tb = estimator_table(name, seed)
@@ -116,7 +116,7 @@ def _p6_tables(name: str, seed: int) -> tuple[TurnTable, TurnTable]:
     return a, b
 
 
-@pytest.mark.parametrize("name", STEP_ESTIMATORS + ["turn_ppo", "tree_grpo"])
+@pytest.mark.parametrize("name", STEP_ESTIMATORS + ["turn_ppo", "tree_grpo", "hiper"])
 def test_pitfall_p6_excluded_rows_do_not_move_baselines(name):
     for seed in range(10):
         a, b = _p6_tables(name, seed)
@@ -129,6 +129,7 @@ def test_requires_metadata():
     assert get_estimator("rtpo").requires == ("branch",)
     assert get_estimator("gigpo").requires == ()
     assert get_estimator("threespo").requires == ("state_stats",)
+    assert get_estimator("hiper").requires == ("switch", "subgoal_key", "value_low", "value_high")
 
 
 def test_empty_table_gives_empty_output():
@@ -137,7 +138,8 @@ def test_empty_table_gives_empty_output():
     from credit_tables import batch12
 
     empty = dataclasses.replace(batch12().take(np.zeros(0, np.int64)), value=np.zeros(0), branch=np.zeros(0, np.int64),
-                                milestone=np.zeros(0, bool))
+                                milestone=np.zeros(0, bool), switch=np.zeros(0, bool), subgoal_key=np.zeros(0, np.int64),
+                                value_low=np.zeros(0), value_high=np.zeros(0), value_term=np.zeros(0))
     for name in list_estimators():
         out = compute_advantages(empty, name)
         assert out.shape == (0,) and out.dtype == np.float64

@@ -44,6 +44,10 @@ CONFIGS = [
     ("threespo", {}),
     ("threespo", {"alpha": 1.0, "mode": "mean_std_norm", "xi": 3.0, "zeta": 0.3, "omega_k": 0.5}),
     ("threespo", {"episode_advantage_w": 0.5, "c_inv": 0.0}),
+    ("hiper", {}),
+    ("hiper", {"bootstrap_truncated": False, "norm_adv": False, "keep_penalty_mode": "fixed", "gamma": 0.9,
+               "lam_turn": 0.7, "lam_seg": 0.5, "keep_consistency_requires_both": False}),
+    ("hiper", {"use_term": False, "bootstrap": "next_state", "keep_penalty": -3.5, "c_inv": 0.0}),
 ]
 
 

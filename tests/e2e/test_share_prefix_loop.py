@@ -74,8 +74,8 @@ def test_turn_ppo_critic_shares_prompts_through_the_loop(tiny_dir, tmp_path, mon
     seen = []
     real = critic.value_rows
 
-    def counting(batch, distinct=False):
-        got = real(batch, distinct)
+    def counting(batch, distinct=False, **kw):  # kw: HiPER's low_pos (None here)
+        got = real(batch, distinct, **kw)
         seen.append((batch.num_turns, got.num_prompts))
         return got
 
