@@ -9,21 +9,19 @@ This module is layer L0: it imports only NumPy and the standard library.
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Iterable, Sequence
 
 import numpy as np
 
-from agentrl.turn_info import NO_SUBGOAL, hiper_columns  # noqa: F401  (NO_SUBGOAL re-exported)
+from agentrl.turn_info import (  # noqa: F401  (re-exported: the contracts' public names)
+    INVALID_ACTION_KEY, NO_SUBGOAL, info_columns, intern_strings, normalize_action_key)
 
 #: Version of the on-disk store schema and of these contracts. Bump on any change to the
 #: stored columns; the store refuses to open a file written with another version.
 SCHEMA_VERSION = 1
 
-#: Key that all invalid actions share in ``TurnTable.action_key`` (ALGORITHMS.md §8.3).
-INVALID_ACTION_KEY = "<invalid>"
 
 
 class EpisodeStatus(str, Enum):
@@ -169,28 +167,6 @@ class Episode:
     def success(self) -> bool:
         """True when the last turn reported ``info["won"]``."""
         return bool(self.turns and self.turns[-1].info.get("won", False))
-
-
-def normalize_action_key(action: str, valid: bool) -> str:
-    """Action key of ALGORITHMS.md §8.3: lower-case, whitespace runs collapsed, stripped;
-    every invalid action maps to ``INVALID_ACTION_KEY``."""
-    if not valid:
-        return INVALID_ACTION_KEY
-    return re.sub(r"\s+", " ", action.lower()).strip()
-
-
-def intern_strings(values: Sequence[str], vocab: dict[str, int] | None = None) -> np.ndarray:
-    """Map strings to int64 codes with exact string equality (no normalisation).
-
-    Args:
-        values: the strings, length N.
-        vocab: an existing ``{string: code}`` map to extend in place (shared across
-            columns, e.g. anchor and next-anchor keys).
-    Returns:
-        int64[N] codes, dense from 0 in order of first appearance.
-    """
-    vocab = {} if vocab is None else vocab
-    return np.fromiter((vocab.setdefault(v, len(vocab)) for v in values), dtype=np.int64, count=len(values))
 
 
 #: Columns of ``TurnTable.state_stats`` (3SPO, ALGORITHMS.md §16.2): prior (N, N_s) of the anchor,
@@ -372,16 +348,7 @@ class TurnTable:
         parent = [row_of.get(tr.parent_turn_id, -1) if tr.parent_turn_id is not None else -1 for tr in turns]
         if trainable is None:
             trainable = [tr.has_tokens and tr.info.get("trainable", True) is not False for tr in turns]
-        tree = branch = None  # tree rollouts (agentrl.rollout.tree / reverse) record them in Turn.info
-        if any("tree" in tr.info for tr in turns):
-            tree = [int(tr.info.get("tree", -1)) for tr in turns]
-        if any("branch" in tr.info for tr in turns):
-            branch = [int(tr.info.get("branch", -1)) for tr in turns]
-        milestone = [bool(tr.info.get("milestone", False)) for tr in turns]
-        n_milestones = None
-        if any("n_milestones" in tr.info for tr in turns):
-            n_milestones = [int(tr.info.get("n_milestones", -1)) for tr in turns]
-        hier = hiper_columns([tr.info for tr in turns])
+        extra = info_columns([tr.info for tr in turns])
         hidden = None
         if turns and all(tr.hidden is not None for tr in turns):
             hidden = np.stack([tr.hidden for tr in turns]).astype(np.float64)
@@ -401,13 +368,9 @@ class TurnTable:
             trainable=list(trainable),
             turn_id=[tr.turn_id for tr in turns],
             hidden=hidden,
-            tree=tree,
-            branch=branch,
             policy_version=[tr.policy_version for tr in turns],
-            milestone=milestone,
-            n_milestones=n_milestones,
             anchor_vocab=tuple(vocab),
-            **hier,
+            **extra,
         )
 
 
