@@ -44,7 +44,8 @@ EXAMPLES_DIR = Path(__file__).parents[1] / "examples"
 #: The example config an estimator takes its ``algorithm.kwargs`` from.
 EXAMPLES = {"hgpo": "hgpo_textworld.yaml", "g2po": "g2po_textworld.yaml", "graphgpo": "graphgpo_textworld.yaml",
             "dr_grpo": "dr_grpo_textworld.yaml", "bipace": "bipace_alfworld.yaml", "rtpo": "rtpo_alfworld.yaml",
-            "tree_grpo": "tree_grpo_webshop.yaml", "hiper": "hiper_alfworld.yaml"}
+            "tree_grpo": "tree_grpo_webshop.yaml", "hiper": "hiper_alfworld.yaml", "beacon": "beacon_junction.yaml",
+            "threespo": "threespo_junction.yaml"}
 
 #: Overrides an estimator needs on the TextWorld chain setup (see the module docstring).
 NEEDS = {

@@ -9,6 +9,10 @@ env, seed and estimator the script evaluates the packaged model on the held-out 
 everything (success rates, 95 % Wilson intervals, panel hash, wall times, the exact config)
 to ``benchmarks/results/learning.json``.
 
+``--env jm5`` / ``jm1``: the junction maze (issues 38/39) at K = 5 / 1 instead, under
+``examples/grpo_junction.yaml`` (Markov prompt, 24 turns; the estimator's part as below; BEACON and
+3SPO take their junction example configs' kwargs).
+
 Any registered estimator can be a cell (``--estimators``): it trains under that same base
 config and budget with its own hyperparameters from its example config, plus what it cannot
 run without on the TextWorld chain setup (``_learning_cells``: Dr.GRPO's aggregation,
@@ -55,7 +59,12 @@ from pathlib import Path
 
 from _learning_paired import critic_of, dtype_of, env_cell, group_size_of, paired_summary, panel_of
 
-ENVS = {"cu1": ("agentrl/TextWorld-CU1-v0", 8), "cc3": ("agentrl/TextWorld-CC3-v0", 10)}
+#: --env name -> (env id, max turns, base config in examples/, extra overrides). The junction-maze cells
+#: (issues 38/39) take grpo_junction.yaml: a Markov prompt (window_k 0), K junctions, the env's eval split.
+ENVS = {"cu1": ("agentrl/TextWorld-CU1-v0", 8, "gigpo_textworld.yaml", []),
+        "cc3": ("agentrl/TextWorld-CC3-v0", 10, "gigpo_textworld.yaml", []),
+        "jm1": ("agentrl/JunctionMaze-v0", 24, "grpo_junction.yaml", ["env.kwargs={\"k\":1}"]),
+        "jm5": ("agentrl/JunctionMaze-v0", 24, "grpo_junction.yaml", ["env.kwargs={\"k\":5}"])}
 OUT = Path(__file__).parent / "results" / "learning.json"
 KEY = ("env", "estimator", "seed", "iterations", "panel", "group_size", "dtype", "panel_sha", "critic")
 EPISODES = 24  #: episodes per iteration of every cell: groups_per_iteration = EPISODES // group size
@@ -106,7 +115,7 @@ def config_for(env: str, estimator: str, seed: int, iterations: int, panel: int,
 
     from agentrl.config import load_config
 
-    env_id, max_turns = ENVS[env]
+    env_id, max_turns, base, env_overrides = ENVS[env]
     if group_size < 2 or EPISODES % group_size:
         raise ValueError(f"--group-size {group_size}: it must be >= 2 and divide the {EPISODES} episodes of an iteration "
                          "(2, 3, 4, 6, 8, 12, 24)")
@@ -116,11 +125,11 @@ def config_for(env: str, estimator: str, seed: int, iterations: int, panel: int,
                  "run.eval_before=false", f"run.eval_seed={seed}",  # this script evaluates before/after itself
                  f"env.id={env_id}", f"env.max_turns={max_turns}", f"env.eval_panel_size={panel}",
                  f"policy.dtype={dtype}", f"rollout.groups_per_iteration={EPISODES // group_size}", f"rollout.group_size={group_size}",
-                 *estimator_overrides(estimator),
+                 *env_overrides, *estimator_overrides(estimator),
                  "log.console=false"]
     if smoke:
-        overrides += SMOKE + ["run.save_every=1"]
-    return load_config(Path(__file__).parents[1] / "examples" / "gigpo_textworld.yaml", overrides)
+        overrides += SMOKE + ["run.save_every=1"] + (["env.max_turns=15"] if env == "jm5" else [])  # maze: >= 3k
+    return load_config(Path(__file__).parents[1] / "examples" / base, overrides)
 
 
 def _condition() -> dict:
