@@ -356,7 +356,11 @@ def main() -> None:
     ap.add_argument("--store", default=None, help="LLM mode: keep the sampled batches in this turn store")
     ap.add_argument("--tag", default="fidelity", help="LLM mode: run-id prefix in the store")
     ap.add_argument("--summary", action="store_true", help="print the Markdown tables of --out and exit")
+    ap.add_argument("--estimator-kwargs", default=None, metavar="JSON",
+                    help='merged into KWARGS, e.g. \'{"hiper": {"norm_adv": false}}\' (recorded in the JSON)')
     args = ap.parse_args()
+    for name, kw in json.loads(args.estimator_kwargs or "{}").items():  # before the Pool forks: workers see it
+        KWARGS.setdefault(name, {}).update(kw)
     llm = args.policy != "tabular"
     args.out = args.out or str(Path(__file__).parent / "results" / (
         "credit_fidelity_llm.json" if llm else "credit_fidelity.json"))
@@ -375,7 +379,7 @@ def main() -> None:
     with Pool(args.workers) as pool:
         results = pool.map(run_seed, jobs, chunksize=1)
     data = {"config": {k: v for k, v in vars(args).items() if k not in ("out", "summary", "model", "dtype", "store",
-                                                                         "tag")},
+                                                                         "tag", "estimator_kwargs")},
             "env_kwargs": maze_kwargs(args) or "defaults of agentrl/JunctionMaze-v0 (n_exits 2, n_cues 24, n_hinted 20)",
             "estimator_kwargs": KWARGS, "date": time.strftime("%Y-%m-%d"), "host": platform.node(),
             "wall_s": time.time() - t0, "cpu_s_per_seed": float(np.mean([r["cpu_s"] for r in results])),

@@ -13,17 +13,14 @@ torch.Tensor and DTensor"; the workers now start from weights gathered on every 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 
 import pytest
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-yaml = pytest.importorskip("yaml")
 torch = pytest.importorskip("torch")
+from torchrun_toy import run_toy_torchrun  # noqa: E402
 torch.set_num_threads(1)
 
 
@@ -31,26 +28,11 @@ torch.set_num_threads(1)
 def test_two_ranks_two_vllm_engine_workers_sync_every_engine_each_iteration(tiny32_dir, tmp_path):
     from agentrl.store import TurnStore
 
-    raw = {"run": {"name": "vllm-eng", "out_dir": str(tmp_path / "runs"), "iterations": 3, "eval_every": 0,
-                   "save_every": 0, "seed": 25},  # seed 25: wins and losses in the first 2 iterations
-           "env": {"id": "agentrl/Toy-v0", "max_turns": 8, "split": "train"},
-           "policy": {"model": str(tiny32_dir), "engine": "vllm", "dtype": "float32", "max_tokens": 6,
-                      "action_format": "whole", "device": "cpu", "action_constraint": "admissible"},
-           "rollout": {"groups_per_iteration": 2, "group_size": 4, "turn_seeds": True, "engines": 2},
-           "algorithm": {"estimator": "grpo"},
-           "update": {"lr": 1e-2, "micro_batch": 2},
-           "log": {"console": False}}
-    cfg = tmp_path / "cfg.yaml"
-    cfg.write_text(yaml.safe_dump(raw))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           "-m", "agentrl", "train", str(cfg)], env=env, capture_output=True, text=True, timeout=1400)
+    proc, run_dir = run_toy_torchrun(tmp_path, tiny32_dir, "vllm-eng", {"engines": 2}, timeout=1400)
     print(f"torchrun wall {time.monotonic() - t0:.1f}s")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-6000:]
     assert "rank 0 rolls out" in proc.stderr  # on its 2 engine workers
-    run_dir = tmp_path / "runs" / "vllm-eng"
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert all(r.get("update/steps", 0) >= 1 for r in rows[:2])  # the first two updates moved the weights

@@ -71,32 +71,14 @@ def test_two_ranks_train_with_their_own_vllm_engines(tiny32_long_dir, tmp_path):
     trainer is FSDP2-sharded, and after each of the 2 updates every rank's engine scores the sync
     probe within 1e-4 of the trainer (float32); rank 0 stores every episode once."""
     import json
-    import os
-    import subprocess
-    import sys
 
-    import yaml
+    from torchrun_toy import run_toy_torchrun
 
     from agentrl.store import TurnStore
 
-    raw = {"run": {"name": "vllm-dp", "out_dir": str(tmp_path / "runs"), "iterations": 3, "eval_every": 0,
-                   "save_every": 0, "seed": 25},  # seed 25: wins and losses in both of the first 2 iterations
-           "env": {"id": "agentrl/Toy-v0", "max_turns": 8, "split": "train"},
-           "policy": {"model": str(tiny32_long_dir), "engine": "vllm", "dtype": "float32", "max_tokens": 6,
-                      "action_format": "whole", "device": "cpu", "action_constraint": "admissible"},
-           "rollout": {"groups_per_iteration": 2, "group_size": 4, "turn_seeds": True},
-           "algorithm": {"estimator": "grpo"},
-           "update": {"lr": 1e-2, "micro_batch": 2},
-           "log": {"console": False}}
-    cfg = tmp_path / "cfg.yaml"
-    cfg.write_text(yaml.safe_dump(raw))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           "-m", "agentrl", "train", str(cfg)], env=env, capture_output=True, text=True, timeout=1500)
+    proc, run_dir = run_toy_torchrun(tmp_path, tiny32_long_dir, "vllm-dp")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-5000:]
     assert "every rank rolls out its share" in proc.stderr
-    run_dir = tmp_path / "runs" / "vllm-dp"
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in lines] == [1, 2, 3]
     assert all(m.get("update/steps", 0) >= 1 for m in lines[:2])  # the first two updates moved the weights
