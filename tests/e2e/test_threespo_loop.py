@@ -10,6 +10,8 @@ import pytest
 
 pytest.importorskip("torch")
 
+from e2e_crash import crash_before_checkpoint  # noqa: E402
+
 from agentrl.config import config_from_dict  # noqa: E402
 from agentrl.credit import compute_advantages  # noqa: E402
 from agentrl.store import TurnStore, state_success_stats, with_state_stats  # noqa: E402
@@ -87,14 +89,7 @@ def test_threespo_resumed_after_a_crash_equals_uninterrupted_and_no_resume_start
     import agentrl.train.loop as train_mod
 
     reference = train_mod.train(_cfg(tiny_dir, tmp_path, iterations=3, name="ref"), resume=False)
-    real_save = train_mod.save_checkpoint
-
-    def dies_at_iteration_2(run_dir, model, optimizer, state, dp=None, **kw):
-        if state.iteration == 2:
-            raise KeyboardInterrupt("killed before the checkpoint")
-        return real_save(run_dir, model, optimizer, state, dp=dp, **kw)
-
-    monkeypatch.setattr(train_mod, "save_checkpoint", dies_at_iteration_2)
+    real_save = crash_before_checkpoint(monkeypatch, 2)
     with pytest.raises(KeyboardInterrupt):
         train_mod.train(_cfg(tiny_dir, tmp_path, iterations=3, name="crash"), resume=False)
     monkeypatch.setattr(train_mod, "save_checkpoint", real_save)

@@ -14,6 +14,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from e2e_crash import crash_before_checkpoint  # noqa: E402
+
 from agentrl.config import config_from_dict  # noqa: E402
 from agentrl.store import TurnStore  # noqa: E402
 
@@ -284,14 +286,7 @@ def test_resume_after_a_crash_between_storing_and_checkpointing(tiny_dir, tmp_pa
     import agentrl.train.loop as train_mod
 
     reference, _ = finished_run
-    real_save = train_mod.save_checkpoint
-
-    def dies_at_iteration_2(run_dir, model, optimizer, state, dp=None, **kw):
-        if state.iteration == 2:
-            raise KeyboardInterrupt("killed before the checkpoint")
-        return real_save(run_dir, model, optimizer, state, dp=dp, **kw)
-
-    monkeypatch.setattr(train_mod, "save_checkpoint", dies_at_iteration_2)
+    real_save = crash_before_checkpoint(monkeypatch, 2)
     with pytest.raises(KeyboardInterrupt):
         train_mod.train(_cfg(tiny_dir, tmp_path, name="crash"), resume=False)
     monkeypatch.setattr(train_mod, "save_checkpoint", real_save)

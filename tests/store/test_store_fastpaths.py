@@ -5,7 +5,6 @@ strided arrays)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import sqlite3
@@ -16,6 +15,8 @@ import pytest
 
 from agentrl.store import TurnStore, export_parquet
 from agentrl.store.codec import encode_info
+from table_asserts import assert_tables_equal
+
 from agentrl.types import Episode, EpisodeStatus, Turn, TurnTable
 
 
@@ -37,16 +38,6 @@ def _episode(gid: int, turns: list[Turn], **kw) -> Episode:
     return Episode(-1, gid, "agentrl/Toy-v0", f"task-{gid}", gid, turns=turns, **kw)
 
 
-def _assert_tables_equal(a: TurnTable, b: TurnTable) -> None:
-    for f in dataclasses.fields(TurnTable):
-        x, y = getattr(a, f.name), getattr(b, f.name)
-        if isinstance(y, np.ndarray):
-            assert isinstance(x, np.ndarray) and x.dtype == y.dtype, f.name
-            np.testing.assert_array_equal(x, y, err_msg=f.name)
-        else:
-            assert x == y, (f.name, x, y)
-
-
 def test_table_equals_from_episodes_with_trees_branches_and_filters(tmp_path):
     root = _episode(0, [_turn(t, info={"tree": 3, "won": t == 2}, policy_version=t) for t in range(3)])
     root.turns[1].action = "  go EAST 1 "  # normalises like "Go  East 1"
@@ -61,7 +52,7 @@ def test_table_equals_from_episodes_with_trees_branches_and_filters(tmp_path):
         empty = _episode(2, [])
         store.add_episodes([branch, unscored, failed, empty], run_id="r")
         table = store.table("r")
-        _assert_tables_equal(table, TurnTable.from_episodes(store.load_episodes("r")))
+        assert_tables_equal(table, TurnTable.from_episodes(store.load_episodes("r")))
         assert table.tree.tolist() == [3, 3, 3, 3, 3, -1, -1, -1]
         assert table.branch.tolist() == [-1, -1, -1, 7, 7, -1, -1, -1]
         assert table.parent.tolist() == [-1, 0, 1, 1, 3, -1, 5, -1]
@@ -71,7 +62,7 @@ def test_table_equals_from_episodes_with_trees_branches_and_filters(tmp_path):
         assert table.policy_version.dtype == np.int64 and table.policy_version.tolist() == [0, 1, 2, 0, 0, 0, 0, 0]
         # a subset: parents outside it become -1, as in from_episodes
         sub = store.table("r", episode_ids=[1, 3])
-        _assert_tables_equal(sub, TurnTable.from_episodes(store.load_episodes("r", [1, 3])))
+        assert_tables_equal(sub, TurnTable.from_episodes(store.load_episodes("r", [1, 3])))
         assert sub.parent.tolist() == [-1, 0, -1] and sub.tree.tolist() == [3, 3, -1]
 
 
@@ -80,7 +71,7 @@ def test_table_without_hidden_tokens_or_trees(tmp_path):
     with TurnStore(tmp_path / "s.sqlite") as store:
         store.add_episodes(eps, run_id="r")
         table = store.table()
-        _assert_tables_equal(table, TurnTable.from_episodes(store.load_episodes()))
+        assert_tables_equal(table, TurnTable.from_episodes(store.load_episodes()))
     assert table.hidden is None and table.tree is None and table.branch is None
     assert not table.trainable.any()  # no row has tokens: none trains (issue 19 item 7)
     assert table.anchor_vocab == ("room 0", "room 1", "room 2")

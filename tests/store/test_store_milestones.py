@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 
 import numpy as np
 
 from agentrl.store import TurnStore
+from table_asserts import assert_tables_equal
+
 from agentrl.types import Episode, Turn, TurnTable
 
 
@@ -15,16 +16,6 @@ def _turn(t: int, info: dict) -> Turn:
     return Turn(run_id="", episode_id=-1, group_id=0, t=t, observation="o", anchor_obs=f"s{t}", action="a",
                 action_valid=True, reward=float(t == 2), prompt_ids=np.arange(3, dtype=np.int32),
                 completion_ids=np.arange(2, dtype=np.int32), completion_logprobs=np.zeros(2, np.float32), info=info)
-
-
-def _assert_equal(a: TurnTable, b: TurnTable) -> None:
-    for f in dataclasses.fields(TurnTable):
-        x, y = getattr(a, f.name), getattr(b, f.name)
-        if isinstance(y, np.ndarray):
-            assert isinstance(x, np.ndarray) and x.dtype == y.dtype, f.name
-            np.testing.assert_array_equal(x, y, err_msg=f.name)
-        else:
-            assert x == y, (f.name, x, y)
 
 
 def test_table_reads_milestones_like_from_episodes(tmp_path):
@@ -35,9 +26,9 @@ def test_table_reads_milestones_like_from_episodes(tmp_path):
     with TurnStore(tmp_path / "s.sqlite") as store:
         store.add_episodes([with_ms, without], run_id="r")
         table = store.table("r")
-        _assert_equal(table, TurnTable.from_episodes(store.load_episodes("r")))
+        assert_tables_equal(table, TurnTable.from_episodes(store.load_episodes("r")))
         assert table.milestone.tolist() == [False, True, True, False, False]
         assert table.n_milestones.tolist() == [2, 2, 2, -1, -1]
         only = store.table("r", episode_ids=[with_ms.episode_id + 1])
-        _assert_equal(only, TurnTable.from_episodes(store.load_episodes("r", [with_ms.episode_id + 1])))
+        assert_tables_equal(only, TurnTable.from_episodes(store.load_episodes("r", [with_ms.episode_id + 1])))
         assert only.milestone.tolist() == [False, False] and only.n_milestones is None
