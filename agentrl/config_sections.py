@@ -115,7 +115,11 @@ class PolicyConfig:
     ``agentrl.llm.decode_attention`` — grouped-query attention without copying the cache on
     padded batches — or ``sdpa`` (transformers' stock attention). Speed only, like
     ``prefix_cache_mb``; longer queries (prefill, the update) always run ``sdpa``.
-    ``vllm``: the vLLM engine's arguments (``policy.engine: vllm``; ``agentrl.config_vllm.VLLMSpec``)."""
+    ``vllm``: the vLLM engine's arguments (``policy.engine: vllm``; ``agentrl.config_vllm.VLLMSpec``).
+    ``hiper_subgoals``: with ``action_format: hiper`` and ``action_constraint: admissible``, the
+    ``<subgoal>`` texts the policy chooses from (each turn: switch × subgoal × admissible action;
+    ``agentrl.llm.constrained.rendered_completions``): HiPER's tags from a model that does not write
+    them unprompted."""
 
     model: str = "smollm2-135m-instruct"
     engine: Literal["hf", "vllm", "vllm_http", "openai_http", "scripted"] = "hf"
@@ -137,6 +141,7 @@ class PolicyConfig:
     prefix_cache_mb: int = 1024
     decode_attention: Literal["grouped", "sdpa"] = "grouped"
     vllm: VLLMSpec = field(default_factory=VLLMSpec)
+    hiper_subgoals: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _check(isinstance(self.device, str) and DEVICE_PATTERN.fullmatch(self.device) is not None,
@@ -149,8 +154,14 @@ class PolicyConfig:
         _check(self.engine not in ("vllm_http", "openai_http") or bool(self.base_url),
                f"policy.engine={self.engine} needs policy.base_url (e.g. http://localhost:8000/v1)")
         _check(self.max_batch is None or self.max_batch >= 1, "policy.max_batch must be >= 1 or null (all active slots)")
-        _check(self.action_constraint == "none" or self.action_format == "whole" or self.action_format.startswith("tag:"),
-               "policy.action_constraint=admissible renders actions in the format: use action_format 'whole' or 'tag:NAME'")
+        _check(self.action_constraint == "none" or self.action_format in ("whole", "hiper")
+               or self.action_format.startswith("tag:"),
+               "policy.action_constraint=admissible renders actions in the format: use action_format 'whole', "
+               "'tag:NAME' or 'hiper'")
+        _check(self.action_constraint == "none" or self.action_format != "hiper"
+               or (bool(self.hiper_subgoals) and all(str(g).strip() for g in self.hiper_subgoals)),
+               "policy.action_format=hiper with action_constraint=admissible needs policy.hiper_subgoals, the "
+               "subgoal texts the policy chooses from, e.g. ['reach the next junction', 'take the right exit']")
         _check(not (self.device == "cpu" and self.vllm.enable_sleep_mode),
                "policy.vllm.enable_sleep_mode=true needs CUDA (vLLM's sleep mode); set it to null or false with "
                "policy.device: cpu")

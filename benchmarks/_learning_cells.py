@@ -31,6 +31,11 @@ On top of that an estimator gets only
   - ``rtpo``: ``rollout.sampler=rtpo`` with the example's reverse tree (stride 2, 3 siblings,
     2 branch points) on ``group_size`` 2 base trajectories per task (the example's).
 
+On the junction maze (``learning.py --env jm1 / jm5``) HiPER instead takes ``hiper_junction.yaml``'s kwargs
+and ``NEEDS_JUNCTION``: decoding constrained to HiPER's tagged forms of the admissible actions
+(``policy.action_constraint=admissible`` with that example's ``policy.hiper_subgoals``), so the 135M
+model chooses switch, subgoal and action itself; the critic settings as above.
+
 Tree cells therefore play a different number of turns per iteration than the chain cells
 (recorded per run as ``turns``); everything else is the same.
 """
@@ -61,24 +66,35 @@ NEEDS = {
 }
 
 
-def example_kwargs(estimator: str) -> dict:
+#: The junction-maze cells' example configs and needs, where they differ (module docstring).
+EXAMPLES_JUNCTION = {"hiper": "hiper_junction.yaml"}
+NEEDS_JUNCTION = {
+    "hiper": ["policy.action_format=hiper", "policy.action_constraint=admissible",
+              'policy.hiper_subgoals=["reach the next junction","take the exit the sign names"]', "policy.max_tokens=48",
+              "update.critic_top_n_layers=6", "update.critic_lr=1e-4", "update.critic_minibatch=16"],
+}
+
+
+def example_kwargs(estimator: str, junction: bool = False) -> dict:
     """The ``algorithm.kwargs`` of ``estimator``'s example config ({} when it has none, or for
-    grpo / gigpo, whose grid rows used the defaults)."""
+    grpo / gigpo, whose grid rows used the defaults); ``junction``: the maze's example where it has one."""
     import yaml
 
-    name = EXAMPLES.get(estimator)
+    name = (EXAMPLES_JUNCTION if junction else {}).get(estimator) or EXAMPLES.get(estimator)
     if name is None:
         return {}
     cfg = yaml.safe_load((EXAMPLES_DIR / name).read_text())
     return dict((cfg.get("algorithm") or {}).get("kwargs") or {})
 
 
-def estimator_overrides(estimator: str) -> list[str]:
-    """Config overrides of one estimator's cell: the estimator, its kwargs, its needs."""
+def estimator_overrides(estimator: str, junction: bool = False) -> list[str]:
+    """Config overrides of one estimator's cell: the estimator, its kwargs, its needs
+    (``junction``: a junction-maze cell, ``EXAMPLES_JUNCTION`` / ``NEEDS_JUNCTION`` first)."""
     import json
 
-    kw = json.dumps(example_kwargs(estimator), separators=(",", ":"))
-    return [f"algorithm.estimator={estimator}", f"algorithm.kwargs={kw}", *NEEDS.get(estimator, [])]
+    kw = json.dumps(example_kwargs(estimator, junction), separators=(",", ":"))
+    needs = (NEEDS_JUNCTION if junction else {}).get(estimator) or NEEDS.get(estimator, [])
+    return [f"algorithm.estimator={estimator}", f"algorithm.kwargs={kw}", *needs]
 
 
 #: A tiny budget that only checks a cell starts and finishes (``learning.py --smoke``).

@@ -125,7 +125,7 @@ def config_for(env: str, estimator: str, seed: int, iterations: int, panel: int,
                  "run.eval_before=false", f"run.eval_seed={seed}",  # this script evaluates before/after itself
                  f"env.id={env_id}", f"env.max_turns={max_turns}", f"env.eval_panel_size={panel}",
                  f"policy.dtype={dtype}", f"rollout.groups_per_iteration={EPISODES // group_size}", f"rollout.group_size={group_size}",
-                 *env_overrides, *estimator_overrides(estimator),
+                 *env_overrides, *estimator_overrides(estimator, junction=env.startswith("jm")),
                  "log.console=false"]
     if smoke:
         overrides += SMOKE + ["run.save_every=1"] + (["env.max_turns=15"] if env == "jm5" else [])  # maze: >= 3k

@@ -2,15 +2,17 @@
 
 With ``policy.action_constraint: admissible`` every turn's completion must be one of the
 env's admissible actions rendered in the action format (``whole``: the command itself;
-``tag:NAME``: ``<NAME>command</NAME>``), tokenized on its own
+``tag:NAME``: ``<NAME>command</NAME>``; ``hiper``: every ``<switch>KEEP|SWITCH</switch><subgoal>g</subgoal>
+<action>command</action>`` with ``g`` one of the given subgoal texts — HiPER's tags with the choice of
+switch and subgoal left to the policy), tokenized on its own
 (``tokenizer.encode(text, add_special_tokens=False)``) and followed by EOS. Decoding
 follows a ``TokenTrie`` of these sequences (LEARNING.md: free-form actions from a 135M
 model are ~100 % invalid; the constraint gives every turn a valid action and RL signal).
 
 The behaviour logprob of each sampled token is the log-softmax of the raw logits
 **restricted to the allowed ids** at that step. The same allowed ids are rebuilt for the
-update from what a turn stores (``Turn.info["allowed_actions"]`` and
-``Turn.info["action_format"]``) with ``turn_allowed_ids``, so the PPO ratio compares the
+update from what a turn stores (``Turn.info["allowed_actions"]``, ``Turn.info["action_format"]``
+and, for ``hiper``, ``Turn.info["hiper_subgoals"]``) with ``turn_allowed_ids``, so the PPO ratio compares the
 same renormalised distribution at sampling and at training time. A turn whose admissible
 list holds a template with a free slot (``has_template``, e.g. WebShop's
 ``search[<your query>]``) is left unconstrained.
@@ -36,6 +38,10 @@ CONSTRAINTS = ("none", "admissible")
 INFO_ALLOWED = "allowed_actions"
 INFO_FORMAT = "action_format"
 INFO_DIGEST = "allowed_digest"
+INFO_SUBGOALS = "hiper_subgoals"
+#: HiPER's action format and the ``<switch>`` values a constrained HiPER turn may write (§14.2).
+HIPER = "hiper"
+HIPER_SWITCHES = ("KEEP", "SWITCH")
 
 Encode = Callable[[str], Sequence[int]]
 
@@ -49,7 +55,7 @@ def check_constraint(constraint: str, action_format: str) -> None:
     """
     if constraint not in CONSTRAINTS:
         raise ValueError(f"action_constraint must be one of {CONSTRAINTS}, got {constraint!r}")
-    if constraint == "admissible":
+    if constraint == "admissible" and action_format != HIPER:  # hiper: needs its subgoals (rendered_completions)
         render_action("x", action_format)
 
 
@@ -78,15 +84,36 @@ def render_action(action: str, action_format: str) -> str:
                      f"use policy.action_format 'whole' or 'tag:NAME', or policy.action_constraint none")
 
 
+def rendered_completions(action: str, action_format: str, subgoals: Sequence[str] = ()) -> list[str]:
+    """The completion texts (without EOS) that write ``action`` in ``action_format``: one for
+    ``whole`` / ``tag:NAME`` (``render_action``); for ``hiper`` one per (switch, subgoal), switch in
+    ``HIPER_SWITCHES`` and subgoal in ``subgoals`` order: ``2 * len(subgoals)`` texts.
+
+    Raises:
+        ValueError: ``hiper`` without subgoals (set ``policy.hiper_subgoals``), a blank subgoal, or a
+            format ``render_action`` refuses.
+    """
+    if action_format != HIPER:
+        return [render_action(action, action_format)]
+    if not subgoals or any(not str(g).strip() for g in subgoals):
+        raise ValueError("constrained decoding in the hiper format needs the subgoal texts the policy may choose "
+                         f"from (non-blank), got {list(subgoals)!r}: set policy.hiper_subgoals, e.g. "
+                         "['reach the next junction', 'take the right exit']")
+    return [f"<switch>{sw}</switch><subgoal>{g}</subgoal><action>{action}</action>"
+            for sw in HIPER_SWITCHES for g in subgoals]
+
+
 def completion_sequences(actions: Sequence[str], action_format: str, encode: Encode,
-                         eos_token_id: int) -> list[np.ndarray]:
-    """Allowed completions: int64[L_a + 1] ids of each distinct action's rendered text + EOS.
+                         eos_token_id: int, subgoals: Sequence[str] = ()) -> list[np.ndarray]:
+    """Allowed completions: int64[L + 1] ids of each distinct action's rendered text(s) + EOS
+    (``rendered_completions``: one per action, ``2 * len(subgoals)`` per action for ``hiper``).
 
     Args:
         actions: admissible action strings (duplicates are dropped, order kept).
-        action_format: ``whole`` or ``tag:NAME``.
+        action_format: ``whole``, ``tag:NAME`` or ``hiper``.
         encode: text → ids without special tokens (``ChatRenderer.encode``).
         eos_token_id: the id that ends an assistant message.
+        subgoals: the ``<subgoal>`` texts a ``hiper`` completion may write (ignored otherwise).
     Raises:
         ValueError: no action, an action whose text encodes to no token, or a bad format.
     """
@@ -95,10 +122,11 @@ def completion_sequences(actions: Sequence[str], action_format: str, encode: Enc
         raise ValueError("constrained decoding needs at least one allowed action")
     out = []
     for a in uniq:
-        ids = [int(i) for i in encode(render_action(a, action_format))]
-        if not ids:
-            raise ValueError(f"action {a!r} encodes to no token; drop empty actions from admissible_actions")
-        out.append(np.asarray(ids + [int(eos_token_id)], dtype=np.int64))
+        for text in rendered_completions(a, action_format, subgoals):
+            ids = [int(i) for i in encode(text)]
+            if not ids:
+                raise ValueError(f"action {a!r} encodes to no token; drop empty actions from admissible_actions")
+            out.append(np.asarray(ids + [int(eos_token_id)], dtype=np.int64))
     return out
 
 
@@ -175,7 +203,7 @@ class TokenTrie:
 
 
 def allowed_token_ids(actions: Sequence[str], action_format: str, encode: Encode, eos_token_id: int,
-                      completion_ids: Sequence[int]) -> list[np.ndarray]:
+                      completion_ids: Sequence[int], subgoals: Sequence[str] = ()) -> list[np.ndarray]:
     """Per-position allowed ids of a constrained completion (for ``build_batch(allowed=...)``).
 
     Returns:
@@ -183,7 +211,7 @@ def allowed_token_ids(actions: Sequence[str], action_format: str, encode: Encode
     Raises:
         ValueError: see ``completion_sequences`` and ``TokenTrie.walk``.
     """
-    trie = TokenTrie(completion_sequences(actions, action_format, encode, eos_token_id))
+    trie = TokenTrie(completion_sequences(actions, action_format, encode, eos_token_id, subgoals))
     return trie.walk(completion_ids)
 
 
@@ -211,13 +239,15 @@ def turn_allowed_ids(turn: Turn, encode: Encode, eos_token_id: int) -> list[np.n
     if not actions:
         return None
     fmt = str(turn.info.get(INFO_FORMAT, "tag:action"))
+    subgoals = [str(g) for g in turn.info.get(INFO_SUBGOALS) or ()]
     digest = turn.info.get(INFO_DIGEST)
-    if digest is not None and allowed_digest(completion_sequences(actions, fmt, encode, eos_token_id)) != digest:
+    if digest is not None and allowed_digest(completion_sequences(actions, fmt, encode, eos_token_id,
+                                                                  subgoals)) != digest:
         raise ValueError(f"turn {turn.turn_id} (episode {turn.episode_id}, t={turn.t}): its stored allowed_actions no "
                          f"longer encode to the allowed ids it was sampled under (digest {digest}); the list was "
                          "edited after sampling or the tokenizer changed — the rebuilt mask would move the ratio. "
                          "Train it with the original list and tokenizer, or leave the turn out")
-    return allowed_token_ids(actions, fmt, encode, eos_token_id, turn.completion_ids)
+    return allowed_token_ids(actions, fmt, encode, eos_token_id, turn.completion_ids, subgoals)
 
 
 def constraint_masks(turns: Sequence[Turn], renderer) -> list[list[np.ndarray] | None] | None:

@@ -28,8 +28,8 @@ from agentrl.env.contract import (ACTION_EXACT, INFO_ADMISSIBLE, INFO_ANCHOR, IN
 from agentrl.env.pool import EnvResult
 from agentrl.llm.base import Completion
 from agentrl.llm.chat import ChatRenderer
-from agentrl.llm.constrained import (INFO_ALLOWED, INFO_DIGEST, INFO_FORMAT, allowed_digest, check_constraint,
-                                    completion_sequences, has_template)
+from agentrl.llm.constrained import (INFO_ALLOWED, INFO_DIGEST, INFO_FORMAT, INFO_SUBGOALS, allowed_digest,
+                                    check_constraint, completion_sequences, has_template, rendered_completions)
 from agentrl.rollout.parsing import HIPER_FORMAT, ActionFormat, parse_format, parse_hiper
 from agentrl.types import Episode, EpisodeStatus, Message, Turn
 
@@ -54,8 +54,12 @@ class LoopConfig:
             actions rendered in ``action_format`` (``agentrl.llm.constrained``; needs an
             engine that takes ``allowed``, e.g. ``HFEngine``; envs without admissible
             actions stay unconstrained).
+        hiper_subgoals: the ``<subgoal>`` texts a constrained ``hiper`` turn may write (each
+            admissible action then has ``2 * len(hiper_subgoals)`` allowed completions,
+            ``agentrl.llm.constrained.rendered_completions``); unused otherwise.
     Raises:
-        ValueError: bad context name or counts; ``admissible`` with a ``regex:`` format.
+        ValueError: bad context name or counts; ``admissible`` with a ``regex:`` format, or with
+            ``hiper`` and no (or a blank) subgoal.
     """
 
     context: str = "chat"
@@ -66,6 +70,7 @@ class LoopConfig:
     system_prompt: str = DEFAULT_SYSTEM
     show_admissible: bool = True
     action_constraint: str = "none"
+    hiper_subgoals: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.context not in ("chat", "window"):
@@ -76,6 +81,8 @@ class LoopConfig:
             raise ValueError(f"LoopConfig.window_history must be 'full' or 'actions', got {self.window_history!r}")
         parse_format(self.action_format)
         check_constraint(self.action_constraint, self.action_format)
+        if self.action_constraint == "admissible":
+            rendered_completions("x", self.action_format, self.hiper_subgoals)  # hiper: subgoals given and non-blank
 
 
 def hiper_info(renderer: ChatRenderer, completion_ids: np.ndarray) -> dict:
@@ -220,7 +227,7 @@ class EpisodeDriver:
         self._pending: Turn | None = None
         self._completion = np.zeros(0, np.int32)
         self._admissible: list[str] = []
-        self._seq_cache: dict[str, np.ndarray] = {}
+        self._seq_cache: dict[str, list[np.ndarray]] = {}
 
     def start(self, result: EnvResult) -> None:
         """Begin from a reset result (an error result fails the episode)."""
@@ -244,9 +251,9 @@ class EpisodeDriver:
             return None
         fmt, eos = self.fmt.spec, self.renderer.eos_token_id
         for a in self._admissible:
-            if a not in self._seq_cache:
-                self._seq_cache[a] = completion_sequences([a], fmt, self.renderer.encode, eos)[0]
-        return [self._seq_cache[a] for a in dict.fromkeys(self._admissible)]
+            if a not in self._seq_cache:  # one sequence per action (hiper: one per switch and subgoal)
+                self._seq_cache[a] = completion_sequences([a], fmt, self.renderer.encode, eos, self.cfg.hiper_subgoals)
+        return [seq for a in dict.fromkeys(self._admissible) for seq in self._seq_cache[a]]
 
     def _constrained(self) -> bool:
         return self.cfg.action_constraint == "admissible" and bool(self._admissible) and not has_template(self._admissible)
@@ -273,6 +280,8 @@ class EpisodeDriver:
         if self._constrained():
             self._pending.info[INFO_ALLOWED] = list(dict.fromkeys(self._admissible))
             self._pending.info[INFO_FORMAT] = self.fmt.spec
+            if self.fmt.spec == HIPER_FORMAT:  # the subgoal choices the sampler was given
+                self._pending.info[INFO_SUBGOALS] = list(self.cfg.hiper_subgoals)
             self._pending.info[INFO_DIGEST] = allowed_digest(self.allowed())  # what the sampler was given
         self._completion = completion.token_ids
         return parsed.text

@@ -3,9 +3,10 @@ on the toy env: ``<switch>``/``<subgoal>``/``<action>`` tags → ``Turn.info`` �
 columns, the three-head critic's values → ``hiper`` → span advantages in the update (the span union
 as the loss mask) → the critic's three-head step.
 
-The random model writes no tags on its own, so the test restricts its decoding to a few tagged
-completions per turn (the agent loop's ``allowed`` sequences, patched): the model still samples
-among them with its own logprobs.
+The random model writes no tags on its own, so its decoding is constrained to the tagged forms of
+the admissible actions (``policy.action_constraint: admissible`` with ``policy.hiper_subgoals``): the
+model samples switch, subgoal and action among them with its own logprobs, renormalised over the
+allowed ids at sampling and in the update alike.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ torch = pytest.importorskip("torch")
 
 from agentrl.config import ConfigError, config_from_dict  # noqa: E402
 from agentrl.credit import compute_advantages  # noqa: E402
-from agentrl.rollout.agent_loop import EpisodeDriver  # noqa: E402
 from agentrl.store import TurnStore  # noqa: E402
 
 
@@ -27,20 +27,13 @@ def _raw(tiny_dir, out_dir) -> dict:
     return {
         "run": {"name": "hiper", "out_dir": str(out_dir), "iterations": 1, "eval_every": 0, "save_every": 1, "seed": 3},
         "env": {"id": "agentrl/Toy-v0", "max_turns": 4, "split": "train", "eval_split": "eval", "eval_panel_size": 3},
-        "policy": {"model": str(tiny_dir), "max_tokens": 96, "action_format": "hiper"},
+        "policy": {"model": str(tiny_dir), "max_tokens": 96, "action_format": "hiper", "action_constraint": "admissible",
+                   "hiper_subgoals": ["open it", "find key"]},
         "rollout": {"groups_per_iteration": 1, "group_size": 4, "num_workers": 1},
         "algorithm": {"estimator": "hiper", "kwargs": {"norm_adv": False}},
         "update": {"lr": 1e-2, "micro_batch": 4, "epochs": 1},
         "log": {"console": False},
     }
-
-
-def _tagged(self):
-    """Every admissible action (first two) with KEEP or SWITCH and one of two subgoals."""
-    eos = self.renderer.eos_token_id
-    outs = [f"<switch>{sw}</switch><subgoal>{g}</subgoal><action>{a}</action>"
-            for a in self._admissible[:2] for sw, g in (("KEEP", "open it"), ("SWITCH", "find key"))]
-    return [np.array([*self.renderer.encode(o).tolist(), eos], dtype=np.int64) for o in outs]
 
 
 def test_hiper_trains_one_iteration_with_span_advantages_and_three_heads(tiny_dir, tmp_path, monkeypatch):
@@ -50,7 +43,6 @@ def test_hiper_trains_one_iteration_with_span_advantages_and_three_heads(tiny_di
 
     from agentrl.train.critic import load_critic, make_critic
 
-    monkeypatch.setattr(EpisodeDriver, "allowed", _tagged)
     built = []
     real = plan.build_batch
     monkeypatch.setattr(plan, "build_batch", lambda *a, **kw: built.append(kw) or real(*a, **kw))
@@ -69,6 +61,9 @@ def test_hiper_trains_one_iteration_with_span_advantages_and_three_heads(tiny_di
         episodes = store.load_episodes(result.run_id)
     assert len(stored) == len(table) > 4
     assert table.switch is not None and table.has_switch.all() and (table.subgoal_key >= 0).all()
+    turns = [t for e in episodes for t in e.turns]
+    assert all(t.info["subgoal"] in ("open it", "find key") and "allowed_digest" in t.info for t in turns)
+    assert len({t.info["switch"] for t in turns}) == 2  # KEEP and SWITCH both sampled: segments form
     spans = [t.info["hiper_spans"] for e in episodes for t in e.turns]
     assert all(s["switch"][1] <= s["subgoal"][0] and s["subgoal"][1] <= s["action"][0] for s in spans)
     values = np.array([r.value for r in stored])

@@ -1,0 +1,164 @@
+"""The oracle arm of the junction-maze LLM comparison (issue 38), and its per-iteration endpoints.
+
+The oracle trains the policy on the *exact* advantages A^π = Q^π − V^π of the policy that
+sampled the batch: for every maze of the iteration, π(a|s) in every non-terminal state comes
+from one forward of the live (LoRA) model per distinct prompt, renormalised over the token
+trie's allowed ids as the constrained sampler does (``_llm_maze.PolicyTables``), and the values
+from the finite-horizon DP (``agentrl.credit.exact``). It needs the live model and the
+iteration's episodes (action texts, task ids), which an estimator (``fn(table)``) does not see,
+so this *benchmark-only* module
+
+- registers the estimator ``exact_oracle`` in this process only (never in ``agentrl.credit``:
+  an estimator that needs an env's task graph and the live model is not a general method), and
+- wraps ``agentrl.train.loop.start_run`` (to hold the run's ``Policy``) and
+  ``agentrl.train.loop.collect_iteration`` (to hold the iteration's episodes and record its
+  endpoints: ``junction_stats``) for the duration of ``capture()``.
+
+The advantages are the raw exact values (no group or batch normalisation), as the tabular
+oracle of ``credit_fidelity.py``; the update's optimizer is AdamW, whose step does not depend on
+the advantages' overall scale.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from _llm_maze import PolicyTables
+
+from agentrl.credit import list_estimators, register_estimator
+from agentrl.credit.exact import exact_advantages, exact_values
+from agentrl.types import Episode, EpisodeStatus, TurnTable
+from agentrl_envs.junction.maze import Maze
+
+ORACLE = "exact_oracle"
+
+
+@dataclass
+class LiveRun:
+    """What the wrapped trainer hands the oracle and the endpoints while a cell trains.
+
+    ``policy``: the run's ``Policy`` (set by the wrapped ``start_run``); ``loop``: the run's
+    ``LoopConfig`` (``agentrl.eval.loop_config``); ``episodes``: the current iteration's;
+    ``per_iter``: one ``junction_stats`` dict per iteration (1-based order); ``oracle_checks``:
+    per oracle call the prompt mismatches and the max |stored logprob − log π| of sampled turns."""
+
+    policy: object | None = None
+    loop: object | None = None
+    episodes: list[Episode] = field(default_factory=list)
+    per_iter: list[dict] = field(default_factory=list)
+    oracle_checks: list[dict] = field(default_factory=list)
+
+
+LIVE = LiveRun()
+
+
+def junction_stats(episodes: list[Episode], horizon: int) -> dict[str, float]:
+    """The endpoints of one iteration's episodes (all of them in the denominators):
+    ``success`` (share won), ``first_junction_right`` (share whose first exit taken at junction 1
+    leads on: the pre-registered primary endpoint), ``first_junction_chosen`` (share that took
+    any exit at junction 1), ``junction_accuracy`` (right exits / exits taken at any junction),
+    ``episodes``, ``failed`` (episodes not ok: never counted as right)."""
+    right = chosen = j_right = j_taken = failed = 0
+    for ep in episodes:
+        acts = [t.action for t in ep.turns]
+        if ep.status != EpisodeStatus.OK:
+            failed += 1
+            continue
+        g = Maze.parse(ep.task_id).graph(horizon)
+        first = True
+        for s, a in zip(g.replay(acts), acts):
+            if g.kind[s] != "junction" or not a.startswith("go "):
+                continue
+            ok = g.kind[g.next_state[(s, a)]] != "dead"
+            j_taken, j_right = j_taken + 1, j_right + ok
+            if s == "j1" and first:
+                first, chosen, right = False, chosen + 1, right + ok
+    n = max(len(episodes), 1)
+    return {"episodes": len(episodes), "success": sum(bool(e.success) for e in episodes) / n,
+            "first_junction_right": right / n, "first_junction_chosen": chosen / n,
+            "junction_accuracy": j_right / j_taken if j_taken else float("nan"), "failed": failed}
+
+
+def oracle_advantages(table: TurnTable, episodes: list[Episode], tables: PolicyTables, horizon: int) -> tuple[np.ndarray, dict]:
+    """float64[N] exact advantages of ``table``'s rows (matched to ``episodes`` by episode id and
+    turn index) under the policy ``tables`` computes, and the checks (prompt mismatches, max logprob
+    gap over sampled turns). Episodes not ok get 0 (they are flagged, as the trainer does).
+
+    Raises:
+        KeyError: a row's episode is not among ``episodes``."""
+    by_id = {e.episode_id: e for e in episodes}
+    out, gap, mismatch, graphs = np.zeros(len(table)), 0.0, 0, {}
+    for ep_id in np.unique(table.episode):
+        ep = by_id[int(ep_id)]
+        rows = np.flatnonzero(table.episode == ep_id)
+        if ep.status != EpisodeStatus.OK:
+            continue
+        if ep.task_id not in graphs:
+            g = Maze.parse(ep.task_id).graph(horizon)
+            pi, prompts = tables.graph_policy(g)
+            graphs[ep.task_id] = (g, pi, prompts, exact_values(g, pi))
+        g, pi, prompts, vals = graphs[ep.task_id]
+        acts = [t.action for t in ep.turns]
+        adv = exact_advantages(g, vals, acts)
+        for turn, s, a in zip(ep.turns, g.replay(acts), acts):
+            mismatch += not np.array_equal(np.asarray(turn.prompt_ids), prompts[s])
+            lp = float(np.sum(turn.completion_logprobs, dtype=np.float64))
+            gap = max(gap, abs(lp - float(np.log(pi[s][g.actions[s].index(a)]))))
+        out[rows] = adv[table.t[rows]]
+    return out, {"prompt_mismatch": mismatch, "logp_gap": gap, "forwards": tables.forwards}
+
+
+def _exact_oracle(table: TurnTable) -> np.ndarray:
+    """The registered ``exact_oracle``: ``oracle_advantages`` under the live model (eval mode)."""
+    pol = LIVE.policy
+    if pol is None:
+        raise RuntimeError("exact_oracle runs only inside _oracle_arm.capture() (it needs the live model)")
+    was_training = pol.model.training
+    pol.model.eval()
+    try:
+        tables = PolicyTables(pol.model, pol.renderer, LIVE.loop, pol.pad_id)
+        adv, checks = oracle_advantages(table, LIVE.episodes, tables, LIVE.loop.max_turns)
+    finally:
+        pol.model.train(was_training)
+    LIVE.oracle_checks.append(checks)
+    if checks["prompt_mismatch"]:
+        raise RuntimeError(f"exact_oracle: {checks['prompt_mismatch']} sampled prompts differ from the rebuilt state "
+                           "prompts: the exact values would be of another policy")
+    return adv
+
+
+def register_oracle() -> None:
+    """Register ``exact_oracle`` in this process (idempotent)."""
+    if ORACLE not in list_estimators():
+        register_estimator(ORACLE, groups_by_task=False)(_exact_oracle)
+
+
+@contextlib.contextmanager
+def capture(cfg):
+    """While open, the trainer hands ``LIVE`` its policy and each iteration's episodes, and
+    ``LIVE.per_iter`` gets each iteration's ``junction_stats``; yields ``LIVE`` (reset)."""
+    import agentrl.train.loop as loop_mod
+    from agentrl.eval import loop_config
+
+    start, collect = loop_mod.start_run, loop_mod.collect_iteration
+    LIVE.__init__(loop=loop_config(cfg))
+
+    def start_run(*a, **kw):
+        parts, state = start(*a, **kw)
+        LIVE.policy = parts.policy
+        return parts, state
+
+    def collect_iteration(*a, **kw):
+        eps = collect(*a, **kw)
+        LIVE.episodes = eps
+        LIVE.per_iter.append(junction_stats(eps, cfg.env.max_turns))
+        return eps
+
+    loop_mod.start_run, loop_mod.collect_iteration = start_run, collect_iteration
+    try:
+        yield LIVE
+    finally:
+        loop_mod.start_run, loop_mod.collect_iteration = start, collect

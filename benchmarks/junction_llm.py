@@ -1,0 +1,223 @@
+"""The pre-registered LLM comparison on the junction maze (issue 38): GRPO, GiGPO, G2PO and an
+oracle trained on the exact advantages, SmolLM2-135M-Instruct, K = 5 and the K = 1 control.
+
+The rule (benchmarks/RESULTS.md, "LLM comparison — rule fixed before any pilot result is read"):
+groups of 8 × 4 mazes per iteration, ``examples/grpo_junction.yaml`` for every arm (Markov
+prompt, decoding constrained to the admissible actions, LoRA top 6 layers, one PPO step per
+iteration). **Primary endpoint:** first-junction accuracy averaged over the training iterations
+(share of an iteration's episodes whose first exit taken at junction 1 leads on;
+``_oracle_arm.junction_stats``). Secondary: greedy success on a 256-maze held-out panel (eval
+split) after training (``--evaluate``, run separately on the cells' final checkpoints). Pilot:
+seeds 0–2; then ``n = ceil((2.8 s / 10)^2)`` seeds in all, s = the pilot's paired SD of
+G2PO − GRPO on the primary endpoint at K = 5, at least 3, at most 20 (more than 20: the pilot is
+reported as underpowered). K = 1 is read as an equivalence interval (±5 points).
+
+Arms: ``grpo``, ``gigpo`` (registry defaults), ``g2po`` (``success_reward`` 1: the maze pays 1 for a
+win), ``oracle`` (``_oracle_arm.ORACLE``: raw exact A^π of the sampling policy, from one forward of
+the live model per distinct prompt). Each cell's per-iteration endpoints come from the episodes
+the trainer collected (``_oracle_arm.capture``), so the cells need no evaluation to be read.
+
+Usage::
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/junction_llm.py --ks 5 1 --seeds 0 --arms grpo gigpo g2po oracle \\
+        --out /tmp/jl/lane0.json --out-dir /tmp/jl/runs
+    .venv/bin/python benchmarks/junction_llm.py --merge /tmp/jl/lane*.json     # into benchmarks/results/junction_llm.json
+    .venv/bin/python benchmarks/junction_llm.py --evaluate --panel 256       # the secondary endpoint, per cell
+    .venv/bin/python benchmarks/junction_llm.py --summary                    # tables, paired differences, the rule
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+OUT = Path(__file__).parent / "results" / "junction_llm.json"
+ARMS = {"grpo": ("grpo", {}), "gigpo": ("gigpo", {}), "g2po": ("g2po", {"success_reward": 1.0}),
+        "oracle": ("exact_oracle", {})}
+KEY = ("arm", "k", "seed", "iterations", "dtype")
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+T_95 = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8: 1.860, 9: 1.833}
+
+
+def config_for(arm: str, k: int, seed: int, iterations: int, out_dir: Path, dtype: str, extra: list[str] = ()):
+    """The cell's config: ``examples/grpo_junction.yaml`` + the arm's estimator and kwargs, K
+    junctions, ``iterations`` iterations, no in-training evaluation, the final checkpoint saved."""
+    from agentrl.config import load_config
+
+    est, kw = ARMS[arm]
+    overrides = [f"run.name=jllm-k{k}-{arm}-s{seed}", f"run.out_dir={out_dir}", f"run.seed={seed}",
+                 f"run.iterations={iterations}", "run.eval_every=0", "run.eval_before=false",
+                 f"run.save_every={iterations}", f"env.kwargs={json.dumps({'k': k})}", f"policy.dtype={dtype}",
+                 f"algorithm.estimator={est}", f"algorithm.kwargs={json.dumps(kw)}", "log.console=false", *extra]
+    return load_config(Path(__file__).parents[1] / "examples" / "grpo_junction.yaml", overrides)
+
+
+def _condition() -> dict:
+    import torch
+
+    return {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "torch_threads": torch.get_num_threads(),
+            "loadavg": list(os.getloadavg()), "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def run_cell(arm: str, k: int, seed: int, iterations: int, out_dir: Path, dtype: str, extra: list[str] = ()) -> dict:
+    """Train one cell; its row: per-iteration endpoints, the primary endpoint, the logged
+    credit metrics, the oracle's checks (prompt mismatches must be 0), condition and wall time."""
+    from _oracle_arm import capture, register_oracle
+
+    from agentrl.config import to_dict
+    from agentrl.train import train
+
+    register_oracle()
+    cfg = config_for(arm, k, seed, iterations, out_dir, dtype, extra)
+    start, t0 = _condition(), time.perf_counter()
+    with capture(cfg) as live:
+        result = train(cfg, resume=False)
+    seconds = time.perf_counter() - t0
+    metrics = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    ckpt = result.run_dir / "checkpoints" / (result.run_dir / "checkpoints" / "latest").read_text().strip()
+    per = live.per_iter
+    return {"arm": arm, "k": k, "seed": seed, "iterations": iterations, "dtype": dtype, "per_iter": per,
+            "primary": float(np.mean([p["first_junction_right"] for p in per])),
+            "success_mean": float(np.mean([p["success"] for p in per])),
+            "zero_adv": [m.get("adv/zero_frac") for m in metrics], "update_steps": result.state.optimizer_steps,
+            "oracle_checks": live.oracle_checks, "checkpoint": str(ckpt), "run_dir": str(result.run_dir),
+            "seconds": seconds, "condition": {"start": start, "end": _condition()}, "config": to_dict(cfg)}
+
+
+def evaluate_row(row: dict, panel: int) -> dict:
+    """Greedy success of the row's final checkpoint on the first ``panel`` eval-split mazes."""
+    from dataclasses import asdict
+
+    from agentrl.eval import evaluate, load_eval_policy
+
+    cfg = config_for(row["arm"], row["k"], row["seed"], row["iterations"], Path(row["run_dir"]).parent, row["dtype"],
+                     [f"env.eval_panel_size={panel}"])
+    policy = load_eval_policy(cfg, row["checkpoint"])
+    res, _ = evaluate(policy.engine, policy.renderer, cfg, greedy=True)
+    return {k: v for k, v in asdict(res).items() if k in ("n", "successes", "success_rate", "panel_sha256", "outcomes")}
+
+
+def row_key(r: dict) -> tuple:
+    return tuple(r[k] for k in KEY)
+
+
+def merge(rows: list[dict], new: dict) -> list[dict]:
+    return [r for r in rows if row_key(r) != row_key(new)] + [new]
+
+
+def paired(rows: list[dict], arm: str, k: int, base: str = "grpo", field: str = "primary") -> dict | None:
+    """Per-seed paired differences ``arm − base`` (points) of ``field`` at ``k``: mean, SD, 95 % t
+    interval and 90 % t interval (the equivalence reading), seeds both arms have."""
+    a = {r["seed"]: r[field] for r in rows if r["arm"] == arm and r["k"] == k and r.get(field) is not None}
+    b = {r["seed"]: r[field] for r in rows if r["arm"] == base and r["k"] == k and r.get(field) is not None}
+    seeds = sorted(set(a) & set(b))
+    if len(seeds) < 2:
+        return None
+    d = 100 * np.array([a[s] - b[s] for s in seeds])
+    sd, df = float(d.std(ddof=1)), len(seeds) - 1
+    se = sd / math.sqrt(len(seeds))
+    t95, t90 = T_975.get(df, 1.96), T_95.get(df, 1.645)
+    return {"n": len(seeds), "mean": float(d.mean()), "sd": sd, "ci95": (d.mean() - t95 * se, d.mean() + t95 * se),
+            "ci90": (d.mean() - t90 * se, d.mean() + t90 * se), "diffs": d.tolist()}
+
+
+def seeds_needed(sd: float) -> int:
+    """The rule: ceil((2.8 s / 10)^2) seeds in all, at least 3 (the caller reports > 20 as underpowered)."""
+    return max(3, math.ceil((2.8 * sd / 10) ** 2))
+
+
+def summary(rows: list[dict]) -> str:
+    """Markdown: per (K, arm) the primary endpoint per seed and its mean, mean training success,
+    the secondary endpoint where evaluated; paired differences from GRPO; the rule's reading."""
+    lines = ["| K | arm | seeds | first-junction accuracy, per seed (mean over iterations) | mean | "
+             "training success (mean) | greedy panel success after | wall s / cell |", "|---|---|---|---|---|---|---|---|"]
+    for k in sorted({r["k"] for r in rows}, reverse=True):
+        for arm in ARMS:
+            rs = sorted((r for r in rows if r["arm"] == arm and r["k"] == k), key=lambda r: r["seed"])
+            if not rs:
+                continue
+            per = " / ".join(f"{100 * r['primary']:.1f}" for r in rs)
+            ev = [r["eval"]["success_rate"] for r in rs if r.get("eval")]
+            evs = f"{100 * np.mean(ev):.1f} % (n = {len(ev)} × {rs[0]['eval']['n']})" if ev else "–"
+            lines.append(f"| {k} | {arm} | {len(rs)} | {per} | {100 * np.mean([r['primary'] for r in rs]):.1f} % | "
+                         f"{100 * np.mean([r['success_mean'] for r in rs]):.1f} % | {evs} | "
+                         f"{np.mean([r['seconds'] for r in rs]):.0f} |")
+    lines += ["", "| K | arm − GRPO (points, primary) | seeds | mean | SD | 95 % t interval | 90 % t interval |",
+              "|---|---|---|---|---|---|---|"]
+    for k in sorted({r["k"] for r in rows}, reverse=True):
+        for arm in [a for a in ARMS if a != "grpo"]:
+            p = paired(rows, arm, k)
+            if p:
+                lines.append(f"| {k} | {arm} | {p['n']} | {p['mean']:+.1f} | {p['sd']:.1f} | [{p['ci95'][0]:+.1f}, "
+                             f"{p['ci95'][1]:+.1f}] | [{p['ci90'][0]:+.1f}, {p['ci90'][1]:+.1f}] |")
+    p = paired(rows, "g2po", 5)
+    if p:
+        n = seeds_needed(p["sd"])
+        verdict = (f"{n} seeds in all" if n <= 20 else f"{n} > 20 seeds: the pilot is reported as underpowered")
+        lines += ["", f"Rule: s (SD of G2PO − GRPO at K = 5, primary) = {p['sd']:.1f} points over {p['n']} seeds → "
+                      f"n = ceil((2.8 · {p['sd']:.1f} / 10)^2) → {verdict}."]
+    q = paired(rows, "g2po", 1)
+    if q:
+        inside = -5 <= q["ci90"][0] and q["ci90"][1] <= 5
+        lines.append(f"K = 1 equivalence (G2PO − GRPO, 90 % interval within ±5 points): [{q['ci90'][0]:+.1f}, "
+                     f"{q['ci90'][1]:+.1f}] → {'equivalent' if inside else 'not shown equivalent'}.")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
+    ap.add_argument("--ks", nargs="+", type=int, default=[5, 1])
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    ap.add_argument("--iterations", type=int, default=8)
+    ap.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto")
+    ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--out-dir", default="runs/junction_llm", help="run folders (put them outside the tree)")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="extra config overrides (smoke tests)")
+    ap.add_argument("--merge", nargs="+", metavar="JSON", help="merge these --out files' rows into --out and exit")
+    ap.add_argument("--evaluate", action="store_true", help="greedy panel success of every row of --out without one")
+    ap.add_argument("--panel", type=int, default=256)
+    ap.add_argument("--summary", action="store_true")
+    args = ap.parse_args()
+    out = Path(args.out)
+    data = json.loads(out.read_text()) if out.is_file() else {"runs": []}
+    if args.summary:
+        print(summary(data["runs"]))
+        return
+    if args.merge:
+        for f in args.merge:
+            for row in json.loads(Path(f).read_text())["runs"]:
+                data["runs"] = merge(data["runs"], row)
+        out.write_text(json.dumps(data, indent=1, default=float))
+        print(f"{len(data['runs'])} rows in {out}")
+        return
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.evaluate:
+        for row in data["runs"]:
+            if not row.get("eval") and Path(row["checkpoint"]).exists():
+                row["eval"] = evaluate_row(row, args.panel)
+                print(f"K={row['k']} {row['arm']} seed {row['seed']}: greedy {row['eval']['success_rate']:.1%}", flush=True)
+                out.write_text(json.dumps(data, indent=1, default=float))
+        return
+    from learning import auto_dtype
+
+    dtype = auto_dtype() if args.dtype == "auto" else args.dtype
+    for k in args.ks:
+        for seed in args.seeds:
+            for arm in args.arms:
+                row = run_cell(arm, k, seed, args.iterations, Path(args.out_dir), dtype, args.set)
+                data["runs"] = merge(data["runs"], row)
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text(json.dumps(data, indent=1, default=float))
+                print(f"K={k} {arm} seed {seed}: first-junction {row['primary']:.1%}, success {row['success_mean']:.1%} "
+                      f"({row['seconds']:.0f} s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
