@@ -34,6 +34,10 @@ from test_train_loop import _cfg  # noqa: E402
 import ray._common.utils  # noqa: E402  (the address file, see two_nodes)
 import ray._private.utils  # noqa: E402
 from agentrl.rollout.engines.interface import EngineWorkerError  # noqa: E402
+
+#: start deadline of the Ray ranks and workers here: a guard against a hang, not a speed bound (a rank's
+#: process took > 60 s to start on 2 cores at load 7, 2026-12-05)
+START_S = 180
 from agentrl.rollout.engines.ray_actors import RayEngineWorkers  # noqa: E402
 from agentrl.rollout.ray_backend import ensure_ray  # noqa: E402
 from agentrl.store import TurnStore  # noqa: E402
@@ -147,7 +151,7 @@ def test_separate_nodes_refuses_engines_on_the_trainer_node(two_nodes, tiny_dir)
     with pytest.raises(EngineWorkerError, match="landed on the trainer's node"):
         open_engine_workers("ray", 1, checks.spec_of(tiny_dir), checks.initial_state(tiny_dir), 0,
                             num_cpus_per_worker=0.5, resources={"trainer_node": 0.5}, separate_nodes=True,
-                            start_timeout_s=60)
+                            start_timeout_s=START_S)
     assert ray.util.placement_group_table() == {} or all(  # its bundles were given back
         g["state"] == "REMOVED" for g in ray.util.placement_group_table().values())
 
@@ -160,8 +164,8 @@ def test_ray_ranks_follow_trainer_resources(two_nodes):
     from agentrl.distributed.ray_launch import launch
 
     head, engine_node = two_nodes
-    assert launch(_where, ranks=1, cpus_per_rank=0.5, resources={"trainer_node": 1}, start_timeout_s=60) == head
-    assert launch(_where, ranks=1, cpus_per_rank=0.5, resources={"engine_node": 1}, start_timeout_s=60) == engine_node
+    assert launch(_where, ranks=1, cpus_per_rank=0.5, resources={"trainer_node": 1}, start_timeout_s=START_S) == head
+    assert launch(_where, ranks=1, cpus_per_rank=0.5, resources={"engine_node": 1}, start_timeout_s=START_S) == engine_node
 
 
 @pytest.mark.slow
@@ -178,7 +182,7 @@ def test_ray_ranks_trainer_on_head_engines_on_engine_node(two_nodes, tiny_dir, t
                run__save_every=0, run__seed=0, rollout__placement=placement)
     before = set(ray.util.placement_group_table())
     result = launch(train, (cfg,), {"resume": False}, ranks=1, cpus_per_rank=0.5,
-                    resources=dict(cfg.rollout.placement.trainer_resources), start_timeout_s=120)
+                    resources=dict(cfg.rollout.placement.trainer_resources), start_timeout_s=START_S)
     assert result.state.iteration == 2 and result.state.policy_version == 2
     # the run's placement groups (removed at its end, Ray keeps where their bundles were)
     groups = [g for k, g in ray.util.placement_group_table().items() if k not in before]
