@@ -58,17 +58,11 @@ def config_for(arm: str, k: int, seed: int, iterations: int, out_dir: Path, dtyp
     return load_config(Path(__file__).parents[1] / "examples" / "grpo_junction.yaml", overrides)
 
 
-def _condition() -> dict:
-    import torch
-
-    return {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "torch_threads": torch.get_num_threads(),
-            "loadavg": list(os.getloadavg()), "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-
-
 def run_cell(arm: str, k: int, seed: int, iterations: int, out_dir: Path, dtype: str, extra: list[str] = ()) -> dict:
     """Train one cell; its row: per-iteration endpoints, the primary endpoint, the logged
     credit metrics, the oracle's checks (prompt mismatches must be 0), condition and wall time."""
     from _oracle_arm import capture, register_oracle
+    from learning import _condition
 
     from agentrl.config import to_dict
     from agentrl.train import train
