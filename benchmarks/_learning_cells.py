@@ -34,7 +34,9 @@ On top of that an estimator gets only
 On the junction maze (``learning.py --env jm1 / jm5``) HiPER instead takes ``hiper_junction.yaml``'s kwargs
 and ``NEEDS_JUNCTION``: decoding constrained to HiPER's tagged forms of the admissible actions
 (``policy.action_constraint=admissible`` with that example's ``policy.hiper_subgoals``), so the 135M
-model chooses switch, subgoal and action itself; the critic settings as above.
+model chooses switch, subgoal and action itself; the critic settings as above. ``TAGGED_JUNCTION`` is that
+decoding alone: ``learning.py --tagged`` trains any other estimator under it (the control that separates
+HiPER's credit from its format: the tagged prompt and decoding without HiPER's hierarchy).
 
 Tree cells therefore play a different number of turns per iteration than the chain cells
 (recorded per run as ``turns``); everything else is the same.
@@ -68,10 +70,10 @@ NEEDS = {
 
 #: The junction-maze cells' example configs and needs, where they differ (module docstring).
 EXAMPLES_JUNCTION = {"hiper": "hiper_junction.yaml"}
+TAGGED_JUNCTION = ["policy.action_format=hiper", "policy.action_constraint=admissible",
+                   'policy.hiper_subgoals=["reach the next junction","take the exit the sign names"]', "policy.max_tokens=48"]
 NEEDS_JUNCTION = {
-    "hiper": ["policy.action_format=hiper", "policy.action_constraint=admissible",
-              'policy.hiper_subgoals=["reach the next junction","take the exit the sign names"]', "policy.max_tokens=48",
-              "update.critic_top_n_layers=6", "update.critic_lr=1e-4", "update.critic_minibatch=16"],
+    "hiper": [*TAGGED_JUNCTION, "update.critic_top_n_layers=6", "update.critic_lr=1e-4", "update.critic_minibatch=16"],
 }
 
 
@@ -87,14 +89,23 @@ def example_kwargs(estimator: str, junction: bool = False) -> dict:
     return dict((cfg.get("algorithm") or {}).get("kwargs") or {})
 
 
-def estimator_overrides(estimator: str, junction: bool = False) -> list[str]:
+def estimator_overrides(estimator: str, junction: bool = False, tagged: bool = False) -> list[str]:
     """Config overrides of one estimator's cell: the estimator, its kwargs, its needs
-    (``junction``: a junction-maze cell, ``EXAMPLES_JUNCTION`` / ``NEEDS_JUNCTION`` first)."""
+    (``junction``: a junction-maze cell, ``EXAMPLES_JUNCTION`` / ``NEEDS_JUNCTION`` first;
+    ``tagged``: also HiPER's tagged decoding, ``TAGGED_JUNCTION``).
+
+    Raises:
+        ValueError: ``tagged`` outside the junction maze (the tagged forms need its admissible actions
+            and subgoals).
+    """
     import json
 
+    if tagged and not junction:
+        raise ValueError("--tagged: HiPER's tagged decoding is set up for the junction maze only (--env jm1 / jm5)")
     kw = json.dumps(example_kwargs(estimator, junction), separators=(",", ":"))
     needs = (NEEDS_JUNCTION if junction else {}).get(estimator) or NEEDS.get(estimator, [])
-    return [f"algorithm.estimator={estimator}", f"algorithm.kwargs={kw}", *needs]
+    extra = [o for o in TAGGED_JUNCTION if o not in needs] if tagged else []
+    return [f"algorithm.estimator={estimator}", f"algorithm.kwargs={kw}", *needs, *extra]
 
 
 #: A tiny budget that only checks a cell starts and finishes (``learning.py --smoke``).

@@ -1,7 +1,7 @@
 """Paired comparison of learning-grid rows: estimator vs a baseline on the same seeds and tasks.
 
 Two rows of ``results/learning.json`` are a pair when they share env, group size, iterations,
-panel (size and content hash), dtype and seed and differ only in the estimator. The "before" evaluation is the same model on
+panel (size and content hash), dtype, action format (``format_of``) and seed and differ only in the estimator. The "before" evaluation is the same model on
 the same panel for both (greedy decoding: identical outcomes), so the difference of the
 "after" success rates is the difference of the rises. Each after-evaluation stores its
 per-task outcomes (``EvalResult.outcomes``: ``[task_id, return]``, success = return > 0 for the
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["critic_of", "dtype_of", "env_cell", "group_size_of", "panel_of", "pair_rows", "paired_difference", "paired_summary"]
+__all__ = ["critic_of", "dtype_of", "env_cell", "format_of", "group_size_of", "panel_of", "pair_rows", "paired_difference", "paired_summary"]
 
 
 def group_size_of(row: dict) -> int:
@@ -57,6 +57,14 @@ def critic_of(row: dict) -> str:
     return f"critic lr {float(u.get('critic_lr', 1e-5)):g}" + (f", {k} prompts/step" if k else "")
 
 
+def format_of(row: dict) -> str:
+    """'hiper tags' for a row trained under HiPER's tagged action format (``policy.action_format:
+    hiper``: the HiPER cells, and ``learning.py --tagged`` control cells of other estimators); '' for
+    every other row. The format changes the prompt and what is decoded, so two formats are two
+    cells: never merged, paired or averaged."""
+    return "hiper tags" if row.get("config", {}).get("policy", {}).get("action_format") == "hiper" else ""
+
+
 def panel_of(row: dict) -> str:
     """The first 12 hex digits of the held-out panel's sha256 (from the row's after-evaluation;
     '' where a row has none, e.g. an unfinished cell). Two panels of one size can differ — the
@@ -72,11 +80,11 @@ def env_cell(env: str, panel: str) -> str:
 
 
 def pair_rows(rows: list[dict], baseline: str) -> dict[tuple, dict[str, list[tuple[dict, dict]]]]:
-    """{(env, group size, iterations, panel, dtype, panel hash): {estimator: [(row, baseline row),
+    """{(env, group size, iterations, panel, dtype, panel hash, format): {estimator: [(row, baseline row),
     ...] by seed}} for every estimator with at least one seed shared with ``baseline`` (a
     turn-PPO estimator's name carries its critic settings, ``critic_of``)."""
     def cond(r):
-        return r["env"], group_size_of(r), r["iterations"], r["panel"], dtype_of(r), panel_of(r)
+        return r["env"], group_size_of(r), r["iterations"], r["panel"], dtype_of(r), panel_of(r), format_of(r)
 
     base = {(cond(r), r["seed"]): r for r in rows if r["estimator"] == baseline}
     out: dict[tuple, dict[str, list]] = {}
@@ -157,7 +165,8 @@ def paired_summary(rows: list[dict], baseline: str = "grpo") -> str:
     lines = [f"| env | dtype | group size | estimator − {baseline} | seeds | greedy Δ per seed (points) | greedy Δ [95 % CI] | "
              "sampled Δ [95 % CI] | greedy tasks won / lost | anchor groups (≥2 / mean size) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    for (env, g, _, _, dtype, panel), by_est in sorted(pair_rows(rows, baseline).items()):
+    for (env, g, _, _, dtype, panel, fmt_), by_est in sorted(pair_rows(rows, baseline).items()):
+        dtype = f"{dtype}, {fmt_}" if fmt_ else dtype
         for est, pairs in sorted(by_est.items()):
             gd, sd = paired_difference(pairs, "greedy"), paired_difference(pairs, "sampled")
             anchors = [_anchor(r) for r, _ in pairs]

@@ -11,7 +11,9 @@ to ``benchmarks/results/learning.json``.
 
 ``--env jm5`` / ``jm1``: the junction maze (issues 38/39) at K = 5 / 1 instead, under
 ``examples/grpo_junction.yaml`` (Markov prompt, 24 turns; the estimator's part as below; BEACON and
-3SPO take their junction example configs' kwargs).
+3SPO take their junction example configs' kwargs). ``--tagged`` trains the cell under HiPER's tagged
+decoding (``<switch>``/``<subgoal>``/``<action>`` forms of the admissible actions, the HiPER cells'
+prompt and decoding): the control that separates HiPER's credit from its format.
 
 Any registered estimator can be a cell (``--estimators``): it trains under that same base
 config and budget with its own hyperparameters from its example config, plus what it cannot
@@ -28,7 +30,7 @@ The "before" evaluation does not depend on the estimator: it is computed once pe
 panel, seed, hash of the env and policy config — ``policy.return_hidden`` left out) and shared
 by the estimators of that seed (the greedy one once per (env, panel, hash): greedy decoding
 ignores the seed). Rows are merged into the JSON by (env, estimator, seed, iterations, panel, group size, dtype, panel hash,
-turn-PPO's critic settings),
+turn-PPO's critic settings, action format),
 so a grid can be run in pieces; ``--summary`` prints the Markdown table of what the JSON holds
 (per-run rows with their diagnostics, then means over seeds). ``--group-size G`` trains groups
 of G episodes per task on 24 // G tasks per iteration (the same 24 episodes; rows keyed by group
@@ -57,7 +59,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from _learning_paired import critic_of, dtype_of, env_cell, group_size_of, paired_summary, panel_of
+from _learning_paired import critic_of, dtype_of, env_cell, format_of, group_size_of, paired_summary, panel_of
 
 #: --env name -> (env id, max turns, base config in examples/, extra overrides). The junction-maze cells
 #: (issues 38/39) take grpo_junction.yaml: a Markov prompt (window_k 0), K junctions, the env's eval split.
@@ -66,7 +68,7 @@ ENVS = {"cu1": ("agentrl/TextWorld-CU1-v0", 8, "gigpo_textworld.yaml", []),
         "jm1": ("agentrl/JunctionMaze-v0", 24, "grpo_junction.yaml", ["env.kwargs={\"k\":1}"]),
         "jm5": ("agentrl/JunctionMaze-v0", 24, "grpo_junction.yaml", ["env.kwargs={\"k\":5}"])}
 OUT = Path(__file__).parent / "results" / "learning.json"
-KEY = ("env", "estimator", "seed", "iterations", "panel", "group_size", "dtype", "panel_sha", "critic")
+KEY = ("env", "estimator", "seed", "iterations", "panel", "group_size", "dtype", "panel_sha", "critic", "format")
 EPISODES = 24  #: episodes per iteration of every cell: groups_per_iteration = EPISODES // group size
 
 
@@ -102,14 +104,15 @@ def auto_dtype() -> str:
 
 
 def config_for(env: str, estimator: str, seed: int, iterations: int, panel: int, out_dir: Path, smoke: bool = False,
-               dtype: str = "bfloat16", group_size: int = 4):
+               dtype: str = "bfloat16", group_size: int = 4, tagged: bool = False):
     """The training config of one grid cell: the base config + the benchmark's budget + the
     estimator's own part (``_learning_cells.estimator_overrides``) in ``policy.dtype`` ``dtype``;
     ``smoke``: a tiny budget. ``group_size`` episodes per task, ``EPISODES // group_size``
-    tasks per iteration (the same episodes per iteration for every group size).
+    tasks per iteration (the same episodes per iteration for every group size). ``tagged``: under
+    HiPER's tagged decoding (``_learning_cells.TAGGED_JUNCTION``; run name suffix ``-tagged``).
 
     Raises:
-        ValueError: ``group_size`` does not divide ``EPISODES``.
+        ValueError: ``group_size`` does not divide ``EPISODES``; ``tagged`` outside the junction maze.
     """
     from _learning_cells import SMOKE, estimator_overrides
 
@@ -119,13 +122,13 @@ def config_for(env: str, estimator: str, seed: int, iterations: int, panel: int,
     if group_size < 2 or EPISODES % group_size:
         raise ValueError(f"--group-size {group_size}: it must be >= 2 and divide the {EPISODES} episodes of an iteration "
                          "(2, 3, 4, 6, 8, 12, 24)")
-    tag = "" if group_size == 4 else f"-g{group_size}"
+    tag = ("" if group_size == 4 else f"-g{group_size}") + ("-tagged" if tagged else "")
     overrides = [f"run.name=learning-{env}-{estimator}-s{seed}{tag}", f"run.out_dir={out_dir}", f"run.seed={seed}",
                  f"run.iterations={iterations}", "run.eval_every=0", f"run.save_every={iterations}",
                  "run.eval_before=false", f"run.eval_seed={seed}",  # this script evaluates before/after itself
                  f"env.id={env_id}", f"env.max_turns={max_turns}", f"env.eval_panel_size={panel}",
                  f"policy.dtype={dtype}", f"rollout.groups_per_iteration={EPISODES // group_size}", f"rollout.group_size={group_size}",
-                 *env_overrides, *estimator_overrides(estimator, junction=env.startswith("jm")),
+                 *env_overrides, *estimator_overrides(estimator, junction=env.startswith("jm"), tagged=tagged),
                  "log.console=false"]
     if smoke:
         overrides += SMOKE + ["run.save_every=1"] + (["env.max_turns=15"] if env == "jm5" else [])  # maze: >= 3k
@@ -141,7 +144,7 @@ def _condition() -> dict:
 
 
 def run_one(env: str, estimator: str, seed: int, iterations: int, panel: int, out_dir: Path,
-            smoke: bool = False, dtype: str = "bfloat16", group_size: int = 4) -> dict:
+            smoke: bool = False, dtype: str = "bfloat16", group_size: int = 4, tagged: bool = False) -> dict:
     """Before-eval (cached per env/panel/seed), training, after-eval and diagnostics
     (``_learning_diag.run_diagnostics``) of one (env, estimator, seed, group size)."""
     from _learning_diag import run_diagnostics
@@ -150,7 +153,7 @@ def run_one(env: str, estimator: str, seed: int, iterations: int, panel: int, ou
     from agentrl.train import train
 
     start = _condition()
-    cfg = config_for(env, estimator, seed, iterations, panel, out_dir, smoke, dtype, group_size)
+    cfg = config_for(env, estimator, seed, iterations, panel, out_dir, smoke, dtype, group_size, tagged)
     d = to_dict(cfg)  # the cache key: everything the before-eval depends on (env and policy sections;
     pol = {k: v for k, v in d["policy"].items() if k != "return_hidden"}  # storing hidden states changes no action)
     tag = hashlib.sha256(json.dumps({"env": d["env"], "policy": pol}, sort_keys=True).encode()).hexdigest()[:10]
@@ -217,17 +220,18 @@ def row_key(row: dict) -> tuple:
     """A row's ``KEY`` values (group size 4 for rows written before ``--group-size``; the dtype is
     ``policy.dtype`` of the row's config, so a float32 re-run never replaces a bf16 row; the panel
     hash is the after-evaluation's, so a run on today's panel never replaces one on an older panel
-    of the same size; turn-PPO's critic settings, ``critic_of``, likewise)."""
-    derived = {"group_size": group_size_of, "dtype": dtype_of, "panel_sha": panel_of, "critic": critic_of}
+    of the same size; turn-PPO's critic settings, ``critic_of``, and the action format, ``format_of``, likewise)."""
+    derived = {"group_size": group_size_of, "dtype": dtype_of, "panel_sha": panel_of, "critic": critic_of, "format": format_of}
     return tuple(derived[k](row) if k in derived else row.get(k) for k in KEY)
 
 
 def label(row: dict) -> str:
-    """The estimator column: the name, plus turn-PPO's critic settings, the group size where it is
+    """The estimator column: the name, plus turn-PPO's critic settings, 'hiper tags' for the tagged
+    action format, the group size where it is
     not the default 4 and the dtype where it is not float32 (the means over seeds never mix
     dtypes or critic settings)."""
-    g, dtype, critic = group_size_of(row), dtype_of(row), critic_of(row)
-    extra = ([critic] if critic else []) + ([f"groups of {g}"] if g != 4 else []) + ([dtype] if dtype != "float32" else [])
+    g, dtype, critic, fmt = group_size_of(row), dtype_of(row), critic_of(row), format_of(row)
+    extra = ([critic] if critic else []) + ([fmt] if fmt else []) + ([f"groups of {g}"] if g != 4 else []) + ([dtype] if dtype != "float32" else [])
     return row["estimator"] + (f" ({', '.join(extra)})" if extra else "")
 
 
@@ -319,6 +323,8 @@ def main() -> None:
                     "each cell starts; use with an --out and --out-dir outside the tree")
     ap.add_argument("--group-size", type=int, default=4, help=f"episodes per task (default 4); {EPISODES} // it "
                     "tasks per iteration, so every group size plays the same episodes")
+    ap.add_argument("--tagged", action="store_true", help="junction maze only: train under HiPER's tagged decoding "
+                    "(_learning_cells.TAGGED_JUNCTION), the control that separates HiPER's credit from its format")
     ap.add_argument("--summary", action="store_true", help="print the Markdown table of --out and exit")
     ap.add_argument("--merge", nargs="+", metavar="JSON", help="merge the rows of these --out files (cells run in "
                     "parallel processes, each with its own --out) into --out and exit")
@@ -372,6 +378,8 @@ def main() -> None:
         out.write_text(json.dumps(data, indent=1, default=float))
         print(unfinished_summary(data["unfinished"]))
         return
+    if args.tagged and not all(e.startswith("jm") for e in args.env):
+        ap.error("--tagged: HiPER's tagged decoding is set up for the junction maze only (--env jm1 / jm5)")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     dtype = auto_dtype() if args.dtype == "auto" else args.dtype
     print(f"policy.dtype={dtype}", flush=True)
@@ -379,7 +387,7 @@ def main() -> None:
         for seed in args.seeds:
             for est in args.estimators:
                 row = run_one(env, est, seed, args.iterations, args.panel, Path(args.out_dir), args.smoke, dtype,
-                              args.group_size)
+                              args.group_size, args.tagged)
                 rows = merge(rows, row)
                 b, a = row["before"], row["after"]
                 print(f"{env} {est} seed {seed}: greedy {b['greedy']['success_rate']:.1%} -> "

@@ -63,8 +63,8 @@ def test_pairing_rules():
             _row("hgpo", 0, {"t0"}, dtype="bfloat16"),            # no bf16 baseline: unpaired
             _row("gigpo", 0, {"t1"}, group_size=8)]              # no groups-of-8 baseline: unpaired
     got = pair_rows(rows, "grpo")
-    assert list(got) == [("cu1", 4, 8, 4, "float32", "")]
-    assert [(r["seed"], b["seed"]) for r, b in got[("cu1", 4, 8, 4, "float32", "")]["gigpo"]] == [(0, 0)]
+    assert list(got) == [("cu1", 4, 8, 4, "float32", "", "")]
+    assert [(r["seed"], b["seed"]) for r, b in got[("cu1", 4, 8, 4, "float32", "", "")]["gigpo"]] == [(0, 0)]
     table = paired_summary(rows, "grpo").splitlines()
     assert len(table) == 3 and "| cu1 | float32 | 4 | gigpo | 0 | +25.0 |" in table[2]
 
@@ -170,7 +170,47 @@ def test_turn_ppo_critic_settings_are_separate_cells():
     assert label(old) == "turn_ppo (critic lr 1e-05, bfloat16)"
     assert label(new) == "turn_ppo (critic lr 0.0001, 16 prompts/step, bfloat16)"
     grpo = [_row("grpo", s, set(), dtype="bfloat16") for s in (0, 1)]
-    by_est = pair_rows([*grpo, old, new, new1], "grpo")[("cu1", 4, 8, 4, "bfloat16", "")]
+    by_est = pair_rows([*grpo, old, new, new1], "grpo")[("cu1", 4, 8, 4, "bfloat16", "", "")]
     assert sorted(by_est) == ["turn_ppo (critic lr 0.0001, 16 prompts/step)", "turn_ppo (critic lr 1e-05)"]
     assert [r["seed"] for r, _ in by_est["turn_ppo (critic lr 0.0001, 16 prompts/step)"]] == [0, 1]
     assert label(_row("grpo", 0, set(), dtype="bfloat16")) == "grpo (bfloat16)"  # other rows: no critic part
+
+
+def test_tagged_control_cells_are_their_own_cells(tmp_path):
+    """``learning.py --tagged``: GRPO under HiPER's tagged decoding has exactly HiPER's policy and env
+    sections (same prompt, decoding and before-evaluation), its own run name, and its rows are merged,
+    labelled and paired apart from the plain-format rows: HiPER pairs with the tagged GRPO only."""
+    from learning import label
+
+    from agentrl.config import to_dict
+
+    tagged = config_for("jm5", "grpo", 1, 8, 24, tmp_path, group_size=8, tagged=True)
+    hiper = config_for("jm5", "hiper", 1, 8, 24, tmp_path, group_size=8)
+    plain = config_for("jm5", "grpo", 1, 8, 24, tmp_path, group_size=8)
+    assert to_dict(tagged)["policy"] == to_dict(hiper)["policy"] != to_dict(plain)["policy"]
+    assert to_dict(tagged)["env"] == to_dict(hiper)["env"] == to_dict(plain)["env"]
+    assert (tagged.policy.action_format, tagged.policy.action_constraint, tagged.algorithm.estimator) == (
+        "hiper", "admissible", "grpo")
+    assert tagged.policy.hiper_subgoals == ("reach the next junction", "take the exit the sign names")
+    assert tagged.run.name == "learning-jm5-grpo-s1-g8-tagged" and plain.run.name == "learning-jm5-grpo-s1-g8"
+    assert to_dict(config_for("jm5", "hiper", 1, 8, 24, tmp_path, group_size=8, tagged=True)) == to_dict(hiper) | {
+        "run": to_dict(hiper)["run"] | {"name": "learning-jm5-hiper-s1-g8-tagged"}}  # hiper is tagged already
+    with pytest.raises(ValueError, match="junction maze only"):
+        config_for("cc3", "grpo", 0, 8, 24, tmp_path, tagged=True)
+    assert not list(tmp_path.iterdir())
+
+    def cell(est, seed, won, fmt):
+        r = _row(est, seed, won, dtype="bfloat16", env="jm5", group_size=8)
+        r["config"]["policy"]["action_format"] = fmt
+        return r
+
+    g_plain, g_tag = cell("grpo", 0, {"t0", "t1"}, "tag:action"), cell("grpo", 0, set(), "hiper")
+    h0, h1, g_tag1 = cell("hiper", 0, {"t2"}, "hiper"), cell("hiper", 1, set(), "hiper"), cell("grpo", 1, {"t3"}, "hiper")
+    assert row_key(g_plain) != row_key(g_tag) and merge([g_plain], g_tag) == [g_plain, g_tag]
+    assert label(g_tag) == "grpo (hiper tags, groups of 8, bfloat16)" and label(g_plain) == "grpo (groups of 8, bfloat16)"
+    got = pair_rows([g_plain, g_tag, h0, h1, g_tag1], "grpo")
+    assert list(got) == [("jm5", 8, 8, 4, "bfloat16", "", "hiper tags")]  # the plain grpo row pairs with nothing
+    pairs = got[("jm5", 8, 8, 4, "bfloat16", "", "hiper tags")]["hiper"]
+    assert [(r["seed"], b["seed"], b["config"]["policy"]["action_format"]) for r, b in pairs] == [(0, 0, "hiper"), (1, 1, "hiper")]
+    assert paired_difference(pairs)["per_seed"] == [25.0, -25.0]
+    assert "| jm5 | bfloat16, hiper tags | 8 | hiper | 0, 1 | +25.0, -25.0 |" in paired_summary([g_plain, g_tag, h0, h1, g_tag1])
