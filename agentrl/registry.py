@@ -34,7 +34,7 @@ class Registry(Generic[T]):
         kind: what is registered (used in error messages), e.g. ``"estimator"``.
     Raises:
         ValueError: on ``register`` of a name that is already taken.
-        KeyError: on ``get`` of an unknown name, listing the closest and all valid names.
+        KeyError: on ``get`` / ``unregister`` of an unknown name, listing the closest and all valid names.
     """
 
     def __init__(self, kind: str) -> None:
@@ -46,6 +46,12 @@ class Registry(Generic[T]):
             raise ValueError(f"{self.kind} {name!r} is already registered; pick another name")
         self._items[name] = obj
         return obj
+
+    def unregister(self, name: str) -> T:
+        """Remove ``name`` and return its object (a plugin registered for one run or one test)."""
+        if name not in self._items:
+            raise unknown_name_error(self.kind, name, self._items)
+        return self._items.pop(name)
 
     def decorator(self, name: str) -> Callable[[T], T]:
         """``@registry.decorator("name")`` registers the decorated object."""

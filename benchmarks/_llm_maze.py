@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from agentrl.credit.exact import exact_advantages, exact_values
+from agentrl.credit.exact import ExactValues, exact_advantages, exact_values
 from agentrl.env.task_graph import TaskGraph
 from agentrl.llm.base import SamplingParams
 from agentrl.llm.chat import ChatRenderer
@@ -96,7 +96,8 @@ def renormalised(p: np.ndarray) -> np.ndarray:
 @dataclass
 class PolicyTables:
     """The policy's probabilities, cached by prompt (mazes share prompts: same entrance text and
-    room text). ``by_prompt``: prompt bytes -> float64[A]; ``forwards``: forwards run."""
+    room text). ``by_prompt``: prompt bytes -> float64[A]; ``forwards``: forwards run; ``by_task``:
+    task id -> ``MazeValues`` (``maze``)."""
 
     model: torch.nn.Module
     renderer: ChatRenderer
@@ -104,6 +105,7 @@ class PolicyTables:
     pad_id: int
     by_prompt: dict | None = None
     forwards: int = 0
+    by_task: dict | None = None
 
     def graph_policy(self, graph: TaskGraph) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """(π per non-terminal state: float64[len(actions)] summing to 1; prompt ids per state)."""
@@ -118,6 +120,35 @@ class PolicyTables:
                 self.forwards += 1
             pi[s] = self.by_prompt[key]
         return pi, prompts
+
+    def maze(self, task_id: str, horizon: int) -> "MazeValues":
+        """The maze ``task_id``'s graph (``Maze.parse(task_id).graph(horizon)``), π and prompts per
+        state (``graph_policy``) and exact values under π; cached per task id."""
+        self.by_task = {} if self.by_task is None else self.by_task
+        if task_id not in self.by_task:
+            g = Maze.parse(task_id).graph(horizon)
+            pi, prompts = self.graph_policy(g)
+            self.by_task[task_id] = MazeValues(g, pi, prompts, exact_values(g, pi))
+        return self.by_task[task_id]
+
+
+@dataclass(frozen=True)
+class MazeValues:
+    """One maze under one policy: its ``graph``, ``pi`` (state -> float64[A]), ``prompts`` (state
+    -> int ids the rollout builds there) and ``values`` (``exact_values``)."""
+
+    graph: TaskGraph
+    pi: dict
+    prompts: dict
+    values: ExactValues
+
+    def check(self, turn, state: str, action: str) -> tuple[bool, float]:
+        """(the turn's stored prompt differs from ``prompts[state]``, |stored completion logprob sum
+        − log π(action|state)| in nats) for one sampled turn on this maze."""
+        mismatch = not np.array_equal(np.asarray(turn.prompt_ids), self.prompts[state])
+        lp = float(np.sum(turn.completion_logprobs, dtype=np.float64))
+        p = self.pi[state][self.graph.actions[state].index(action)]
+        return mismatch, abs(lp - float(np.log(p)))
 
 
 def sample_batch(engine, renderer: ChatRenderer, store: TurnStore, run_id: str, *, k: int, seed: int,
@@ -168,24 +199,20 @@ def map_batch(store: TurnStore, run_id: str, episodes: list[Episode], tables: Po
     π per state (``PolicyTables``), exact values and advantages (``agentrl.credit.exact``)."""
     table = store.table(run_id)
     by_id = {e.episode_id: e for e in episodes}
-    graphs, vals, pis, prompts = {}, {}, {}, {}
     states, kinds, onward, won, a_true = [], [], [], [], []
-    gap, mismatch, invalid, visits = 0.0, 0, 0, {}
+    gap, mismatch, invalid, visits, pis = 0.0, 0, 0, {}, {}
     for ep_id in dict.fromkeys(table.episode.tolist()):
         ep = by_id[ep_id]
         tid = ep.task_id
-        if tid not in graphs:
-            graphs[tid] = Maze.parse(tid).graph(max_turns)
-            pis[tid], prompts[tid] = tables.graph_policy(graphs[tid])
-            vals[tid] = exact_values(graphs[tid], pis[tid])
-        g, acts = graphs[tid], [t.action for t in ep.turns]
+        m = tables.maze(tid, max_turns)
+        g, acts = m.graph, [t.action for t in ep.turns]
         try:
             visited = g.replay(acts)
             ok = ep.status == EpisodeStatus.OK and all(t.action_valid for t in ep.turns)
         except ValueError:
             visited, ok = [g.start] * len(acts), False
         invalid += not ok
-        adv = exact_advantages(g, vals[tid], acts) if ok else np.zeros(len(acts))
+        adv = exact_advantages(g, m.values, acts) if ok else np.zeros(len(acts))
         for turn, s, a, at in zip(ep.turns, visited, acts, adv):
             nxt = g.next_state.get((s, a), s)
             states.append(s)
@@ -194,15 +221,14 @@ def map_batch(store: TurnStore, run_id: str, episodes: list[Episode], tables: Po
             won.append(bool(ep.success))
             a_true.append(at)
             if ok:
-                mismatch += not np.array_equal(np.asarray(turn.prompt_ids), prompts[tid][s])
-                lp = float(np.sum(turn.completion_logprobs, dtype=np.float64))
-                gap = max(gap, abs(lp - float(np.log(pis[tid][s][g.actions[s].index(a)]))))
+                bad, d = m.check(turn, s, a)
+                mismatch, gap = mismatch + bad, max(gap, d)
                 visits.setdefault((tid, s), np.zeros(len(g.actions[s]), np.int64))[g.actions[s].index(a)] += 1
-    succ = float(np.mean([vals[by_id[e].task_id].v(0, graphs[by_id[e].task_id].start)
-                          for e in dict.fromkeys(table.episode.tolist())]))
+                pis[(tid, s)] = m.pi[s]
+    mazes = [tables.maze(by_id[e].task_id, max_turns) for e in dict.fromkeys(table.episode.tolist())]
+    succ = float(np.mean([m.values.v(0, m.graph.start) for m in mazes]))
     return MappedBatch(table, states, np.asarray(kinds), np.asarray(onward, bool), np.asarray(won, bool),
-                       np.asarray(a_true, np.float64), gap, mismatch, invalid, succ,
-                       {key: pis[key[0]][key[1]] for key in visits}, visits)
+                       np.asarray(a_true, np.float64), gap, mismatch, invalid, succ, pis, visits)
 
 
 def returns_to_go(table: TurnTable) -> np.ndarray:

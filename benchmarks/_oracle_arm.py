@@ -28,8 +28,8 @@ import numpy as np
 
 from _llm_maze import PolicyTables
 
-from agentrl.credit import list_estimators, register_estimator
-from agentrl.credit.exact import exact_advantages, exact_values
+from agentrl.credit import list_estimators, register_estimator, unregister_estimator
+from agentrl.credit.exact import exact_advantages
 from agentrl.types import Episode, EpisodeStatus, TurnTable
 from agentrl_envs.junction.maze import Maze
 
@@ -90,23 +90,18 @@ def oracle_advantages(table: TurnTable, episodes: list[Episode], tables: PolicyT
     Raises:
         KeyError: a row's episode is not among ``episodes``."""
     by_id = {e.episode_id: e for e in episodes}
-    out, gap, mismatch, graphs = np.zeros(len(table)), 0.0, 0, {}
+    out, gap, mismatch = np.zeros(len(table)), 0.0, 0
     for ep_id in np.unique(table.episode):
         ep = by_id[int(ep_id)]
         rows = np.flatnonzero(table.episode == ep_id)
         if ep.status != EpisodeStatus.OK:
             continue
-        if ep.task_id not in graphs:
-            g = Maze.parse(ep.task_id).graph(horizon)
-            pi, prompts = tables.graph_policy(g)
-            graphs[ep.task_id] = (g, pi, prompts, exact_values(g, pi))
-        g, pi, prompts, vals = graphs[ep.task_id]
+        m = tables.maze(ep.task_id, horizon)
         acts = [t.action for t in ep.turns]
-        adv = exact_advantages(g, vals, acts)
-        for turn, s, a in zip(ep.turns, g.replay(acts), acts):
-            mismatch += not np.array_equal(np.asarray(turn.prompt_ids), prompts[s])
-            lp = float(np.sum(turn.completion_logprobs, dtype=np.float64))
-            gap = max(gap, abs(lp - float(np.log(pi[s][g.actions[s].index(a)]))))
+        adv = exact_advantages(m.graph, m.values, acts)
+        for turn, s, a in zip(ep.turns, m.graph.replay(acts), acts):
+            bad, d = m.check(turn, s, a)
+            mismatch, gap = mismatch + bad, max(gap, d)
         out[rows] = adv[table.t[rows]]
     return out, {"prompt_mismatch": mismatch, "logp_gap": gap, "forwards": tables.forwards}
 
@@ -130,10 +125,20 @@ def _exact_oracle(table: TurnTable) -> np.ndarray:
     return adv
 
 
-def register_oracle() -> None:
-    """Register ``exact_oracle`` in this process (idempotent)."""
-    if ORACLE not in list_estimators():
+@contextlib.contextmanager
+def oracle_registered():
+    """While open, ``exact_oracle`` is a registered estimator (a config naming it validates); on
+    exit it is unregistered again, unless it was registered before: an estimator that would read a
+    finished run's stale ``LIVE`` must not outlive the cell (later "every registered estimator"
+    loops in the same process would call it)."""
+    registered = ORACLE not in list_estimators()
+    if registered:
         register_estimator(ORACLE, groups_by_task=False)(_exact_oracle)
+    try:
+        yield
+    finally:
+        if registered:
+            unregister_estimator(ORACLE)
 
 
 @contextlib.contextmanager

@@ -61,17 +61,17 @@ def config_for(arm: str, k: int, seed: int, iterations: int, out_dir: Path, dtyp
 def run_cell(arm: str, k: int, seed: int, iterations: int, out_dir: Path, dtype: str, extra: list[str] = ()) -> dict:
     """Train one cell; its row: per-iteration endpoints, the primary endpoint, the logged
     credit metrics, the oracle's checks (prompt mismatches must be 0), condition and wall time."""
-    from _oracle_arm import capture, register_oracle
+    from _oracle_arm import capture, oracle_registered
     from learning import _condition
 
     from agentrl.config import to_dict
     from agentrl.train import train
 
-    register_oracle()
-    cfg = config_for(arm, k, seed, iterations, out_dir, dtype, extra)
-    start, t0 = _condition(), time.perf_counter()
-    with capture(cfg) as live:
-        result = train(cfg, resume=False)
+    with oracle_registered():
+        cfg = config_for(arm, k, seed, iterations, out_dir, dtype, extra)
+        start, t0 = _condition(), time.perf_counter()
+        with capture(cfg) as live:
+            result = train(cfg, resume=False)
     seconds = time.perf_counter() - t0
     metrics = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     ckpt = result.run_dir / "checkpoints" / (result.run_dir / "checkpoints" / "latest").read_text().strip()
@@ -85,13 +85,17 @@ def run_cell(arm: str, k: int, seed: int, iterations: int, out_dir: Path, dtype:
 
 
 def evaluate_row(row: dict, panel: int) -> dict:
-    """Greedy success of the row's final checkpoint on the first ``panel`` eval-split mazes."""
+    """Greedy success of the row's final checkpoint on the first ``panel`` eval-split mazes, under the
+    config its run wrote (``run_dir/config.yaml``: the cell's overrides included)."""
     from dataclasses import asdict
 
+    from _oracle_arm import oracle_registered
+
+    from agentrl.config import load_config
     from agentrl.eval import evaluate, load_eval_policy
 
-    cfg = config_for(row["arm"], row["k"], row["seed"], row["iterations"], Path(row["run_dir"]).parent, row["dtype"],
-                     [f"env.eval_panel_size={panel}"])
+    with oracle_registered():  # an oracle row's config names exact_oracle
+        cfg = load_config(Path(row["run_dir"]) / "config.yaml", [f"env.eval_panel_size={panel}"])
     policy = load_eval_policy(cfg, row["checkpoint"])
     res, _ = evaluate(policy.engine, policy.renderer, cfg, greedy=True)
     return {k: v for k, v in asdict(res).items() if k in ("n", "successes", "success_rate", "panel_sha256", "outcomes")}

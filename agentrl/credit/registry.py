@@ -162,6 +162,16 @@ def _check_breakdown(name: str, fn: Callable[..., Any], params: Mapping[str, Any
                         "give it the estimator's keywords")
 
 
+def unregister_estimator(name: str) -> EstimatorSpec:
+    """Remove the estimator ``name`` from the registry (one registered for a single run, benchmark
+    arm or test) and return its spec.
+
+    Raises:
+        KeyError: ``name`` is not registered (the message lists the registered names).
+    """
+    return _REGISTRY.unregister(name)
+
+
 def get_estimator(name: str) -> EstimatorSpec:
     """The ``EstimatorSpec`` registered as ``name``.
 

@@ -93,6 +93,14 @@ def test_oracle_arm_trains_through_the_real_trainer(tiny_dir, tmp_path):
     import agentrl.train.loop as loop_mod
 
     assert loop_mod.collect_iteration.__module__ == "agentrl.train.steps"
+    from agentrl.credit import list_estimators
+
+    assert "exact_oracle" not in list_estimators()  # unregistered with the cell: no stale LIVE reader left behind
+    from junction_llm import evaluate_row
+
+    ev = evaluate_row(row, 2)  # the checkpoint on 2 eval mazes under the run's own config (it names exact_oracle)
+    assert ev["n"] == 2 and 0 <= ev["successes"] <= 2 and len(ev["outcomes"]) == 2
+    assert "exact_oracle" not in list_estimators()
 
 
 def test_the_pre_registered_rule_and_paired_differences():

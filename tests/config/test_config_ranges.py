@@ -33,7 +33,7 @@ def test_in_range_edges_are_accepted():
 
 
 def test_a_custom_estimator_declares_its_own_ranges():
-    from agentrl.credit.registry import _REGISTRY, register_estimator
+    from agentrl.credit.registry import list_estimators, register_estimator, unregister_estimator
 
     @register_estimator("_range_probe", ranges={"k": (1, 5)})
     def _probe(table, *, k=2, gamma=0.5):  # pragma: no cover - never run
@@ -46,7 +46,10 @@ def test_a_custom_estimator_declares_its_own_ranges():
             validate_estimator_kwargs("_range_probe", {"gamma": 3})
         assert validate_estimator_kwargs("_range_probe", {"k": 5})["k"] == 5
     finally:
-        _REGISTRY._items.pop("_range_probe", None)
+        spec = unregister_estimator("_range_probe")
+    assert spec.fn is _probe and "_range_probe" not in list_estimators()
+    with pytest.raises(KeyError, match="unknown estimator '_range_probe'"):
+        unregister_estimator("_range_probe")
 
 
 def test_out_dir_that_is_a_file_is_a_config_error(tmp_path, capsys):
