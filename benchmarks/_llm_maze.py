@@ -33,7 +33,7 @@ from agentrl.rollout.agent_loop import LoopConfig, make_context
 from agentrl.rollout.collector import CollectConfig, collect
 from agentrl.rollout.parsing import parse_format
 from agentrl.store import TurnStore
-from agentrl.types import Episode, EpisodeStatus, TurnTable
+from agentrl.types import Episode, EpisodeStatus, Turn, TurnTable
 from agentrl_envs.junction.maze import Maze
 
 ENV_ID = "agentrl/JunctionMaze-v0"
@@ -142,7 +142,7 @@ class MazeValues:
     prompts: dict
     values: ExactValues
 
-    def check(self, turn, state: str, action: str) -> tuple[bool, float]:
+    def check(self, turn: Turn, state: str, action: str) -> tuple[bool, float]:
         """(the turn's stored prompt differs from ``prompts[state]``, |stored completion logprob sum
         − log π(action|state)| in nats) for one sampled turn on this maze."""
         mismatch = not np.array_equal(np.asarray(turn.prompt_ids), self.prompts[state])

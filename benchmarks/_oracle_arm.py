@@ -8,8 +8,9 @@ from the finite-horizon DP (``agentrl.credit.exact``). It needs the live model a
 iteration's episodes (action texts, task ids), which an estimator (``fn(table)``) does not see,
 so this *benchmark-only* module
 
-- registers the estimator ``exact_oracle`` in this process only (never in ``agentrl.credit``:
-  an estimator that needs an env's task graph and the live model is not a general method), and
+- registers the estimator ``exact_oracle`` in this process while a cell runs (``oracle_registered``;
+  never in ``agentrl.credit``: an estimator that needs an env's task graph and the live model is
+  not a general method), and
 - wraps ``agentrl.train.loop.start_run`` (to hold the run's ``Policy``) and
   ``agentrl.train.loop.collect_iteration`` (to hold the iteration's episodes and record its
   endpoints: ``junction_stats``) for the duration of ``capture()``.
