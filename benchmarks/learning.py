@@ -11,9 +11,8 @@ to ``benchmarks/results/learning.json``.
 
 ``--env jm5`` / ``jm1``: the junction maze (issues 38/39) at K = 5 / 1 instead, under
 ``examples/grpo_junction.yaml`` (Markov prompt, 24 turns; the estimator's part as below; BEACON and
-3SPO take their junction example configs' kwargs). ``--tagged`` trains the cell under HiPER's tagged
-decoding (``<switch>``/``<subgoal>``/``<action>`` forms of the admissible actions, the HiPER cells'
-prompt and decoding): the control that separates HiPER's credit from its format.
+3SPO take their junction example configs' kwargs). ``--tagged``: under the HiPER cells' prompt and tagged
+decoding, the control that separates HiPER's credit from its format.
 
 Any registered estimator can be a cell (``--estimators``): it trains under that same base
 config and budget with its own hyperparameters from its example config, plus what it cannot
@@ -29,9 +28,8 @@ comparison group of the estimator's breakdown terms), the turns trained, and the
 The "before" evaluation does not depend on the estimator: it is computed once per (env,
 panel, seed, hash of the env and policy config — ``policy.return_hidden`` left out) and shared
 by the estimators of that seed (the greedy one once per (env, panel, hash): greedy decoding
-ignores the seed). Rows are merged into the JSON by (env, estimator, seed, iterations, panel, group size, dtype, panel hash,
-turn-PPO's critic settings, action format),
-so a grid can be run in pieces; ``--summary`` prints the Markdown table of what the JSON holds
+ignores the seed). Rows are merged into the JSON by (env, estimator, seed, iterations, panel, group size,
+dtype, panel hash, turn-PPO's critic settings, action format), so a grid can be run in pieces; ``--summary`` prints the Markdown table of what the JSON holds
 (per-run rows with their diagnostics, then means over seeds). ``--group-size G`` trains groups
 of G episodes per task on 24 // G tasks per iteration (the same 24 episodes; rows keyed by group
 size too); ``--paired BASELINE`` prints each estimator's paired difference from BASELINE over the
