@@ -1,9 +1,9 @@
 """Paired comparison of learning-grid rows: estimator vs a baseline on the same seeds and tasks.
 
 Two rows of ``results/learning.json`` are a pair when they share env, group size, iterations,
-panel (size and content hash), dtype, action format (``format_of``) and seed and differ only in the estimator. The "before" evaluation is the same model on
-the same panel for both (greedy decoding: identical outcomes), so the difference of the
-"after" success rates is the difference of the rises. Each after-evaluation stores its
+panel (size and content hash), dtype, action format (``format_of``) and seed and differ only in the
+estimator. The "before" evaluation is the same model on the same panel for both (greedy decoding:
+identical outcomes), so the difference of the "after" success rates is the difference of the rises. Each after-evaluation stores its
 per-task outcomes (``EvalResult.outcomes``: ``[task_id, return]``, success = return > 0 for the
 0/1 TextWorld rewards), so the pair is compared task by task.
 

@@ -132,13 +132,13 @@ def oracle_registered():
     exit it is unregistered again, unless it was registered before: an estimator that would read a
     finished run's stale ``LIVE`` must not outlive the cell (later "every registered estimator"
     loops in the same process would call it)."""
-    registered = ORACLE not in list_estimators()
-    if registered:
+    ours = ORACLE not in list_estimators()
+    if ours:
         register_estimator(ORACLE, groups_by_task=False)(_exact_oracle)
     try:
         yield
     finally:
-        if registered:
+        if ours:
             unregister_estimator(ORACLE)
 
 

@@ -29,8 +29,9 @@ The "before" evaluation does not depend on the estimator: it is computed once pe
 panel, seed, hash of the env and policy config — ``policy.return_hidden`` left out) and shared
 by the estimators of that seed (the greedy one once per (env, panel, hash): greedy decoding
 ignores the seed). Rows are merged into the JSON by (env, estimator, seed, iterations, panel, group size,
-dtype, panel hash, turn-PPO's critic settings, action format), so a grid can be run in pieces; ``--summary`` prints the Markdown table of what the JSON holds
-(per-run rows with their diagnostics, then means over seeds). ``--group-size G`` trains groups
+dtype, panel hash, turn-PPO's critic settings, action format), so a grid can be run in pieces;
+``--summary`` prints the Markdown table of what the JSON holds (per-run rows with their diagnostics,
+then means over seeds). ``--group-size G`` trains groups
 of G episodes per task on 24 // G tasks per iteration (the same 24 episodes; rows keyed by group
 size too); ``--paired BASELINE`` prints each estimator's paired difference from BASELINE over the
 seeds and panel tasks both evaluated (``_learning_paired``: per-task outcomes, two-level bootstrap
