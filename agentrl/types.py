@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -229,6 +229,8 @@ class TurnTable:
         value_low, value_high, value_term: float64[N] or None, HiPER's three critic heads
             (§14.2): V(s_t, g_t) on every row, V(s_t) (read on segment-start rows only) and the
             switch value (optional).
+        scores: ``{name: float64[N, ...]}``, columns a step scorer filled (OPRL's PRM, your own;
+            ``agentrl.train.scorers``); an estimator names them in ``requires`` like any column.
         anchor_vocab: the interned strings, ``anchor_vocab[code] == text``.
     Raises:
         ValueError: a column has the wrong shape or a required column is missing.
@@ -264,6 +266,7 @@ class TurnTable:
     value_high: np.ndarray | None = None
     value_term: np.ndarray | None = None
     anchor_vocab: tuple[str, ...] = ()
+    scores: Mapping[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         n = np.asarray(self.group).shape[0]
@@ -288,20 +291,22 @@ class TurnTable:
             if h.ndim != 2 or h.shape[0] != n:
                 raise ValueError(f"TurnTable.hidden must have shape (N, H) with N={n}, got {h.shape}")
             object.__setattr__(self, "hidden", h)
+        object.__setattr__(self, "scores", {k: _score(k, v, n) for k, v in dict(self.scores).items()})
 
     def __len__(self) -> int:
         return int(self.group.shape[0])
 
     def require(self, columns: Iterable[str]) -> None:
         """Raise ``ValueError`` naming the missing optional columns among ``columns``."""
-        missing = [c for c in columns if getattr(self, c, None) is None]
+        missing = [c for c in columns if getattr(self, c, None) is None and c not in self.scores]
         if missing:
             raise ValueError(
                 f"TurnTable lacks column(s) {missing}; they are filled only when the rollout "
                 f"records them (hidden: policy.return_hidden=true; value: a critic; tree/branch: tree rollouts; "
                 f"policy_version: TurnTable.from_episodes or TurnStore.table; milestone: likewise, from Turn.info; "
                 f"state_stats: agentrl.store.with_state_stats, which the trainer runs; switch/subgoal_key: "
-                f"policy.action_format: hiper; value_low/value_high/value_term: HiPER's three-head critic)"
+                f"policy.action_format: hiper; value_low/value_high/value_term: HiPER's three-head critic; "
+                f"scores: the step scorers the estimator declares)"
             )
 
     def take(self, idx: np.ndarray) -> "TurnTable":
@@ -313,10 +318,8 @@ class TurnTable:
         cols = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if isinstance(v, np.ndarray):
-                cols[f.name] = v[idx]
-            else:
-                cols[f.name] = v
+            cols[f.name] = v[idx] if isinstance(v, np.ndarray) else v
+        cols["scores"] = {k: v[idx] for k, v in self.scores.items()}
         cols["parent"] = remap[self.parent[idx]]
         return TurnTable(**cols)
 
@@ -390,4 +393,12 @@ def _state_stats(value: np.ndarray, n: int) -> np.ndarray:
     if arr.shape != (n, len(STATE_STATS_FIELDS)):
         raise ValueError(f"TurnTable.state_stats must have shape (N, {len(STATE_STATS_FIELDS)}) with N={n}, "
                          f"got {arr.shape}")
+    return arr
+
+
+def _score(name: str, value: np.ndarray, n: int) -> np.ndarray:
+    """A step scorer's column ``name`` as float64 with leading dimension N; ValueError otherwise."""
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.ndim < 1 or arr.shape[0] != n:
+        raise ValueError(f"TurnTable.scores[{name!r}] must have shape (N, ...) with N={n}, got {arr.shape}")
     return arr

@@ -10,6 +10,9 @@ the layers they name; this test sees every module.
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import grimp
 import pytest
 
@@ -114,3 +117,89 @@ def test_the_broken_circles_stay_broken(module, must_not_import):
     graph = grimp.build_graph("agentrl", cache_dir=None)
     assert module in graph.modules
     assert not graph.direct_import_exists(importer=module, imported=must_not_import)
+
+
+# --------------------------------------------------------------------------- estimators declare, rooms serve (issue 47)
+# The trainer, the update and the agent loop serve what an estimator declares at registration
+# (agentrl.credit.declarations); none of them imports an estimator's module or compares the
+# configured estimator with a name. The AST is read (not grep), so a lazy import inside a
+# function, ``from agentrl.credit import hiper`` and an alias ``est = cfg.algorithm.estimator``
+# followed by ``est == "hiper"`` are all seen.
+
+SERVING_ROOMS = ("train", "update", "rollout")
+
+
+def _estimator_modules() -> set[str]:
+    from agentrl.credit import get_estimator, list_estimators
+
+    return {get_estimator(n).fn.__module__ for n in list_estimators()}
+
+
+def _imported_modules(tree: ast.AST) -> set[str]:
+    """Every module a file imports: ``import a.b`` → a.b; ``from a import b`` → a and a.b."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+            out.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return out
+
+
+def _is_estimator_attr(node: ast.AST) -> bool:
+    """``<anything>.algorithm.estimator``."""
+    return (isinstance(node, ast.Attribute) and node.attr == "estimator"
+            and isinstance(node.value, ast.Attribute) and node.value.attr == "algorithm")
+
+
+def _estimator_name_comparisons(tree: ast.AST) -> list[int]:
+    """Lines comparing ``*.algorithm.estimator`` (or a local name assigned from it) with anything."""
+    aliases = {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign) and _is_estimator_attr(node.value)
+               for t in node.targets if isinstance(t, ast.Name)}
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(_is_estimator_attr(o) or (isinstance(o, ast.Name) and o.id in aliases) for o in operands):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Match) and (_is_estimator_attr(node.subject) or (
+                isinstance(node.subject, ast.Name) and node.subject.id in aliases)):
+            lines.append(node.lineno)
+    return lines
+
+
+def _room_files(room: str) -> list[Path]:
+    import agentrl
+
+    return sorted((Path(agentrl.__file__).parent / room).rglob("*.py"))
+
+
+@pytest.mark.parametrize("room", SERVING_ROOMS)
+def test_no_serving_room_imports_an_estimator_module(room):
+    estimators = _estimator_modules()
+    assert {"agentrl.credit.hiper", "agentrl.credit.threespo", "agentrl.credit.turn_ppo"} <= estimators
+    bad = {}
+    for path in _room_files(room):
+        hits = sorted(_imported_modules(ast.parse(path.read_text())) & estimators)
+        if hits:
+            bad[path.name] = hits
+    assert not bad, (f"agentrl.{room} imports estimator modules {bad}: serve the estimator's declarations "
+                     "(register_estimator(critic=, store_query=, scorers=, action_format=, spans=)) instead")
+
+
+@pytest.mark.parametrize("room", SERVING_ROOMS)
+def test_no_serving_room_compares_the_estimator_with_a_name(room):
+    bad = {path.name: lines for path in _room_files(room)
+           if (lines := _estimator_name_comparisons(ast.parse(path.read_text())))}
+    assert not bad, f"agentrl.{room} branches on algorithm.estimator at {bad}: declare what it needs instead"
+
+
+def test_the_scans_see_what_they_forbid():
+    src = ("from agentrl.credit import hiper\nimport agentrl.credit.threespo as t\n"
+           "def f(cfg):\n    from agentrl.credit.turn_ppo import gae_targets\n    est = cfg.algorithm.estimator\n"
+           "    if est == 'hiper':\n        return 1\n    return cfg.algorithm.estimator in ('a',)\n"
+           "def g(cfg):\n    return cfg.rollout.sampler == 'rtpo'\n")
+    tree = ast.parse(src)
+    assert {"agentrl.credit.hiper", "agentrl.credit.threespo", "agentrl.credit.turn_ppo"} <= _imported_modules(tree)
+    assert _estimator_name_comparisons(tree) == [6, 8]

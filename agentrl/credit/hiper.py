@@ -39,12 +39,14 @@ PROPOSED option of §14.5 (default ``"own"`` = upstream); P5/P6 exclusions (upst
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 import numpy as np
 
 from agentrl.credit import _segments as S
+from agentrl.credit.declarations import CriticHeads, SpanAdvantages
 from agentrl.credit.registry import register_estimator
-from agentrl.types import NO_SUBGOAL, TurnTable
+from agentrl.types import NO_SUBGOAL, Turn, TurnTable
 
 KEEP_MODES = ("fixed", "normalized")
 BOOTSTRAPS = ("own", "next_state")
@@ -52,6 +54,9 @@ WHITEN_EPS = 1e-8
 #: (low, high) of HiPER's own hyperparameters (``register_estimator(ranges=...)``).
 RANGES = {"lam_turn": (0.0, 1.0), "lam_seg": (0.0, 1.0)}
 REQUIRES = ("switch", "subgoal_key", "value_low", "value_high")
+#: The critic's heads (the columns they fill) and the token spans each turn trains (§14.2).
+VALUE_HEADS = ("value_low", "value_high", "value_term")
+SPANS = ("action", "subgoal", "switch")
 
 
 @dataclass(frozen=True)
@@ -227,8 +232,77 @@ def hiper_hae(table: TurnTable, *, gamma: float = 1.0, lam_turn: float = 1.0, la
     return HAE(u(advs[0]), u(advs[1]), u(advs[2]), u(a_low + v_low), u(ret_high), u(ret_term))
 
 
+# --------------------------------------------------------------------------- spans and critic heads
+# The update trains each span with its own advantage and the critic learns HAE's three returns
+# (D-14a): ``register_estimator(spans=..., critic=...)`` below declares them, and the trainer
+# serves the declarations (it never names HiPER). The agent loop (``policy.action_format: hiper``)
+# records each turn's token spans in ``Turn.info["hiper_spans"]``.
+
+def _span(turn: Turn, name: str) -> tuple[int, int] | None:
+    sp = (turn.info.get("hiper_spans") or {}).get(name)
+    return None if sp is None else (int(sp[0]), int(sp[1]))
+
+
+def span_token_advantages(table: TurnTable, rows: np.ndarray, turns: list[Turn], kwargs: Mapping,
+                          ) -> tuple[list[np.ndarray], list[np.ndarray | None]]:
+    """Per-token advantages and token masks of the trained ``rows``.
+
+    Args:
+        table: the iteration's TurnTable (HiPER's columns filled).
+        rows: int64[R] trained table rows; ``turns``: their ``Turn`` objects, in the same order.
+        kwargs: the estimator's hyperparameters (``cfg.algorithm.kwargs``), as given to ``hiper``.
+    Returns:
+        (R float64[C_i] advantages, R bool[C_i] masks or None = every token), for ``build_batch``.
+    """
+    h = hiper_hae(table, **kwargs)
+    start = segment_start_rows(table)
+    use_term = bool(kwargs.get("use_term", True))
+    advs, masks = [], []
+    for row, turn in zip(np.asarray(rows, dtype=np.int64), turns):
+        c = turn.completion_ids.size
+        if "hiper_spans" not in turn.info:
+            advs.append(np.full(c, h.adv_low[row] + h.adv_high[row] + h.adv_term[row]))
+            masks.append(None)
+            continue
+        adv, mask = np.zeros(c), np.zeros(c, dtype=bool)
+        parts = [("action", h.adv_low[row], True), ("subgoal", h.adv_high[row], bool(start[row])),
+                 ("switch", h.adv_term[row], use_term)]
+        for name, value, on in parts:
+            sp = _span(turn, name)
+            if on and sp is not None:
+                adv[sp[0]:sp[1]], mask[sp[0]:sp[1]] = value, True
+        advs.append(adv)
+        masks.append(mask)
+    return advs, masks
+
+
+def critic_targets(table: TurnTable, kwargs: Mapping) -> tuple[np.ndarray, np.ndarray]:
+    """The three heads' targets, columns (low, high, term): float64[N, 3], and where each head has
+    one: bool[N, 3] (high: segment-start rows; term: every row with ``use_term``, none without)."""
+    h: HAE = hiper_hae(table, **kwargs)
+    start = segment_start_rows(table)
+    use_term = bool(kwargs.get("use_term", True))
+    n = len(table)
+    mask = np.stack([np.ones(n, bool), start, np.full(n, use_term)], axis=1)
+    return np.stack([h.ret_low, h.ret_high, h.ret_term], axis=1), mask
+
+
+def low_value_offsets(turns: list[Turn]) -> np.ndarray:
+    """int64[N]: per turn, the completion index j whose value the low head gives (§14.2): the first
+    token after the subgoal span, else after the switch span, else 0 (the first response token).
+    The critic reads it from the hidden state before token j (the last prompt token for j = 0)."""
+    out = np.zeros(len(turns), dtype=np.int64)
+    for i, turn in enumerate(turns):
+        sp = _span(turn, "subgoal") or _span(turn, "switch")
+        if sp is not None:
+            out[i] = sp[1]
+    return out
+
+
 @register_estimator("hiper", requires=REQUIRES, groups_by_task=False,  # a critic baseline, no group
-                    choices={"keep_penalty_mode": KEEP_MODES, "bootstrap": BOOTSTRAPS}, ranges=RANGES)
+                    choices={"keep_penalty_mode": KEEP_MODES, "bootstrap": BOOTSTRAPS}, ranges=RANGES,
+                    critic=CriticHeads(VALUE_HEADS, critic_targets, low_value_offsets), action_format="hiper",
+                    spans=SpanAdvantages(SPANS, span_token_advantages))
 def hiper(table: TurnTable, *, gamma: float = 1.0, lam_turn: float = 1.0, lam_seg: float = 0.95,
           keep_penalty: float = -0.3, keep_penalty_mode: str = "normalized", keep_consistency_penalty: float = -0.3,
           keep_consistency_requires_both: bool = True, c_inv: float = 0.1, bootstrap_truncated: bool = True,

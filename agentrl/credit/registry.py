@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from agentrl.credit.declarations import CriticHeads, Declarations, SpanAdvantages
 from agentrl.credit.versions import split_by_version
 from agentrl.registry import Registry, closest
 from agentrl.types import TurnTable
@@ -49,6 +50,9 @@ class EstimatorSpec:
             is keyed by the ``group`` column, so ``group_by_version`` (``split_by_version``)
             splits them all by policy version. False for estimators whose baselines are trees,
             branch groups or a critic (Tree-GRPO, RTPO, turn-PPO): the option is refused there.
+        declares: what it needs before it runs and what it returns besides one advantage per row
+            (a critic, a store query, step scorers, an action format, per-span advantages;
+            ``agentrl.credit.declarations``), served by the trainer, the update and the agent loop.
     """
 
     name: str
@@ -61,6 +65,7 @@ class EstimatorSpec:
     ranges: Mapping[str, tuple] = field(default_factory=dict)
     breakdown: Callable[..., Any] | None = None
     groups_by_task: bool = True
+    declares: Declarations = field(default_factory=Declarations)
 
 
 #: Keyword arguments of ``compute_advantages`` / ``explain_advantages`` themselves, which no
@@ -112,7 +117,8 @@ def register_estimator(
     name: str, requires: tuple[str, ...] = (), choices: Mapping[str, tuple] | None = None,
     update_order: Callable[[TurnTable], list] | None = None, accepts_trees: bool = False,
     ranges: Mapping[str, tuple] | None = None, breakdown: Callable[..., Any] | None = None,
-    groups_by_task: bool = True,
+    groups_by_task: bool = True, *, critic: CriticHeads | None = None, store_query: str | None = None,
+    scorers: tuple[str, ...] = (), action_format: str | None = None, spans: SpanAdvantages | None = None,
 ) -> Callable[[EstimatorFn], EstimatorFn]:
     """Decorator registering ``fn`` under ``name``; returns ``fn`` unchanged.
 
@@ -126,9 +132,13 @@ def register_estimator(
         ranges: ``{keyword: (low, high)}`` closed intervals (see ``EstimatorSpec.ranges``).
         breakdown: see ``EstimatorSpec.breakdown``; its keywords must be the estimator's.
         groups_by_task: see ``EstimatorSpec.groups_by_task``.
+        critic / store_query / scorers / action_format / spans: the declarations
+            (``agentrl.credit.declarations.Declarations``): a turn-level critic and its targets, a
+            store query, step scorers' columns, the action format it needs, per-span advantages.
     Raises:
         TypeError: the signature is not ``(table, *, kw=default, ...)``, ``breakdown``
-            takes other keywords, or a hyperparameter is named as one of ``RESERVED_PARAMS``.
+            takes other keywords, a hyperparameter is named as one of ``RESERVED_PARAMS``,
+            or a declaration of the wrong kind.
         ValueError: ``name`` is already registered, or ``choices`` / ``ranges`` name an unknown keyword.
     """
 
@@ -144,8 +154,9 @@ def register_estimator(
             raise ValueError(f"estimator {name!r}: choices/ranges given for unknown parameter(s) {bad}")
         if breakdown is not None:
             _check_breakdown(name, breakdown, params)
+        declares = Declarations.of(critic, store_query, scorers, action_format, spans, name)
         _REGISTRY.register(name, EstimatorSpec(name, fn, tuple(requires), params, ch, update_order, accepts_trees, rg,
-                                               breakdown, groups_by_task))
+                                               breakdown, groups_by_task, declares))
         return fn
 
     return deco

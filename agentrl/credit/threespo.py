@@ -101,7 +101,7 @@ def _breakdown(table: TurnTable, *, alpha: float, xi: float, zeta: float, omega_
 
 
 @register_estimator("threespo", requires=("state_stats",), choices={"mode": S.MODES}, ranges=RANGES,
-                    breakdown=_breakdown)
+                    breakdown=_breakdown, store_query="state_stats")
 def threespo(
     table: TurnTable,
     *,

@@ -23,10 +23,12 @@ episode_ok, trainable (bool[N]). Failed-episode and non-trainable rows get advan
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 import numpy as np
 
 from agentrl.credit import _segments as S
+from agentrl.credit.declarations import CriticHeads
 from agentrl.credit.registry import register_estimator
 from agentrl.types import TurnTable
 
@@ -63,7 +65,20 @@ def turn_gae_returns(table: TurnTable, *, gamma: float = 0.99, lam: float = 0.9,
     return TurnGAE(S.uncanon(order, np.where(S.eligible(st), adv, 0.0)), ret)
 
 
-@register_estimator("turn_ppo", requires=("value",), groups_by_task=False)  # a critic baseline, no group
+#: The hyperparameters of ``turn_ppo`` that its critic's targets share (``gae_targets``).
+GAE_KWARGS = ("gamma", "lam", "c_inv")
+
+
+def gae_targets(table: TurnTable, kwargs: Mapping) -> tuple[np.ndarray, None]:
+    """The critic's target of each row, float64[N, 1]: the turn-level GAE return
+    (``turn_gae_returns(table, gamma, lam, c_inv)`` with ``turn_ppo``'s resolved keywords), every
+    row (mask None). Declared as ``turn_ppo``'s ``CriticHeads`` targets."""
+    shared = {k: v for k, v in kwargs.items() if k in GAE_KWARGS}
+    return turn_gae_returns(table, **shared).returns[:, None], None
+
+
+@register_estimator("turn_ppo", requires=("value",), groups_by_task=False,  # a critic baseline, no group
+                    critic=CriticHeads(("value",), gae_targets))
 def turn_ppo(
     table: TurnTable, *, gamma: float = 0.99, lam: float = 0.9, whiten: bool = False, c_inv: float = 0.0
 ) -> np.ndarray:

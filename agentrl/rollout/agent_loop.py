@@ -30,7 +30,7 @@ from agentrl.llm.base import Completion
 from agentrl.llm.chat import ChatRenderer
 from agentrl.llm.constrained import (INFO_ALLOWED, INFO_DIGEST, INFO_FORMAT, INFO_SUBGOALS, allowed_digest,
                                     check_constraint, completion_sequences, has_template, rendered_completions)
-from agentrl.rollout.parsing import HIPER_FORMAT, ActionFormat, parse_format, parse_hiper
+from agentrl.rollout.parsing import HIPER_FORMAT, ActionFormat, parse_format
 from agentrl.types import Episode, EpisodeStatus, Message, Turn
 
 DEFAULT_SYSTEM = "You are an agent playing a text game. Each turn you read the game's output and choose one command."
@@ -83,22 +83,6 @@ class LoopConfig:
         check_constraint(self.action_constraint, self.action_format)
         if self.action_constraint == "admissible":
             rendered_completions("x", self.action_format, self.hiper_subgoals)  # hiper: subgoals given and non-blank
-
-
-def hiper_info(renderer: ChatRenderer, completion_ids: np.ndarray) -> dict:
-    """``Turn.info`` entries of HiPER's tags in a completion (``agentrl.rollout.parsing.parse_hiper`` on
-    its decoded text): ``switch`` (bool, not KEEP), ``switch_span`` (bool, a ``<switch>`` tag is there),
-    ``subgoal`` (str; absent when the tag is missing) and ``hiper_spans``: ``{"switch" | "subgoal" |
-    "action": [start, end] or None}``, token ranges in ``completion_ids`` (tags included; the action
-    span is the whole completion without EOS when there is no ``<action>`` tag)."""
-    tags = parse_hiper(renderer.completion_text(completion_ids))
-    names = ("switch", "subgoal", "action")
-    spans = renderer.token_spans(completion_ids, [tags.spans[k] for k in names])
-    info = {"switch": tags.switch, "switch_span": tags.has_switch,
-            "hiper_spans": {k: None if sp is None else [int(sp[0]), int(sp[1])] for k, sp in zip(names, spans)}}
-    if tags.subgoal is not None:
-        info["subgoal"] = tags.subgoal
-    return info
 
 
 class ContextStrategy(Protocol):
@@ -273,8 +257,8 @@ class EpisodeDriver:
                   "finish_reason": completion.finish_reason, "parse_ok": parsed.ok,
                   "token_faithful": completion.token_faithful},
         )
-        if self.fmt.spec == HIPER_FORMAT:  # HiPER's switch, subgoal and token spans (ALGORITHMS.md §14.2)
-            self._pending.info.update(hiper_info(self.renderer, completion.token_ids))
+        if self.fmt.turn_info is not None:  # what the format reads besides the action (HiPER: tags, token spans)
+            self._pending.info.update(self.fmt.turn_info(self.renderer, completion.token_ids))
         if self.cfg.context == "window":
             del self._pending.info["segment"]
         if self._constrained():

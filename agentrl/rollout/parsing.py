@@ -20,8 +20,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
 
 from agentrl.env.contract import ACTION_EXACT, normalize_action
+from agentrl.llm.chat import ChatRenderer
 
 
 @dataclass(frozen=True)
@@ -45,11 +49,16 @@ class ActionFormat:
         spec: the format string it was built from.
         pattern: compiled regex with one group, or None for the whole completion.
         instructions: one sentence telling the model how to write its action.
+        turn_info: optional ``(renderer, completion_ids int[C]) -> dict``: what the format reads
+            from a completion besides the action, merged into ``Turn.info`` by the agent loop
+            (``hiper``: the switch, the subgoal and each tag's token span, ``hiper_info``); an
+            estimator that needs them declares the format (``register_estimator(action_format=...)``).
     """
 
     spec: str
     pattern: re.Pattern | None
     instructions: str
+    turn_info: Callable[[ChatRenderer, np.ndarray], dict] | None = None
 
     def parse(self, text: str, normalize: str = ACTION_EXACT) -> ParsedAction:
         """Extract the action from ``text`` and normalise it as ``normalize`` says
@@ -117,6 +126,22 @@ def parse_hiper(text: str, keep_values: tuple[str, ...] = ("KEEP",)) -> HiperTag
     return HiperTags(switch, None if sub is None else sub.group(1), spans)
 
 
+def hiper_info(renderer: ChatRenderer, completion_ids: np.ndarray) -> dict:
+    """``Turn.info`` entries of HiPER's tags in a completion (``agentrl.rollout.parsing.parse_hiper`` on
+    its decoded text): ``switch`` (bool, not KEEP), ``switch_span`` (bool, a ``<switch>`` tag is there),
+    ``subgoal`` (str; absent when the tag is missing) and ``hiper_spans``: ``{"switch" | "subgoal" |
+    "action": [start, end] or None}``, token ranges in ``completion_ids`` (tags included; the action
+    span is the whole completion without EOS when there is no ``<action>`` tag)."""
+    tags = parse_hiper(renderer.completion_text(completion_ids))
+    names = ("switch", "subgoal", "action")
+    spans = renderer.token_spans(completion_ids, [tags.spans[k] for k in names])
+    info = {"switch": tags.switch, "switch_span": tags.has_switch,
+            "hiper_spans": {k: None if sp is None else [int(sp[0]), int(sp[1])] for k, sp in zip(names, spans)}}
+    if tags.subgoal is not None:
+        info["subgoal"] = tags.subgoal
+    return info
+
+
 def parse_format(spec: str = "tag:action") -> ActionFormat:
     """Compile an action format string.
 
@@ -125,7 +150,7 @@ def parse_format(spec: str = "tag:action") -> ActionFormat:
     """
     kind, _, arg = spec.partition(":")
     if spec == HIPER_FORMAT:
-        return ActionFormat(spec, _HIPER_TAGS["action"], HIPER_INSTRUCTIONS)
+        return ActionFormat(spec, _HIPER_TAGS["action"], HIPER_INSTRUCTIONS, hiper_info)
     if kind == "whole" and not arg:
         return ActionFormat(spec, None, "Reply with the action only, e.g. `go north`.")
     if kind == "tag" and re.fullmatch(r"[A-Za-z_][\w-]*", arg or ""):

@@ -1,21 +1,19 @@
-"""The turn-level critic inside the training loop (turn-PPO, arXiv 2512.17008; ALGORITHMS.md §10).
+"""The turn-level critic inside the training loop (turn-PPO, arXiv 2512.17008; ALGORITHMS.md §10;
+HiPER's three heads, arXiv 2602.16165, §14.2): the built-in step scorer ``"critic"``.
 
-Used by ``agentrl.train`` only when the configured estimator requires the ``value`` column:
-before the estimator runs, the critic fills ``TurnTable.value`` with V(s_t) read at the last
-prompt token of every turn; after the policy update, the critic makes one pass per epoch
-towards the turn-level GAE returns (``agentrl.credit.turn_gae_returns``) — one optimizer step,
-or one per ``update.critic_minibatch`` prompts — with optional value clipping around the
-rollout-time values. The critic is a separate copy of the policy's model with a
-zero-initialised value head (so the policy's weights are never moved by the value loss).
-Truncated episodes bootstrap from 0 (V(s_T) of the unseen next state is not computed).
-Every checkpoint of the run also holds the critic (``critic.pt``: its trained weights and its
-optimizer state), so a resumed turn-PPO run continues the same critic (PITFALLS P7).
-
-HiPER (estimator ``hiper``, ALGORITHMS.md §14.2, arXiv 2602.16165) gets the same critic with three
-heads (low, high, term; ``critic_heads``): high and term read at the last prompt token, low at the
-last token of the turn's subgoal (``agentrl.train.hiper_spans.low_value_offsets``); they fill
-``value_low`` / ``value_high`` / ``value_term`` and step towards HAE's three returns
-(``hiper_spans.critic_targets``; the high head on segment-start rows only).
+Served for an estimator that declares ``register_estimator(critic=CriticHeads(...))``
+(``agentrl.credit.declarations``): before the estimator runs, the critic fills the declared value
+columns — one per head, read at the last prompt token of every turn (the first head at the
+declared ``read_offsets`` when given: HiPER's low head after the subgoal); after the policy
+update, it makes one pass per epoch towards the declared targets (turn-PPO: the turn-level GAE
+returns; HiPER: HAE's three returns, each head on its masked rows) — one optimizer step, or one
+per ``update.critic_minibatch`` prompts — with optional value clipping around the rollout-time
+values. The critic is a separate copy of the policy's model with zero-initialised value heads (so
+the policy's weights are never moved by the value loss). Truncated episodes bootstrap from 0
+(V(s_T) of the unseen next state is not computed). Every checkpoint of the run also holds the
+critic (``critic.pt``: its trained weights and its optimizer state), so a resumed run continues
+the same critic (PITFALLS P7). The trainer never names an estimator here: the declaration says
+how many heads, which columns and which targets.
 """
 
 from __future__ import annotations
@@ -28,9 +26,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agentrl.config import Config
-from agentrl.credit import get_estimator, turn_gae_returns
-from agentrl.train import hiper_spans
+from agentrl.config import Config, ConfigError
+from agentrl.credit import EstimatorSpec, get_estimator
+from agentrl.credit.declarations import CriticHeads
 from agentrl.types import Episode, TurnTable
 from agentrl.update.batch import TrainBatch, build_batch
 from agentrl.update.checkpoint import CheckpointError
@@ -49,10 +47,18 @@ class Critic:
 
 
 def critic_heads(estimator: str) -> int:
-    """Value heads the estimator's critic needs: 1 when it requires ``value`` (turn-PPO), 3 when it
-    requires ``value_low`` (HiPER's low, high, term), 0 when it needs no critic. KeyError: unknown name."""
-    requires = get_estimator(estimator).requires
-    return 1 if "value" in requires else 3 if "value_low" in requires else 0
+    """Value heads the estimator's declared critic has (1 or 3), 0 when it declares none.
+    KeyError: unknown name."""
+    decl = get_estimator(estimator).declares.critic
+    return 0 if decl is None else decl.heads
+
+
+def _declared(cfg: Config) -> CriticHeads:
+    decl = get_estimator(cfg.algorithm.estimator).declares.critic
+    if decl is None:
+        raise ConfigError(f"the critic serves an estimator that declares one (register_estimator(critic="
+                          f"CriticHeads(...))), but {cfg.algorithm.estimator!r} declares none")
+    return decl
 
 
 def make_critic(cfg: Config, device: torch.device | str | None = None) -> Critic:
@@ -83,46 +89,51 @@ def make_critic(cfg: Config, device: torch.device | str | None = None) -> Critic
     return Critic(model, torch.optim.AdamW(trained, lr=cfg.update.critic_lr, weight_decay=wd))
 
 
-def _all_turns_batch(table: TurnTable, episodes: list[Episode], pad_id: int, heads: int = 1) -> TrainBatch:
+def _all_turns_batch(table: TurnTable, episodes: list[Episode], pad_id: int, decl: CriticHeads) -> TrainBatch:
     turns = {t.turn_id: t for ep in episodes for t in ep.turns}
     picked = [turns[int(i)] for i in table.turn_id]
     batch = build_batch([t.prompt_ids for t in picked], [t.completion_ids for t in picked],
                         [t.completion_logprobs for t in picked], np.zeros(len(picked)), pad_id=pad_id)
-    if heads != 3:
+    if decl.read_offsets is None:
         return batch
-    low = batch.turn_value_pos + torch.from_numpy(hiper_spans.low_value_offsets(picked))
-    return batch.with_(value_low_pos=low)
+    first = batch.turn_value_pos + torch.from_numpy(np.asarray(decl.read_offsets(picked), dtype=np.int64))
+    return batch.with_(value_low_pos=first)
 
 
-def with_values(critic: Critic, table: TurnTable, episodes: list[Episode], pad_id: int,
-                micro_batch: int, share_prefix: bool = False) -> tuple[TurnTable, TrainBatch]:
-    """``table`` with ``value`` (float64[N], V(s_t) per row) and ``bootstrap_value`` (0) set,
-    and the batch of all its turns (row i = table row i) for the critic step.
-    ``share_prefix`` (``update.share_prefix``): distinct prompts once, shared prefixes once
-    (``agentrl.update.critic``; the same values to float rounding). A 3-head critic (HiPER) sets
-    ``value_low`` / ``value_high`` / ``value_term`` instead of ``value``."""
-    batch = _all_turns_batch(table, episodes, pad_id, critic.model.heads)
+def with_values(critic: Critic, table: TurnTable, episodes: list[Episode], pad_id: int, micro_batch: int,
+                share_prefix: bool = False, decl: CriticHeads | None = None) -> tuple[TurnTable, TrainBatch]:
+    """``table`` with the declared value columns (float64[N] each: ``value`` = V(s_t) for turn-PPO;
+    ``value_low`` / ``value_high`` / ``value_term`` for HiPER) and ``bootstrap_value`` (0) set, and
+    the batch of all its turns (row i = table row i) for the critic step. ``decl``: the estimator's
+    ``CriticHeads`` (default: one head filling ``value``). ``share_prefix`` (``update.share_prefix``):
+    distinct prompts once, shared prefixes once (``agentrl.update.critic``; the same values to float
+    rounding)."""
+    decl = decl or CriticHeads(("value",), lambda table, kwargs: (np.zeros((len(table), 1)), None))
+    batch = _all_turns_batch(table, episodes, pad_id, decl)
     values = turn_values(critic.model, batch, micro_batch=micro_batch, share_prefix=share_prefix).double().numpy()
-    if critic.model.heads == 3:
-        return replace(table, value_low=values[:, 0], value_high=values[:, 1], value_term=values[:, 2],
-                       bootstrap_value=np.zeros(len(table))), batch
-    return replace(table, value=values, bootstrap_value=np.zeros(len(table))), batch
+    values = values.reshape(len(table), -1)
+    columns = {name: values[:, i] for i, name in enumerate(decl.columns)}
+    return replace(table, **columns, bootstrap_value=np.zeros(len(table))), batch
 
 
 def critic_step(critic: Critic, cfg: Config, table: TurnTable, batch: TrainBatch,
                 iteration: int = 0) -> list[CriticStats]:
-    """``update.epochs`` critic passes towards the turn-level GAE returns of ``table`` (one
-    optimizer step each, or one per ``update.critic_minibatch`` distinct prompts, their order
-    shuffled per run seed, iteration and epoch like the policy's minibatches). A 3-head critic
-    (HiPER) steps each head towards its HAE return where it has one (``hiper_spans.critic_targets``)."""
-    mask = None
-    if critic.model.heads == 3:
-        returns, keep = hiper_spans.critic_targets(table, cfg.algorithm.kwargs)
-        old = np.stack([table.value_low, table.value_high, table.value_term], axis=1)
-        mask = torch.from_numpy(keep)
-    else:  # the estimator's resolved kwargs (defaults filled at config time) that the GAE shares
-        shared = {k: v for k, v in cfg.algorithm.kwargs.items() if k in ("gamma", "lam", "c_inv")}
-        returns, old = turn_gae_returns(table, **shared).returns, table.value
+    """``update.epochs`` critic passes towards the declared targets of ``table``
+    (``CriticHeads.targets`` with the estimator's resolved ``cfg.algorithm.kwargs``; turn-PPO: the
+    turn-level GAE returns), one optimizer step each, or one per ``update.critic_minibatch``
+    distinct prompts, their order shuffled per run seed, iteration and epoch like the policy's
+    minibatches. A 3-head critic steps each head where its target mask is True.
+
+    Raises:
+        ConfigError: the configured estimator declares no critic."""
+    decl = _declared(cfg)
+    returns, keep = decl.targets(table, cfg.algorithm.kwargs)
+    returns = np.asarray(returns, dtype=np.float64).reshape(len(table), decl.heads)
+    old = np.stack([getattr(table, c) for c in decl.columns], axis=1)
+    mask = None if keep is None else torch.from_numpy(np.asarray(keep, dtype=bool).reshape(len(table), decl.heads))
+    if decl.heads == 1:  # one head: (N,) targets, as TurnCritic(heads=1) gives (N,) values
+        returns, old = returns[:, 0], old[:, 0]
+        mask = None if mask is None else mask[:, 0]
     target = batch.with_(returns=torch.as_tensor(returns, dtype=torch.float32),
                          old_values=torch.as_tensor(old, dtype=torch.float32))
     return [critic_update(critic.model, critic.optimizer, target, micro_batch=cfg.update.micro_batch,
@@ -176,3 +187,54 @@ def load_critic(folder: str | Path, critic: Critic) -> bool:
         raise CheckpointError(f"{path} holds the optimizer state of another critic optimizer ({exc}); resume with the "
                               "policy.dtype that wrote it, or start over with --no-resume") from exc
     return True
+
+
+class CriticScorer:
+    """The critic as the step scorer ``"critic"`` (``agentrl.train.scorers``): ``score`` fills the
+    declared value columns (``with_values``), ``learn`` takes ``critic_step`` on the batch ``score``
+    built and returns the last pass's ``critic/*`` metrics, ``save`` / ``load`` write and read
+    ``critic.pt`` in a checkpoint folder."""
+
+    def __init__(self, critic: Critic, decl: CriticHeads, cfg: Config, pad_id: int) -> None:
+        self.critic, self.decl, self.cfg, self.pad_id = critic, decl, cfg, pad_id
+        self._batch: TrainBatch | None = None
+
+    @classmethod
+    def build(cls, ctx) -> "CriticScorer":
+        """The critic of ``ctx.estimator``'s ``CriticHeads`` (``make_critic``); ``ctx``: a
+        ``ScorerContext``. Raises ConfigError when the estimator declares no critic."""
+        spec: EstimatorSpec = ctx.estimator
+        if spec.declares.critic is None:
+            raise ConfigError(f"step scorer 'critic': estimator {spec.name!r} declares no critic; declare "
+                              "register_estimator(critic=CriticHeads(...)) or drop 'critic' from its scorers")
+        return cls(make_critic(ctx.cfg), spec.declares.critic, ctx.cfg, ctx.policy.pad_id)
+
+    def score(self, table: TurnTable, episodes: list[Episode], iteration: int) -> TurnTable:
+        """``table`` with the value columns filled (see ``with_values``)."""
+        u = self.cfg.update
+        table, self._batch = with_values(self.critic, table, episodes, self.pad_id, u.micro_batch, u.share_prefix,
+                                         self.decl)
+        return table
+
+    def learn(self, table: TurnTable, advantages: np.ndarray, episodes: list[Episode],
+              iteration: int) -> dict[str, float]:
+        """``critic_step`` towards the declared targets; the last pass's metrics.
+
+        Raises:
+            RuntimeError: called before ``score`` on this iteration's table.
+        """
+        if self._batch is None or self._batch.num_turns != len(table):
+            raise RuntimeError("CriticScorer.learn: call score() on the same table first")
+        stats = critic_step(self.critic, self.cfg, table, self._batch, iteration)
+        self._batch = None
+        return {} if not stats else {"critic/loss": stats[-1].loss, "critic/grad_norm": stats[-1].grad_norm,
+                                     "critic/explained_var": stats[-1].explained_var,
+                                     "critic/steps": stats[-1].steps}
+
+    def save(self, folder: Path) -> None:
+        """``save_critic(folder, ...)``."""
+        save_critic(folder, self.critic)
+
+    def load(self, folder: Path) -> bool:
+        """``load_critic(folder, ...)``."""
+        return load_critic(folder, self.critic)

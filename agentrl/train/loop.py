@@ -1,9 +1,10 @@
 """The training loop, top to bottom (DESIGN.md: agentrl.train): ``train`` and its iterations.
 
 One iteration: collect groups of episodes with the current policy → store them (with the
-policy version) → build the TurnTable from the store (+ critic values, or 3SPO's per-state
-statistics of the earlier iterations read from the store) → advantages from the configured
-estimator (by name; the loop never branches on it) → write them to the store → build the
+policy version) → build the TurnTable from the store (+ the columns of the step scorers the
+estimator declares, e.g. critic values, and of its declared store query, e.g. 3SPO's per-state
+statistics of the earlier iterations) → advantages from the configured estimator (by name; the
+loop never branches on it, it serves the estimator's declarations) → write them to the store → build the
 TrainBatch → ``update.epochs`` passes of PPO-family minibatch steps (in the estimator's
 ``update_order`` when it has one, e.g. RTPO) → sync weights to the engine → log metrics.
 Every ``run.eval_every`` iterations the policy is evaluated greedily on the held-out
@@ -35,12 +36,12 @@ from agentrl.llm.policy import Policy, load_policy
 from agentrl.log import make_logger
 from agentrl.rollout.stats import proxy_metrics, rollout_stats, sample_turns
 from agentrl.rollout.tree import add_linked
-from agentrl.store import EVAL_RUN, TurnStore, with_state_stats
+from agentrl.store import EVAL_RUN, TurnStore, get_store_query
 from agentrl.train.colocate import engine_asleep
-from agentrl.train.critic import Critic, critic_heads, critic_step, load_critic, make_critic, save_critic, with_values
 from agentrl.train.launches import Launch
 from agentrl.train.run_dir import RunLock, prepare_run_dir, set_aside_interrupted
 from agentrl.train.plan import update_policy
+from agentrl.train.scorers import StepScorer, make_scorers
 from agentrl.train.steps import (collect_iteration, open_engines, open_pool, open_stream, rolls_out_on_ranks,
                                  rtpo_iteration)
 from agentrl.train.sync import SyncCheck, synced
@@ -76,7 +77,7 @@ class TrainResult:
 @dataclass
 class RunParts:
     """What one run holds while it trains: the policy (engine + model), its optimizer, the
-    turn store, the turn-level critic (turn-PPO only, else None), the env pool of chain
+    turn store, the step scorers the estimator declares (a critic, ...), the env pool of chain
     rollouts and the ``rollout.engines`` engine workers (both opened at the first iteration,
     kept open across iterations, closed by ``close``). ``dp``: the process group of a
     data-parallel run (None in one process); only rank 0 has a ``store``. ``sync``: the probe
@@ -85,7 +86,7 @@ class RunParts:
     policy: Policy
     optimizer: torch.optim.Optimizer
     store: TurnStore | None
-    critic: Critic | None
+    scorers: list[StepScorer] = field(default_factory=list)
     pool: object | None = None
     engines: object | None = None
     dp: DistContext | None = None
@@ -147,22 +148,23 @@ class RunParts:
 
 @dataclass(frozen=True)
 class IterationResult:
-    """One iteration's episodes, their TurnTable, advantages (float64[N]), update and critic
-    stats, wall seconds per stage (rollout, credit, update) and further metrics (the
-    asynchronous stream's ``async/*``)."""
+    """One iteration's episodes, their TurnTable, advantages (float64[N]), update stats, the step
+    scorers' metrics (``{"critic/loss": ...}``), wall seconds per stage (rollout, credit, update)
+    and further metrics (the asynchronous stream's ``async/*``)."""
 
     episodes: list
     table: TurnTable
     advantages: np.ndarray
     stats: list
-    critic_stats: list
+    scorer_metrics: dict
     seconds: dict
     extra: dict = field(default_factory=dict)
 
 
 def chain_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
-    """Collect (chains, trees or harness episodes) → store → TurnTable (+ critic values) →
-    advantages → store them → update → bump the policy version → critic step.
+    """Collect (chains, trees or harness episodes) → store → TurnTable (+ the declared step
+    scorers' columns and store query) → advantages → store them → update → bump the policy
+    version → the scorers' own steps.
 
     Data-parallel: every rank plays its share of the chains with its own engine and rank 0
     gathers them (trees, harnesses and engine workers: rank 0 alone collects); rank 0 alone
@@ -181,11 +183,11 @@ def chain_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
         add_linked(parts.store, episodes, run_id=cfg.run.name)  # tree branches after their parents (stored first)
         check_success_reward(cfg.algorithm.estimator, cfg.algorithm.kwargs, episodes)
         table = parts.store.table(run_id=cfg.run.name, episode_ids=[e.episode_id for e in episodes])
-        if parts.critic is not None:  # turn-PPO: V(s_t) per turn (HiPER: its three heads) before the estimator runs
-            table, all_turns = with_values(parts.critic, table, episodes, parts.policy.pad_id, cfg.update.micro_batch,
-                                           cfg.update.share_prefix)
-        if "state_stats" in get_estimator(cfg.algorithm.estimator).requires:  # 3SPO: earlier iterations' counts
-            table = with_state_stats(parts.store, cfg.run.name, table, it + 1)
+        for scorer in parts.scorers:  # e.g. the critic's V(s_t) per turn, before the estimator runs
+            table = scorer.score(table, episodes, it)
+        query = get_estimator(cfg.algorithm.estimator).declares.store_query
+        if query is not None:  # e.g. 3SPO: the earlier iterations' per-state counts
+            table = get_store_query(query)(parts.store, cfg.run.name, table, it + 1)
         adv = compute_advantages(table, cfg.algorithm.estimator, group_by_version=cfg.algorithm.group_by_version,
                                  **cfg.algorithm.kwargs)
         parts.store.set_advantages(cfg.run.name, table.turn_id, adv, iteration=it + 1,  # 1-based, as everywhere
@@ -196,9 +198,9 @@ def chain_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
     if corr is not None:  # behaviour–trainer KL, capped / masked token fractions
         extra.update(corr.as_metrics())
     extra.update(synced(parts.policy, cfg, parts.sync, engines=parts.engines, dp=parts.dp))  # wakes a sleeping engine
-    critic_stats = critic_step(parts.critic, cfg, table, all_turns, it) if parts.critic is not None else []
+    scored = {k: v for scorer in parts.scorers for k, v in scorer.learn(table, adv, episodes, it).items()}
     seconds = {"rollout": t1 - t0, "credit": t2 - t1, "update": time.perf_counter() - t2}
-    return IterationResult(episodes, table, adv, stats, critic_stats, seconds, extra)
+    return IterationResult(episodes, table, adv, stats, scored, seconds, extra)
 
 
 def run_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
@@ -207,7 +209,7 @@ def run_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
         return chain_iteration(parts, cfg, it)
     t0 = time.perf_counter()
     episodes, table, adv, stats = rtpo_iteration(parts.policy, parts.optimizer, cfg, parts.store, it)
-    return IterationResult(episodes, table, adv, stats, [], {"rollout+update": time.perf_counter() - t0})
+    return IterationResult(episodes, table, adv, stats, {}, {"rollout+update": time.perf_counter() - t0})
 
 
 def iteration_metrics(out: IterationResult) -> dict[str, float]:
@@ -221,9 +223,7 @@ def iteration_metrics(out: IterationResult) -> dict[str, float]:
         for key in ("loss", "clip_frac", "approx_kl", "entropy", "grad_norm", "kl"):
             m[f"update/{key}"] = float(np.mean([getattr(s, key) for s in out.stats]))
         m["update/steps"] = float(len(out.stats))
-    for cs in out.critic_stats[-1:]:
-        m.update({"critic/loss": cs.loss, "critic/grad_norm": cs.grad_norm, "critic/explained_var": cs.explained_var,
-                  "critic/steps": cs.steps})
+    m.update({k: float(v) for k, v in out.scorer_metrics.items()})
     m.update({f"time/{k}_s": v for k, v in out.seconds.items()})
     m.update(out.extra)
     if "rollout" in out.seconds and "async/wait_s" not in out.extra:  # async: "rollout" is the wait
@@ -236,13 +236,14 @@ def check_distributed(cfg: Config, ctx: DistContext) -> None:
     """Refuse what a data-parallel run does not support (before any weights load).
 
     Raises:
-        ConfigError: turn-PPO's critic or ``rollout.sampler: rtpo`` (updates interleaved with
-        its rollout rounds) with ``WORLD_SIZE`` ≥ 2. (vLLM engines run on every rank;
+        ConfigError: an estimator that declares step scorers (turn-PPO's and HiPER's critic) or
+        ``rollout.sampler: rtpo`` (updates interleaved with its rollout rounds) with ``WORLD_SIZE`` ≥ 2. (vLLM engines run on every rank;
         asynchronous rollouts run on rank 0's engine workers.)
     """
     if not ctx.distributed:
         return
-    why = ("a turn-level critic (estimator needs 'value' or HiPER's value heads)" if critic_heads(cfg.algorithm.estimator)
+    scorers = get_estimator(cfg.algorithm.estimator).declares.scorers
+    why = (f"step scorers {list(scorers)} (declared by estimator {cfg.algorithm.estimator!r})" if scorers
            else "rollout.sampler: rtpo" if cfg.rollout.sampler == "rtpo" else None)
     if why:
         raise ConfigError(f"data-parallel training ({ctx.world_size} ranks) does not support {why} yet; "
@@ -257,15 +258,16 @@ def start_run(cfg: Config, run_dir: Path, resume: bool, ctx: DistContext | None 
     loads the checkpoint.
 
     Raises:
-        ValueError: turn-PPO's critic with ``rollout.sampler: rtpo`` (not supported).
+        ValueError: an estimator that declares step scorers (a critic) with ``rollout.sampler: rtpo``.
         ConfigError: a resume with another config (``prepare_run_dir``; on every rank),
             before any weights load.
     """
     ctx = ctx or DistContext()
-    needs_critic = critic_heads(cfg.algorithm.estimator) > 0
-    if needs_critic and cfg.rollout.sampler == "rtpo":
-        raise ValueError(f"estimator {cfg.algorithm.estimator!r} needs a critic, which rollout.sampler=rtpo "
-                         "does not support; use rollout.sampler=chain or an estimator without 'value'")
+    scorer_names = get_estimator(cfg.algorithm.estimator).declares.scorers
+    if scorer_names and cfg.rollout.sampler == "rtpo":
+        raise ValueError(f"estimator {cfg.algorithm.estimator!r} needs step scorers {list(scorer_names)} (e.g. a "
+                         "critic), which rollout.sampler=rtpo does not support; use rollout.sampler=chain or an "
+                         "estimator that declares none")
     torch.manual_seed(cfg.run.seed)
     np.random.seed(cfg.run.seed)
     ckpt, refused = None, None
@@ -280,7 +282,7 @@ def start_run(cfg: Config, run_dir: Path, resume: bool, ctx: DistContext | None 
     # LoRA / float32 masters / FSDP2; an engine copy per rank (and in one process with masters)
     policy = trained_policy(load_policy(cfg.policy), cfg, ctx)
     optimizer = make_optimizer(policy.model, cfg.update.lr, cfg.update.weight_decay)
-    critic = make_critic(cfg) if needs_critic else None  # before the checkpoint restores the RNG (its head draws)
+    scorers = make_scorers(cfg, policy)  # before the checkpoint restores the RNG (a critic head draws)
     dp = ctx if ctx.distributed else None
     state = load_checkpoint(ckpt, policy.model, optimizer, dp=dp) if ckpt else TrainState()
     if ckpt and ctx.is_main:
@@ -290,9 +292,9 @@ def start_run(cfg: Config, run_dir: Path, resume: bool, ctx: DistContext | None 
     store = TurnStore(run_dir / "store.sqlite") if ctx.is_main else None
     if store is not None:  # replay and the viewer decode this run's ids with it
         store.set_tokenizer(cfg.run.name, resolve_model(cfg.policy.model))
-    if critic is not None and ckpt:  # the critic continues too (its weights and optimizer state)
-        load_critic(ckpt, critic)
-    parts = RunParts(policy, optimizer, store, critic, dp=dp, sync=check)
+    for scorer in scorers if ckpt else ():  # the scorers continue too (a critic: weights and optimizer state)
+        scorer.load(ckpt)
+    parts = RunParts(policy, optimizer, store, scorers, dp=dp, sync=check)
     if ckpt and ctx.is_main:
         set_aside_interrupted(parts.store, cfg.run.name, state)
     return parts, state
@@ -390,7 +392,11 @@ def _loop(parts: RunParts, state: TrainState, cfg: Config, run_dir: Path, evals:
                                                         out.advantages))  # TensorBoard text / W&B table
                 parts.store.add_metrics(cfg.run.name, it + 1, metrics)  # the same number as logger.log's step
             if (cfg.run.save_every and (it + 1) % cfg.run.save_every == 0) or it + 1 == cfg.run.iterations:
-                critic = parts.critic
                 save_checkpoint(run_dir, parts.policy.model, parts.optimizer, state, dp=parts.dp,
-                                extra=None if critic is None else lambda folder: save_critic(folder, critic))
+                                extra=_scorers_saver(parts.scorers))
     return state
+
+
+def _scorers_saver(scorers: list[StepScorer]):
+    """``save_checkpoint``'s ``extra``: every step scorer saves itself into the folder (None: none)."""
+    return (lambda folder: [scorer.save(folder) for scorer in scorers]) if scorers else None

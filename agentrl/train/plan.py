@@ -13,12 +13,11 @@ import numpy as np
 import torch
 
 from agentrl.config import Config
-from agentrl.credit import update_groups
+from agentrl.credit import get_estimator, update_groups
 from agentrl.distributed import DistContext
 from agentrl.llm.constrained import constraint_masks
 from agentrl.llm.grammar import grammar_masks
 from agentrl.llm.policy import Policy
-from agentrl.train import hiper_spans
 from agentrl.types import Episode, EpisodeStatus, TurnTable
 from agentrl.update.batch import TrainBatch, build_batch, minibatches, pack_chains
 from agentrl.update.correction import Correction, apply_rollout_correction
@@ -36,12 +35,13 @@ class BatchInputs:
     Attributes:
         prompt_ids / completion_ids: per turn int arrays (P_i,) / (C_i,), exactly as sampled.
         logprobs: per turn float32 (C_i,) behaviour logprobs.
-        advantages: float64[N], one per turn, or per turn float64 (C_i,) per-token advantages (HiPER's spans).
+        advantages: float64[N], one per turn, or per turn float64 (C_i,) per-token advantages (an
+            estimator that declares ``spans``, e.g. HiPER's).
         allowed / grammar: per turn constrained-decoding ids / grammar masks, or None.
         episodes: int[N], each turn's episode id.
         pad_id / pack: as ``build_batch``.
-        token_mask: per turn None or bool (C_i,), the completion tokens that train (HiPER's span
-            union); None: all of them.
+        token_mask: per turn None or bool (C_i,), the completion tokens that train (the union of a
+            span estimator's spans); None: all of them.
     """
 
     prompt_ids: list
@@ -102,8 +102,9 @@ def plan_update(policy: Policy, cfg: Config, table: TurnTable, advantages: np.nd
     """``update.epochs`` passes over the trainable rows with a non-zero advantage (None when
     there is none).
 
-    HiPER (``hiper``): each trained turn's action, subgoal and switch spans get their own advantage
-    and only those tokens train (``agentrl.train.hiper_spans``).
+    An estimator that declares ``spans`` (``agentrl.credit.declarations.SpanAdvantages``, e.g.
+    HiPER's action, subgoal and switch spans) gives each trained turn's spans their own advantage,
+    and only those tokens train.
     Minibatches follow the estimator's update groups when it defines an order (RTPO's
     reverse-turn ``update_order``: one group per branch, latest branch point first);
     otherwise they are shuffled chunks of ``update.minibatch`` rows.
@@ -115,8 +116,9 @@ def plan_update(policy: Policy, cfg: Config, table: TurnTable, advantages: np.nd
         return None
     picked = [turns[int(i)] for i in table.turn_id[rows]]
     adv, token_mask = advantages[rows], None
-    if cfg.algorithm.estimator == hiper_spans.ESTIMATOR:  # each span its own advantage (D-14a)
-        adv, token_mask = hiper_spans.span_token_advantages(table, rows, picked, cfg.algorithm.kwargs)
+    spans = get_estimator(cfg.algorithm.estimator).declares.spans
+    if spans is not None:  # each span its own advantage (HiPER: D-14a)
+        adv, token_mask = spans.token_advantages(table, rows, picked, cfg.algorithm.kwargs)
     inputs = BatchInputs([t.prompt_ids for t in picked], [t.completion_ids for t in picked],
                          [t.completion_logprobs for t in picked], adv,
                          constraint_masks(picked, policy.renderer), grammar_masks(picked, policy.renderer),

@@ -82,7 +82,7 @@ def test_three_head_update_learns_each_target_and_skips_masked_ones():
 
 
 def test_span_token_advantages_give_each_span_its_own_advantage():
-    from agentrl.train.hiper_spans import critic_targets, low_value_offsets, span_token_advantages
+    from agentrl.credit.hiper import critic_targets, low_value_offsets, span_token_advantages
     from agentrl.types import Turn, TurnTable
 
     # ALGORITHMS.md §14.6's trajectory A (success, T = 4), no bootstrap, no whitening

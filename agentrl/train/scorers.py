@@ -1,0 +1,114 @@
+"""Step scorers: torch passes after the rollout that fill ``TurnTable`` columns before the
+estimator runs (DESIGN.md, extension points; issue 47).
+
+An estimator names the scorers it reads in ``register_estimator(scorers=(...))`` (a declared
+``critic`` adds ``"critic"``); the trainer builds them once per run, and every iteration calls,
+in order: ``score`` (after the episodes are stored and the table is built; before the estimator)
+→ the estimator → the policy update and weight sync → ``learn`` (the scorer's own training
+step, if any). Each scorer is saved into every checkpoint folder and restored on resume. The
+trainer never names an estimator or a scorer: it serves the declaration.
+
+Built in: ``"critic"`` (the turn-level critic of turn-PPO and HiPER, ``agentrl.train.critic``).
+Your own: ``register_scorer("name", factory)`` with ``factory(ctx: ScorerContext) -> StepScorer``,
+then ``@register_estimator(..., scorers=("name",), requires=("my_column",))`` on an estimator
+that reads ``table.scores["my_column"]`` (``examples/custom_scorer.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Protocol
+
+import numpy as np
+
+from agentrl.config import Config
+from agentrl.credit import EstimatorSpec, get_estimator
+from agentrl.llm.policy import Policy
+from agentrl.registry import Registry
+from agentrl.train.critic import CriticScorer
+from agentrl.types import Episode, TurnTable
+
+__all__ = ["StepScorer", "ScorerContext", "register_scorer", "unregister_scorer", "get_scorer", "list_scorers",
+           "make_scorers"]
+
+
+class StepScorer(Protocol):
+    """What the trainer calls on a step scorer (see the module docstring for the order)."""
+
+    def score(self, table: TurnTable, episodes: list[Episode], iteration: int) -> TurnTable:
+        """``table`` (N rows of ``episodes``' turns, rank 0) with this scorer's columns filled: value
+        columns or ``TurnTable.scores`` entries (float64, leading dimension N). ``iteration``: 0-based."""
+
+    def learn(self, table: TurnTable, advantages: np.ndarray, episodes: list[Episode],
+              iteration: int) -> dict[str, float]:
+        """The scorer's own step after the policy update (``advantages``: float64[N], the
+        estimator's output); returns metrics to log (``{"name/key": value}``; {} when none)."""
+
+    def save(self, folder: Path) -> None:
+        """Write its state into the checkpoint ``folder`` (``iter_<k>``); a file of its own name."""
+
+    def load(self, folder: Path) -> bool:
+        """Restore ``save``'s state from checkpoint ``folder``; False when the folder has none."""
+
+
+@dataclass(frozen=True)
+class ScorerContext:
+    """What a scorer factory gets: the run's resolved ``cfg``, the trained ``policy`` (its model,
+    renderer and pad id) and the ``estimator``'s spec (its declarations and hyperparameters are
+    ``estimator.declares`` and ``cfg.algorithm.kwargs``)."""
+
+    cfg: Config
+    policy: Policy
+    estimator: EstimatorSpec
+
+
+ScorerFactory = Callable[[ScorerContext], StepScorer]
+
+_SCORERS: Registry[ScorerFactory] = Registry("step scorer")
+_SCORERS.register("critic", CriticScorer.build)
+
+
+def register_scorer(name: str, factory: ScorerFactory) -> ScorerFactory:
+    """Register a step scorer ``factory`` under ``name`` (an estimator's ``scorers=`` names it);
+    returns ``factory``.
+
+    Raises:
+        ValueError: ``name`` is already registered.
+    """
+    return _SCORERS.register(name, factory)
+
+
+def unregister_scorer(name: str) -> ScorerFactory:
+    """Remove the scorer ``name`` (one registered for a single run or test) and return its factory.
+
+    Raises:
+        KeyError: unknown name (lists the registered ones).
+    """
+    return _SCORERS.unregister(name)
+
+
+def get_scorer(name: str) -> ScorerFactory:
+    """The factory registered as ``name``.
+
+    Raises:
+        KeyError: unknown name (suggests the closest, lists all).
+    """
+    return _SCORERS.get(name)
+
+
+def list_scorers() -> list[str]:
+    """Sorted names of the registered step scorers."""
+    return _SCORERS.names()
+
+
+def make_scorers(cfg: Config, policy: Policy) -> list[StepScorer]:
+    """The step scorers ``cfg.algorithm.estimator`` declares, built in declaration order ([] for
+    an estimator that declares none).
+
+    Raises:
+        KeyError: the estimator names a scorer nobody registered (lists the registered ones).
+    """
+    spec = get_estimator(cfg.algorithm.estimator)
+    ctx = ScorerContext(cfg, policy, spec)
+    return [get_scorer(name)(ctx) for name in spec.declares.scorers]
