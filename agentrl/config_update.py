@@ -66,6 +66,12 @@ class UpdateConfig:
     parameters are float32 masters computing in ``policy.dtype`` (FSDP2 mixed precision, or
     autocast in one process; engines get ``policy.dtype`` weights), so AdamW steps below half a
     bf16 spacing accumulate (``agentrl.update.master_weights``) | ``off``: train in ``policy.dtype``.
+
+    ``audit`` (default true): the credit audit (``agentrl.update.audit``) checks every micro-batch
+    right before the loss — each trained token carries its own turn's (or span's) advantage, no
+    token outside the loss mask carries any, every turn trains exactly once per optimizer step —
+    and stops the run with one line naming the row, episode and turn on a mismatch; ``false``
+    skips it (its cost is logged as ``audit/seconds``).
     """
 
     loss: str = "ppo_clip"
@@ -97,6 +103,7 @@ class UpdateConfig:
     correction_high: float = 2.0
     correction_low: float = 0.5
     master_weights: Literal["auto", "on", "off"] = "auto"
+    audit: bool = True
 
     def __post_init__(self) -> None:
         _check(0 <= self.clip_low < 1 and self.clip_high >= 0, "update.clip_low must be in [0, 1) and clip_high >= 0")

@@ -194,9 +194,10 @@ def chain_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
                                    estimator=cfg.algorithm.estimator)
     t2 = time.perf_counter()
     with engine_asleep(parts.policy.engine):  # a colocated engine frees the device for the update
-        stats, corr = update_policy(parts.policy, parts.optimizer, cfg, table, adv, episodes, it, dp=parts.dp)
+        stats, corr, audited = update_policy(parts.policy, parts.optimizer, cfg, table, adv, episodes, it, dp=parts.dp)
     if corr is not None:  # behaviour–trainer KL, capped / masked token fractions
         extra.update(corr.as_metrics())
+    extra.update(audited)  # audit/rows, audit/tokens, audit/seconds
     extra.update(synced(parts.policy, cfg, parts.sync, engines=parts.engines, dp=parts.dp))  # wakes a sleeping engine
     scored = {k: v for scorer in parts.scorers for k, v in scorer.learn(table, adv, episodes, it).items()}
     seconds = {"rollout": t1 - t0, "credit": t2 - t1, "update": time.perf_counter() - t2}

@@ -18,14 +18,16 @@ from agentrl.distributed import DistContext
 from agentrl.llm.constrained import constraint_masks
 from agentrl.llm.grammar import grammar_masks
 from agentrl.llm.policy import Policy
-from agentrl.types import Episode, EpisodeStatus, TurnTable
+from agentrl.types import Episode, EpisodeStatus, Turn, TurnTable
+from agentrl.update.audit import CreditAudit, TurnExpectation
 from agentrl.update.batch import TrainBatch, build_batch, minibatches, pack_chains
 from agentrl.update.correction import Correction, apply_rollout_correction
 from agentrl.update.step import update
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BatchInputs", "UpdatePlan", "require_tokens", "plan_update", "skipped_update_reason", "update_policy"]
+__all__ = ["BatchInputs", "UpdatePlan", "require_tokens", "plan_update", "expectations", "skipped_update_reason",
+           "update_policy"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class BatchInputs:
         pad_id / pack: as ``build_batch``.
         token_mask: per turn None or bool (C_i,), the completion tokens that train (the union of a
             span estimator's spans); None: all of them.
+        turn_keys: int[N], each turn's store turn id (``TrainBatch.turn_key``, for the audit).
     """
 
     prompt_ids: list
@@ -54,12 +57,13 @@ class BatchInputs:
     pad_id: int
     pack: bool
     token_mask: list | None = None
+    turn_keys: list | None = None
 
     def build(self) -> TrainBatch:
         """The padded ``TrainBatch`` (``agentrl.update.batch.build_batch``)."""
         return build_batch(self.prompt_ids, self.completion_ids, self.logprobs, self.advantages, pad_id=self.pad_id,
                            pack=self.pack, allowed=self.allowed, episodes=self.episodes, grammar=self.grammar,
-                           token_mask=self.token_mask)
+                           token_mask=self.token_mask, turn_keys=self.turn_keys)
 
 
 @dataclass(frozen=True)
@@ -67,10 +71,12 @@ class UpdatePlan:
     """The optimizer steps of one update phase: the trained turns (``BatchInputs``: ragged
     token arrays, not a padded batch) and, per epoch, the row indices (int64 tensors) of each
     minibatch, in order. Built on rank 0 and broadcast, so every data-parallel rank builds the
-    same batch itself and takes the same steps over the same minibatches."""
+    same batch itself and takes the same steps over the same minibatches. ``expected``: what the
+    credit audit checks each trained turn against (``agentrl.update.audit``; keyed by turn id)."""
 
     inputs: BatchInputs
     epochs: list[list[torch.Tensor]]
+    expected: dict[int, TurnExpectation]
 
 
 def require_tokens(episodes: list[Episode]) -> None:
@@ -119,16 +125,34 @@ def plan_update(policy: Policy, cfg: Config, table: TurnTable, advantages: np.nd
     spans = get_estimator(cfg.algorithm.estimator).declares.spans
     if spans is not None:  # each span its own advantage (HiPER: D-14a)
         adv, token_mask = spans.token_advantages(table, rows, picked, cfg.algorithm.kwargs)
+    keys = [int(k) for k in table.turn_id[rows]]
     inputs = BatchInputs([t.prompt_ids for t in picked], [t.completion_ids for t in picked],
                          [t.completion_logprobs for t in picked], adv,
                          constraint_masks(picked, policy.renderer), grammar_masks(picked, policy.renderer),
-                         [t.episode_id for t in picked], policy.pad_id, cfg.update.pack, token_mask)
+                         [t.episode_id for t in picked], policy.pad_id, cfg.update.pack, token_mask, keys)
     n_rows = len(pack_chains(inputs.prompt_ids, inputs.completion_ids)) if cfg.update.pack else len(picked)
     groups = update_groups(cfg.algorithm.estimator, table, rows)
     epochs = [groups if groups is not None else minibatches(
         n_rows, cfg.update.minibatch, seed=cfg.run.seed * 7_919 + iteration * 101 + epoch)
         for epoch in range(cfg.update.epochs)]
-    return UpdatePlan(inputs, epochs)
+    return UpdatePlan(inputs, epochs, expectations(picked, keys, adv, token_mask))
+
+
+def expectations(turns: list[Turn], keys: list[int], advantages: np.ndarray | list,
+                 token_mask: list | None) -> dict[int, TurnExpectation]:
+    """The credit audit's ``{turn id: TurnExpectation}`` of the trained turns: each turn's own
+    prompt length and completion ids, and the estimator's advantage of each of its tokens
+    (``advantages``: float64[R] per row, or R per-token arrays for a span estimator) with the
+    tokens it trains (``token_mask``: R bool arrays or None, None = all)."""
+    out = {}
+    for i, (turn, key) in enumerate(zip(turns, keys)):
+        c = turn.completion_ids.size
+        adv = np.broadcast_to(np.asarray(advantages[i], dtype=np.float64), (c,)).copy()
+        mask = token_mask[i] if token_mask is not None else None
+        trained = np.ones(c, dtype=bool) if mask is None else np.asarray(mask, dtype=bool).reshape(-1)
+        out[key] = TurnExpectation(int(turn.episode_id), int(turn.prompt_ids.size),
+                                   np.asarray(turn.completion_ids, dtype=np.int64), adv, trained)
+    return out
 
 
 def skipped_update_reason(table: TurnTable | None, advantages: np.ndarray | None) -> str:
@@ -148,10 +172,13 @@ def skipped_update_reason(table: TurnTable | None, advantages: np.ndarray | None
 
 def update_policy(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config, table: TurnTable | None,
                   advantages: np.ndarray | None, episodes: list[Episode], iteration: int,
-                  dp: DistContext | None = None) -> tuple[list, Correction | None]:
-    """Run the steps of ``plan_update``; returns their UpdateStats and the off-policy
+                  dp: DistContext | None = None) -> tuple[list, Correction | None, dict[str, float]]:
+    """Run the steps of ``plan_update``; returns their UpdateStats, the off-policy
     correction of the phase (``update.rollout_correction``; its KL is measured for ``none``
-    too; None when no step was taken).
+    too; None when no step was taken) and the credit audit's metrics (``audit/rows``,
+    ``audit/tokens``, ``audit/seconds``; {} with ``update.audit: false`` or no step): with
+    ``update.audit`` every micro-batch is checked before its loss (``agentrl.update.audit``;
+    CreditAuditError on a misplaced advantage).
 
     ``dp`` (data-parallel runs): rank 0 plans from its ``table``/``advantages``/``episodes``
     and broadcasts the plan (ragged token arrays and row indices); the other ranks pass None
@@ -168,12 +195,13 @@ def update_policy(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config,
         if main:
             log.warning("iteration %d: no update, %s; the policy is unchanged", iteration + 1,
                         skipped_update_reason(table, advantages))
-        return [], None
+        return [], None, {}
     batch = plan.inputs.build()
     if main:
         log.info("iteration %d: update on %d turn(s) in %d optimizer step(s)", iteration + 1, batch.num_turns,
                  sum(len(chunks) for chunks in plan.epochs))
     batch, corr = apply_rollout_correction(policy.model, batch, cfg.update, temperature=1.0, dp=dp)
-    stats = [update(policy.model, optimizer, batch.select(chunk), cfg.update, temperature=1.0, dp=dp)
+    audit = CreditAudit(plan.expected) if cfg.update.audit else None
+    stats = [update(policy.model, optimizer, batch.select(chunk), cfg.update, temperature=1.0, dp=dp, audit=audit)
              for chunks in plan.epochs for chunk in chunks]
-    return stats, corr
+    return stats, corr, {} if audit is None else audit.as_metrics()

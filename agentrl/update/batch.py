@@ -64,6 +64,9 @@ class TrainBatch:
         position_ids: optional (B, T) int64 position of each token in its own sequence; set
             only on a packed micro-batch (``agentrl.update.packing.pack_rows``: several rows
             end to end, positions restarting at 0). None = right padded, position = column.
+        turn_key: optional (N,) int64, each turn's own id (the store's turn id), carried through
+            ``select`` and packing so the credit audit (``agentrl.update.audit``) can look up the
+            estimator's advantage of the turn a token claims to belong to.
     """
 
     input_ids: torch.Tensor
@@ -83,6 +86,7 @@ class TrainBatch:
     grammar_mask: BatchMasks | None = None
     position_ids: torch.Tensor | None = None
     value_low_pos: torch.Tensor | None = None
+    turn_key: torch.Tensor | None = None
 
     @property
     def num_rows(self) -> int:
@@ -124,6 +128,7 @@ class TrainBatch:
             grammar_mask=None if self.grammar_mask is None else self.grammar_mask.select(rows, length),
             position_ids=cut(self.position_ids),
             value_low_pos=None if self.value_low_pos is None else self.value_low_pos[keep],
+            turn_key=None if self.turn_key is None else self.turn_key[keep],
         )
 
     def to(self, device: torch.device | str) -> "TrainBatch":
@@ -198,7 +203,8 @@ def build_batch(prompt_ids: Sequence[np.ndarray], completion_ids: Sequence[np.nd
                 pad_id: int, pack: bool = False,
                 allowed: Sequence[Sequence[np.ndarray] | None] | None = None,
                 episodes: Sequence[int] | np.ndarray | None = None, grammar: Sequence | None = None,
-                token_mask: Sequence[np.ndarray | None] | None = None) -> TrainBatch:
+                token_mask: Sequence[np.ndarray | None] | None = None,
+                turn_keys: Sequence[int] | np.ndarray | None = None) -> TrainBatch:
     """Build the padded batch for N turns.
 
     Args:
@@ -221,15 +227,20 @@ def build_batch(prompt_ids: Sequence[np.ndarray], completion_ids: Sequence[np.nd
             completion tokens that train (HiPER's union of its action, subgoal and switch spans,
             ALGORITHMS.md §14.3, decision D-14a); ``loss_mask`` is 0 on the others, so they get no
             gradient, no KL and no entropy term, and their advantage is 0.
+        turn_keys: optional int[N], each turn's own id (e.g. the store's turn id): fills
+            ``TrainBatch.turn_key`` for the credit audit.
     Returns:
         ``TrainBatch`` with B = N rows (or one per chain when packing), T = longest row.
     Raises:
         ValueError: mismatched lengths, an empty prompt, non-integer ids, NaN/inf advantages,
             ``allowed`` not matching the completions (or not containing the sampled id),
             ``episodes`` not one per turn, ``grammar`` masks that do not allow the sampled ids,
-            ``token_mask`` not one bool[C_i] (or None) per turn.
+            ``token_mask`` not one bool[C_i] (or None) per turn, ``turn_keys`` not one per turn.
     """
     prompts, comps, lps, advs = _check_inputs(prompt_ids, completion_ids, old_logprobs, advantages)
+    keys = None if turn_keys is None else np.asarray(turn_keys, dtype=np.int64).reshape(-1)
+    if keys is not None and keys.size != len(prompts):
+        raise ValueError(f"turn_keys has {keys.size} entries for {len(prompts)} turns; pass one id per turn")
     keep = _check_token_mask(token_mask, comps)
     allowed = _check_allowed(allowed, comps)
     chains = pack_chains(prompts, comps) if pack else [[i] for i in range(len(prompts))]
@@ -261,6 +272,7 @@ def build_batch(prompt_ids: Sequence[np.ndarray], completion_ids: Sequence[np.nd
         turn_row=torch.from_numpy(turn_row), turn_value_pos=torch.from_numpy(value_pos),
         token_episode=None if tep is None else torch.from_numpy(tep),
         grammar_mask=pack_masks(grammar, comps, chains, prompts, b, t),
+        turn_key=None if keys is None else torch.from_numpy(keys.copy()),
     )
 
 

@@ -35,6 +35,7 @@ from typing import Protocol
 import torch
 
 from agentrl.config import UpdateConfig
+from agentrl.update.audit import CreditAudit
 from agentrl.update.batch import TrainBatch, minibatches, model_device
 from agentrl.update.logprobs import forward_token_stats
 from agentrl.update.losses import AGGREGATIONS, KL_ESTIMATORS, LOSSES, ClipSpec, LossScale, PolicyLossInputs
@@ -168,7 +169,8 @@ def _micro_step(model: torch.nn.Module, mb: TrainBatch, cfg: UpdateConfig, scale
 
 
 def update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: TrainBatch, cfg: UpdateConfig, *,
-           temperature: float = 1.0, micro_batch: int | None = None, dp: ReduceGroup | None = None) -> UpdateStats:
+           temperature: float = 1.0, micro_batch: int | None = None, dp: ReduceGroup | None = None,
+           audit: CreditAudit | None = None) -> UpdateStats:
     """One optimizer step on ``batch`` (a minibatch), ``micro_batch`` rows per forward.
 
     Args:
@@ -184,12 +186,16 @@ def update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Trai
             ``cfg.micro_batch_tokens`` packs the rows).
         dp: the data-parallel ranks (every rank passes the same ``batch``; see the module
             docstring); None = one process.
+        audit: the credit audit of the phase (``agentrl.update.audit``): every micro-batch is
+            checked as the loss will see it (after selection, sharding and packing), and every
+            turn of the minibatch must be trained exactly once, before the optimizer steps.
     Returns:
         ``UpdateStats`` (data-parallel: of the whole minibatch, the same on every rank).
     Raises:
         KeyError: unknown loss / aggregation / KL estimator name (with suggestions).
         ValueError: KL requested without reference logprobs; Dr.GRPO aggregation without
             ``sum_norm_tokens``; the episode aggregation without ``batch.token_episode``; ``is_weights`` not shaped like the loss mask; non-finite loss.
+        CreditAuditError: with ``audit``, a token that does not carry its own turn's advantage.
     """
     if cfg.kl_coef > 0 and batch.ref_logprobs is None:
         raise ValueError("update.kl_coef > 0 needs batch.ref_logprobs; set them with "
@@ -213,14 +219,20 @@ def update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Trai
     device = model_device(model)
     passes = len(chunks) if dp is None else int(dp.all_reduce(torch.tensor([len(chunks)]), op="max").item())
     packed = cfg.micro_batch_tokens > 0
+    if audit is not None:
+        audit.begin_step()
     for k in range(passes):
         if k < len(chunks):
             mb = mine.select(chunks[k])
             if packed:
                 mb = pack_rows(mb, shared_prefix(mb) if share else 0).batch
+            if audit is not None:  # as the loss will see it
+                audit.check(mb)
             _micro_step(model, mb.to(device), cfg, scale, temperature, sums)
         else:  # this rank is out of rows: small zero-weight passes keep FSDP2's collectives in step
             _micro_step(model, stub_row(batch).to(device), cfg, scale, temperature, _Sums(), weight=0.0)
+    if audit is not None:  # every turn of the minibatch trained exactly once (over the ranks)
+        audit.end_step(batch.turn_key, dp)
     if dp is not None:
         sums = sums.summed(dp)
     if not math.isfinite(sums.loss):

@@ -135,7 +135,7 @@ def store_and_train(ep: Episode, renderer, tiny_dir: Path, tmp_path: Path) -> li
     model = prepare_policy(engine.model, cfg.update)
     policy = Policy(engine=engine, renderer=renderer, model=model, pad_id=engine.pad_token_id)
     before = [p.detach().clone() for p in model.parameters() if p.requires_grad]
-    stats, _ = update_policy(policy, make_optimizer(model, cfg.update.lr, cfg.update.weight_decay), cfg, table,
+    stats, _, _ = update_policy(policy, make_optimizer(model, cfg.update.lr, cfg.update.weight_decay), cfg, table,
                              np.ones(len(table)), [back], iteration=0)
     assert sum(s.tokens for s in stats) == sum(t.completion_ids.size for t in back.turns)
     assert any(not torch.equal(a, b) for a, b in zip(before, (p for p in model.parameters() if p.requires_grad)))
