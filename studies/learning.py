@@ -77,7 +77,7 @@ KEY = ("env", "estimator", "seed", "iterations", "panel", "group_size", "dtype",
 EPISODES = 24  #: episodes per iteration of every cell: groups_per_iteration = EPISODES // group size
 DTYPES = {"bfloat16": "bf16", "float32": "fp32"}  #: policy.dtype -> its part of a cell key
 _ALL = ("grpo", "grpo_mean", "dr_grpo", "gigpo", "hgpo", "g2po", "graphgpo", "bipace", "tree_grpo", "rtpo", "turn_ppo")
-#: The cells RESULTS.md reports, in bf16: (env, group size, tagged, estimators, seeds).
+#: The cells studies/results/learning.md reports, in bf16: (env, group size, tagged, estimators, seeds).
 GRID = [("cu1", 4, False, _ALL, (0, 1)), ("cu1", 4, False, ("grpo", "gigpo"), (2,)),
         ("cc3", 4, False, ("grpo", "gigpo"), (0, 1, 2)), ("cc3", 8, False, ("grpo", "gigpo", "hgpo", "graphgpo"), (0, 1, 2)),
         ("jm5", 8, False, ("grpo", "gigpo", "beacon", "threespo", "hiper"), (0, 1)), ("jm5", 8, True, ("grpo",), (0, 1))]
@@ -204,7 +204,7 @@ def make_cell(env: str, estimator: str, seed: int, dtype: str = "bfloat16", grou
 
 
 def grid() -> list[Cell]:
-    """The grid RESULTS.md reports (``GRID``: bf16, 8 iterations, 24-task panels)."""
+    """The grid studies/results/learning.md reports (``GRID``: bf16, 8 iterations, 24-task panels)."""
     return [make_cell(env, est, seed, group_size=g, tagged=tagged)
             for env, g, tagged, ests, seeds in GRID for est in ests for seed in seeds]
 
