@@ -11,7 +11,7 @@ cell, so each can be committed on its own::
     {"study", "key", "seed", "config": the cell's parameters,
      "cpu": {"avx512_bf16": bool, "amx_bf16": bool, "model": str}, "torch_dtype": policy.dtype of the run,
      "git_commit", "git_dirty", "started", "finished" (UTC), "seconds" (this session's),
-     "launches": [{"utc", "resumed_from"}, ...] (the run folder's launches.jsonl), "row": the study's row}
+     "launches": [{"started", "resumed_from"}, ...] (the run folder's launches.jsonl), "row": the study's row}
 
 A study is a module of this package with a ``STUDY`` (``Study``: its grid of cells and the
 function that runs one in a given run folder); ``STUDIES`` names them.
@@ -155,7 +155,7 @@ def git_commit(cwd: Path = ROOT) -> tuple[str | None, bool]:
 def _launches(run_dir: Path) -> list[dict]:
     path = run_dir / "launches.jsonl"
     lines = path.read_text().splitlines() if path.is_file() else []
-    return [{k: d.get(k) for k in ("utc", "resumed_from")} for d in map(json.loads, filter(str.strip, lines))]
+    return [{k: d.get(k) for k in ("started", "resumed_from")} for d in map(json.loads, filter(str.strip, lines))]
 
 
 def _dtype(run_dir: Path, row: dict) -> str | None:

@@ -109,3 +109,25 @@ def test_the_pre_registered_rule_and_paired_differences():
     assert seeds_needed(p["sd"]) == 4  # (2.8 · 6.56 / 10)^2 = 3.37 → 4
     assert seeds_needed(1.0) == 3 and seeds_needed(20.0) == 32  # at least 3; > 20 is reported as underpowered
     assert "4 seeds in all" in summary(rows) and paired(rows, "gigpo", 5) is None
+
+
+def test_the_cli_runs_its_cells_on_the_runner_and_summary_reads_them(tiny_dir, tmp_path, capsys):
+    """``junction_llm.py --ks 1 --arms grpo``: the cell trains in ROOT/runs/junction_llm/<key> and its
+    result file lands in ROOT/results/junction_llm/<key>.json; ``--summary`` reads it with the merged JSON."""
+    import json
+
+    from studies import junction_llm
+
+    extra = [f"policy.model={tiny_dir}", "policy.lora=null", "rollout.groups_per_iteration=2", "rollout.group_size=3",
+             "rollout.num_workers=1", "update.micro_batch=4"]
+    junction_llm.main(["--ks", "1", "--seeds", "0", "--arms", "grpo", "--iterations", "2", "--dtype", "float32",
+                       "--root", str(tmp_path), "--out", str(tmp_path / "none.json"), "--set", *extra])
+    cell = junction_llm.make_cell("grpo", 1, 0, 2, "float32", tuple(extra))
+    assert cell.key.startswith("k1-grpo-fp32-s0-i2-x")
+    record = json.loads((tmp_path / "results" / "junction_llm" / f"{cell.key}.json").read_text())
+    run_dir = tmp_path / "runs" / "junction_llm" / cell.key
+    assert record["torch_dtype"] == "float32" and record["row"]["run_dir"] == str(run_dir)
+    assert [p["episodes"] for p in record["row"]["per_iter"]] == [6, 6]  # from the run folder's junction_iters.jsonl
+    assert sorted(p.name for p in (run_dir / "checkpoints").glob("iter_*")) == ["iter_000001", "iter_000002"]
+    capsys.readouterr()
+    assert junction_llm.all_rows(tmp_path / "none.json", tmp_path) == []  # a cell with --set overrides: not a grid row

@@ -61,6 +61,7 @@ def test_a_cell_runs_and_an_interrupted_one_resumes_from_its_checkpoint(tiny_dir
     assert saved["cpu"]["avx512_bf16"] == ("avx512_bf16" in Path("/proc/cpuinfo").read_text())
     assert saved["torch_dtype"] == "float32" and saved["seconds"] > 0 and saved["started"] <= saved["finished"]
     assert len(saved["git_commit"]) == 40 and [x["resumed_from"] for x in saved["launches"]] == [None]
+    assert saved["launches"][0]["started"] >= saved["started"][:10]
     assert not (run_path(tmp_path, done) / runner.MARKER).exists()
 
     real = loop.run_iteration
