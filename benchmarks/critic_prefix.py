@@ -2,7 +2,7 @@
 (``update.share_prefix``, ``agentrl.update.critic``), on real turns.
 
 Takes the first ``--episodes`` episodes of a run's store (any ``agentrl train`` run of
-``examples/gigpo_textworld.yaml``, e.g. a ``benchmarks/learning.py`` cell), builds the batch of
+``examples/gigpo_textworld.yaml``, e.g. a ``studies/learning.py`` cell), builds the batch of
 all their turns as the trainer does for the critic, and times what the trainer runs per
 iteration for turn-PPO: the value pass (``turn_values``, no gradients) and one critic step
 (``critic_update``) of the config's critic (SmolLM2-135M + value head, top

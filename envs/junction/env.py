@@ -41,7 +41,7 @@ hinted cues ``n_hinted / n_cues``, which the untrained model follows more often 
 at junction 1, sign after the exit list, renormalised over the exits: hinted ~0.70, bare ~0.51
 with 2 exits; a voice or a sign reading ``go east`` before the exit list were followed less).
 The defaults (2 exits, 20 of 24 cues hinted) measured, same settings, fp32, temperature 1:
-k = 1: 42/64 episodes won (65.6 %; exact success under the model's own π 70.7 %); k = 5: 4/64 (6.2 %; exact 9.9 %), 2 seeds x 4 mazes x 8 episodes each (benchmarks/results/credit_fidelity_llm.json). That is just under the 10-30 % target; raising ``n_hinted`` toward ``n_cues`` raises it (unmeasured).
+k = 1: 42/64 episodes won (65.6 %; exact success under the model's own π 70.7 %); k = 5: 4/64 (6.2 %; exact 9.9 %), 2 seeds x 4 mazes x 8 episodes each (studies/results/credit_fidelity_llm.json). That is just under the 10-30 % target; raising ``n_hinted`` toward ``n_cues`` raises it (unmeasured).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 MAPPED = {"envs": "agentrl_envs", "sandboxes": "agentrl_sandboxes"}  # folder -> installed name
-SCANNED = ("agentrl", "envs", "sandboxes", "tests", "benchmarks", "examples", "scripts")
+SCANNED = ("agentrl", "envs", "sandboxes", "tests", "benchmarks", "studies", "examples", "scripts")
 # `envs.<sub>` / `sandboxes.<sub>` as a module path in a string, a doc or a command line
 # (`python -m envs.alfworld.generate`, an entry point "envs.toy.env:ToyEnv"); a folder path
 # (`envs/toy`) or an attribute (`gymnasium.envs.x`, `pool.envs.values()`) is not one.

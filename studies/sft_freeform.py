@@ -4,7 +4,7 @@ Free-form means ``policy.action_constraint=none``: the model writes the command 
 (the admissible commands are still listed in the prompt) and the env marks a command that is
 not admissible with ``action_valid=False``. Zero-shot, the packaged SmolLM2-135M writes
 almost no valid command (LEARNING.md), so RL gets no signal. This script measures, on
-TextWorld cu1 (8 turns) and the held-out panel of ``benchmarks/learning.py``:
+TextWorld cu1 (8 turns) and the held-out panel of ``studies/learning.py``:
 
 1. ``zero-shot``: the packaged model, free-form, greedy and sampled;
 2. ``sft``: after ``agentrl.sft.train_sft`` on training-split walkthroughs (rendered exactly
@@ -22,9 +22,9 @@ JSON (``--out``) is rewritten after every stage, then a Markdown table is printe
 
 Usage::
 
-    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/sft_freeform.py \
+    OMP_NUM_THREADS=2 .venv/bin/python -m studies.sft_freeform \
         [--iterations 6] [--panel 24] [--sft-episodes 128] [--sft-epochs 4] [--sft-lr 1e-3] \
-        [--out-dir runs/sft_freeform] [--out benchmarks/results/sft_freeform.json]
+        [--out-dir runs/sft_freeform] [--out studies/results/sft_freeform.json]
     # smoke: --panel 2 --iterations 1 --sft-episodes 4 --sft-epochs 1 --out /tmp/sf.json
 """
 
@@ -37,7 +37,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from learning import pct  # benchmarks/ is on sys.path when this script runs
+from studies.learning_tables import pct
 
 ENV_ID, MAX_TURNS = "agentrl/TextWorld-CU1-v0", 8
 OUT = Path(__file__).parent / "results" / "sft_freeform.json"

@@ -3,7 +3,7 @@
 The oracle trains the policy on the *exact* advantages A^π = Q^π − V^π of the policy that
 sampled the batch: for every maze of the iteration, π(a|s) in every non-terminal state comes
 from one forward of the live (LoRA) model per distinct prompt, renormalised over the token
-trie's allowed ids as the constrained sampler does (``_llm_maze.PolicyTables``), and the values
+trie's allowed ids as the constrained sampler does (``llm_maze.PolicyTables``), and the values
 from the finite-horizon DP (``agentrl.credit.exact``). It needs the live model and the
 iteration's episodes (action texts, task ids), which an estimator (``fn(table)``) does not see,
 so this *benchmark-only* module
@@ -27,12 +27,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from _llm_maze import PolicyTables
-
 from agentrl.credit import list_estimators, register_estimator, unregister_estimator
 from agentrl.credit.exact import exact_advantages
 from agentrl.types import Episode, EpisodeStatus, TurnTable
 from agentrl_envs.junction.maze import Maze
+from studies.llm_maze import PolicyTables
 
 ORACLE = "exact_oracle"
 
@@ -111,7 +110,7 @@ def _exact_oracle(table: TurnTable) -> np.ndarray:
     """The registered ``exact_oracle``: ``oracle_advantages`` under the live model (eval mode)."""
     pol = LIVE.policy
     if pol is None:
-        raise RuntimeError("exact_oracle runs only inside _oracle_arm.capture() (it needs the live model)")
+        raise RuntimeError("exact_oracle runs only inside studies.oracle_arm.capture() (it needs the live model)")
     was_training = pol.model.training
     pol.model.eval()
     try:
@@ -143,9 +142,10 @@ def oracle_registered():
 
 
 @contextlib.contextmanager
-def capture(cfg):
+def capture(cfg, on_iter=None):
     """While open, the trainer hands ``LIVE`` its policy and each iteration's episodes, and
-    ``LIVE.per_iter`` gets each iteration's ``junction_stats``; yields ``LIVE`` (reset)."""
+    ``LIVE.per_iter`` gets each iteration's ``junction_stats`` (also handed to ``on_iter(iteration,
+    stats)``, 0-based iteration, when given); yields ``LIVE`` (reset)."""
     import agentrl.train.loop as loop_mod
     from agentrl.eval import loop_config
 
@@ -161,6 +161,8 @@ def capture(cfg):
         eps = collect(*a, **kw)
         LIVE.episodes = eps
         LIVE.per_iter.append(junction_stats(eps, cfg.env.max_turns))
+        if on_iter is not None:
+            on_iter(a[2] if len(a) > 2 else kw["iteration"], LIVE.per_iter[-1])
         return eps
 
     loop_mod.start_run, loop_mod.collect_iteration = start_run, collect_iteration

@@ -7,7 +7,9 @@ current observation (``examples/gigpo_textworld.yaml``, which this script loads)
 env, seed and estimator the script evaluates the packaged model on the held-out panel
 (greedy and sampled), trains, evaluates the final checkpoint on the same panel, and writes
 everything (success rates, 95 % Wilson intervals, panel hash, wall times, the exact config)
-to ``benchmarks/results/learning.json``.
+to the cell's result file ``studies/results/learning/<key>.json`` (``studies.runner``: the cell
+trains in ``studies/runs/learning/<key>/`` and resumes there when run again after an interruption;
+``GRID`` is the study's grid, ``python -m studies.runner --status --study learning`` its state).
 
 ``--env jm5`` / ``jm1``: the junction maze (issues 38/39) at K = 5 / 1 instead, under
 ``examples/grpo_junction.yaml`` (Markov prompt, 24 turns; the estimator's part as below; BEACON and
@@ -16,10 +18,10 @@ decoding, the control that separates HiPER's credit from its format.
 
 Any registered estimator can be a cell (``--estimators``): it trains under that same base
 config and budget with its own hyperparameters from its example config, plus what it cannot
-run without on the TextWorld chain setup (``_learning_cells``: Dr.GRPO's aggregation,
+run without on the TextWorld chain setup (``learning_cells``: Dr.GRPO's aggregation,
 BiPACE's stored hidden states, Tree-GRPO's tree sampler — 2 trees × 2 kept leaves per task —
 RTPO's reverse-turn sampler; turn-PPO's critic is added by the trainer itself). Each row also
-records the run's credit diagnostics (``_learning_diag``: the fraction of training turns with
+records the run's credit diagnostics (``learning_diag``: the fraction of training turns with
 advantage exactly 0 from ``metrics.jsonl``; from the run's store, per iteration, the share of
 turns in env-state anchor groups of size >= 2 and the mean group size, and the same for each
 comparison group of the estimator's breakdown terms), the turns trained, and the condition
@@ -28,29 +30,31 @@ comparison group of the estimator's breakdown terms), the turns trained, and the
 The "before" evaluation does not depend on the estimator: it is computed once per (env,
 panel, seed, hash of the env and policy config — ``policy.return_hidden`` left out) and shared
 by the estimators of that seed (the greedy one once per (env, panel, hash): greedy decoding
-ignores the seed). Rows are merged into the JSON by (env, estimator, seed, iterations, panel, group size,
+ignores the seed). The cells' rows and those of ``results/learning.json`` (the merged JSON of the
+runs before the runner, kept as written) are merged by (env, estimator, seed, iterations, panel, group size,
 dtype, panel hash, turn-PPO's critic settings, action format), so a grid can be run in pieces;
-``--summary`` prints the Markdown table of what the JSON holds (per-run rows with their diagnostics,
+``--summary`` prints the Markdown table of both (per-run rows with their diagnostics,
 then means over seeds). ``--group-size G`` trains groups
 of G episodes per task on 24 // G tasks per iteration (the same 24 episodes; rows keyed by group
 size too); ``--paired BASELINE`` prints each estimator's paired difference from BASELINE over the
-seeds and panel tasks both evaluated (``_learning_paired``: per-task outcomes, two-level bootstrap
+seeds and panel tasks both evaluated (``learning_paired``: per-task outcomes, two-level bootstrap
 interval, anchor-group statistics). ``--smoke`` checks that cells
-start (1 iteration, 1 task, 3 turns, into the given ``--out``/``--out-dir``).
+start (1 iteration, 1 task, 3 turns, under the given ``--root``).
 
 Usage::
 
-    .venv/bin/python benchmarks/learning.py --env cu1 cc3 --seeds 0 1 2 \
-        --estimators grpo gigpo hgpo graphgpo --iterations 8 --panel 24 --out-dir /tmp/learning
-    .venv/bin/python benchmarks/learning.py --summary
-    .venv/bin/python benchmarks/learning.py --env cc3 --group-size 8 --seeds 0 1 2 \
-        --estimators grpo gigpo --out-dir /tmp/learning      # the paired comparison's cells
-    .venv/bin/python benchmarks/learning.py --paired grpo
+    .venv/bin/python -m studies.learning --env cu1 cc3 --seeds 0 1 2 \
+        --estimators grpo gigpo hgpo graphgpo --iterations 8 --panel 24
+    .venv/bin/python -m studies.learning --summary
+    .venv/bin/python -m studies.learning --env cc3 --group-size 8 --seeds 0 1 2 \
+        --estimators grpo gigpo      # the paired comparison's cells
+    .venv/bin/python -m studies.learning --paired grpo
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -58,7 +62,9 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from _learning_paired import critic_of, dtype_of, env_cell, format_of, group_size_of, paired_summary, panel_of
+from studies.learning_paired import critic_of, dtype_of, format_of, group_size_of, paired_summary, panel_of
+from studies.learning_tables import diag_cells, label, pct, summary, unfinished_summary
+from studies.runner import ROOT, Cell, Study, finished, run_cell as run_on_runner
 
 #: --env name -> (env id, max turns, base config in examples/, extra overrides). The junction-maze cells
 #: (issues 38/39) take grpo_junction.yaml: a Markov prompt (window_k 0), K junctions, the env's eval split.
@@ -69,6 +75,12 @@ ENVS = {"cu1": ("agentrl/TextWorld-CU1-v0", 8, "gigpo_textworld.yaml", []),
 OUT = Path(__file__).parent / "results" / "learning.json"
 KEY = ("env", "estimator", "seed", "iterations", "panel", "group_size", "dtype", "panel_sha", "critic", "format")
 EPISODES = 24  #: episodes per iteration of every cell: groups_per_iteration = EPISODES // group size
+DTYPES = {"bfloat16": "bf16", "float32": "fp32"}  #: policy.dtype -> its part of a cell key
+_ALL = ("grpo", "grpo_mean", "dr_grpo", "gigpo", "hgpo", "g2po", "graphgpo", "bipace", "tree_grpo", "rtpo", "turn_ppo")
+#: The cells studies/results/learning.md reports, in bf16: (env, group size, tagged, estimators, seeds).
+GRID = [("cu1", 4, False, _ALL, (0, 1)), ("cu1", 4, False, ("grpo", "gigpo"), (2,)),
+        ("cc3", 4, False, ("grpo", "gigpo"), (0, 1, 2)), ("cc3", 8, False, ("grpo", "gigpo", "hgpo", "graphgpo"), (0, 1, 2)),
+        ("jm5", 8, False, ("grpo", "gigpo", "beacon", "threespo", "hiper"), (0, 1)), ("jm5", 8, True, ("grpo",), (0, 1))]
 
 
 def _eval(cfg, greedy: bool, checkpoint=None) -> dict:
@@ -103,17 +115,18 @@ def auto_dtype() -> str:
 
 
 def config_for(env: str, estimator: str, seed: int, iterations: int, panel: int, out_dir: Path, smoke: bool = False,
-               dtype: str = "bfloat16", group_size: int = 4, tagged: bool = False):
+               dtype: str = "bfloat16", group_size: int = 4, tagged: bool = False, extra: tuple[str, ...] = ()):
     """The training config of one grid cell: the base config + the benchmark's budget + the
-    estimator's own part (``_learning_cells.estimator_overrides``) in ``policy.dtype`` ``dtype``;
+    estimator's own part (``learning_cells.estimator_overrides``) in ``policy.dtype`` ``dtype``;
     ``smoke``: a tiny budget. ``group_size`` episodes per task, ``EPISODES // group_size``
     tasks per iteration (the same episodes per iteration for every group size). ``tagged``: under
-    HiPER's tagged decoding (``_learning_cells.TAGGED_JUNCTION``; run name suffix ``-tagged``).
+    HiPER's tagged decoding (``learning_cells.TAGGED_JUNCTION``; run name suffix ``-tagged``);
+    ``extra``: overrides applied last (the runner's run name and checkpoint schedule).
 
     Raises:
         ValueError: ``group_size`` does not divide ``EPISODES``; ``tagged`` outside the junction maze.
     """
-    from _learning_cells import SMOKE, estimator_overrides
+    from studies.learning_cells import SMOKE, estimator_overrides
 
     from agentrl.config import load_config
 
@@ -131,7 +144,7 @@ def config_for(env: str, estimator: str, seed: int, iterations: int, panel: int,
                  "log.console=false"]
     if smoke:
         overrides += SMOKE + ["run.save_every=1"] + (["env.max_turns=15"] if env == "jm5" else [])  # maze: >= 3k
-    return load_config(Path(__file__).parents[1] / "examples" / base, overrides)
+    return load_config(Path(__file__).parents[1] / "examples" / base, [*overrides, *extra])
 
 
 def _condition() -> dict:
@@ -142,17 +155,20 @@ def _condition() -> dict:
             "loadavg": list(os.getloadavg()), "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
-def run_one(env: str, estimator: str, seed: int, iterations: int, panel: int, out_dir: Path,
-            smoke: bool = False, dtype: str = "bfloat16", group_size: int = 4, tagged: bool = False) -> dict:
-    """Before-eval (cached per env/panel/seed), training, after-eval and diagnostics
-    (``_learning_diag.run_diagnostics``) of one (env, estimator, seed, group size)."""
-    from _learning_diag import run_diagnostics
+def run_cell(cell: Cell, run_dir: Path) -> dict:
+    """Before-eval (cached per env/panel/seed in ``run_dir``'s parent), training (resumed from
+    ``run_dir``'s last checkpoint; one per iteration), after-eval and diagnostics
+    (``learning_diag.run_diagnostics``) of one cell (``make_cell``)."""
+    from studies.learning_diag import run_diagnostics
 
     from agentrl.config import to_dict
     from agentrl.train import train
 
+    c, out_dir = cell.config, run_dir.parent
+    env, estimator, seed, panel = c["env"], c["estimator"], cell.seed, c["panel"]
     start = _condition()
-    cfg = config_for(env, estimator, seed, iterations, panel, out_dir, smoke, dtype, group_size, tagged)
+    cfg = config_for(env, estimator, seed, c["iterations"], panel, out_dir, c.get("smoke", False), c["dtype"],
+                     c["group_size"], c["tagged"], (f"run.name={run_dir.name}", "run.save_every=1"))
     d = to_dict(cfg)  # the cache key: everything the before-eval depends on (env and policy sections;
     pol = {k: v for k, v in d["policy"].items() if k != "return_hidden"}  # storing hidden states changes no action)
     tag = hashlib.sha256(json.dumps({"env": d["env"], "policy": pol}, sort_keys=True).encode()).hexdigest()[:10]
@@ -160,15 +176,15 @@ def run_one(env: str, estimator: str, seed: int, iterations: int, panel: int, ou
     greedy_b, s_gb = _cached(cache / f"{env}-p{panel}-{tag}-greedy.json", lambda: _eval(cfg, True))
     sampled_b, s_sb = _cached(cache / f"{env}-p{panel}-{tag}-s{seed}-sampled.json", lambda: _eval(cfg, False))
     t1 = time.perf_counter()
-    result = train(cfg, resume=False)
+    result = train(cfg, resume=True)
     t2 = time.perf_counter()
     ckpt = result.run_dir / "checkpoints" / (result.run_dir / "checkpoints" / "latest").read_text().strip()
     after = {"greedy": _eval(cfg, True, ckpt), "sampled": _eval(cfg, False, ckpt)}
     t3 = time.perf_counter()
     diag = run_diagnostics(result.run_dir, cfg.run.name, estimator, dict(cfg.algorithm.kwargs))
     turns = diag["logged"]["per_iter"]["rollout/turns"]
-    return {"env": env, "estimator": estimator, "seed": seed, "iterations": iterations, "panel": panel,
-            "group_size": group_size, "optimizer_steps": result.state.optimizer_steps, "before": {"greedy": greedy_b, "sampled": sampled_b},
+    return {"env": env, "estimator": estimator, "seed": seed, "iterations": c["iterations"], "panel": panel,
+            "group_size": c["group_size"], "optimizer_steps": result.state.optimizer_steps, "before": {"greedy": greedy_b, "sampled": sampled_b},
             "after": after, "turns_trained": int(sum(t for t in turns if t is not None)),
             "diagnostics": diag, "condition": {"start": start, "end": _condition()}, "run_dir": str(result.run_dir),
             "seconds": {"eval_before": s_gb + s_sb, "train": t2 - t1, "eval_after": t3 - t2,
@@ -176,15 +192,59 @@ def run_one(env: str, estimator: str, seed: int, iterations: int, panel: int, ou
             "config": to_dict(cfg)}
 
 
+def make_cell(env: str, estimator: str, seed: int, dtype: str = "bfloat16", group_size: int = 4, tagged: bool = False,
+              iterations: int = 8, panel: int = 24, smoke: bool = False) -> Cell:
+    """The runner's cell of these ``config_for`` arguments; key e.g. ``cu1-grpo-bf16-s0``, plus
+    ``-g8`` / ``-tagged`` / ``-i4`` / ``-p16`` / ``-smoke`` where they are not the defaults."""
+    key = (f"{env}-{estimator}-{DTYPES[dtype]}-s{seed}" + (f"-g{group_size}" if group_size != 4 else "")
+           + ("-tagged" if tagged else "") + (f"-i{iterations}" if iterations != 8 else "")
+           + (f"-p{panel}" if panel != 24 else "") + ("-smoke" if smoke else ""))
+    return Cell("learning", key, {"env": env, "estimator": estimator, "dtype": dtype, "group_size": group_size,
+                                  "tagged": tagged, "iterations": iterations, "panel": panel, "smoke": smoke}, seed)
+
+
+def grid() -> list[Cell]:
+    """The grid studies/results/learning.md reports (``GRID``: bf16, 8 iterations, 24-task panels)."""
+    return [make_cell(env, est, seed, group_size=g, tagged=tagged)
+            for env, g, tagged, ests, seeds in GRID for est in ests for seed in seeds]
+
+
+def historical(cell: Cell) -> str | None:
+    """'learning.json' when the merged JSON of the runs before the runner holds the cell's row
+    (same env, estimator, seed, budget, group size, dtype and action format; any panel hash and
+    critic setting)."""
+    c = cell.config
+    want = (c["env"], c["estimator"], cell.seed, c["iterations"], c["panel"], c["group_size"], c["dtype"],
+            "hiper tags" if c["tagged"] or c["estimator"] == "hiper" else "")
+    got = {(r["env"], r["estimator"], r["seed"], r["iterations"], r["panel"], group_size_of(r), dtype_of(r), format_of(r))
+           for r in _historical_rows()}
+    return "learning.json (before the runner)" if want in got else None
+
+
+@functools.cache
+def _historical_rows() -> list[dict]:
+    return json.loads(OUT.read_text()).get("runs", []) if OUT.is_file() else []
+
+
+def all_rows(out: Path, root: Path = ROOT) -> dict:
+    """``out``'s data (the merged JSON) with the rows of the runner's finished cells under ``root``
+    merged into its ``runs`` (a cell's row replaces a merged row of the same ``row_key``)."""
+    data = json.loads(out.read_text()) if out.is_file() else {}
+    for record in finished(root, "learning"):
+        if not record["config"].get("smoke"):
+            data["runs"] = merge(data.get("runs", []), record["row"])
+    return data
+
+
 def unfinished_row(run_dir: Path, env: str, estimator: str, seed: int, iterations: int, panel: int, reason: str,
                    group_size: int = 4) -> dict:
     """A record of a cell stopped before its after-evaluation: the iterations it logged, its
     in-training (sampled) success per iteration and its diagnostics, read from ``run_dir``."""
     import yaml
-    from _learning_diag import run_diagnostics
+    from studies.learning_diag import run_diagnostics
 
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
-    from _learning_diag import summarise
+    from studies.learning_diag import summarise
 
     diag = run_diagnostics(run_dir, cfg["run"]["name"], estimator, dict(cfg["algorithm"].get("kwargs") or {}))
     per = diag["logged"]["per_iter"]
@@ -195,19 +255,6 @@ def unfinished_row(run_dir: Path, env: str, estimator: str, seed: int, iteration
             "group_size": group_size, "iterations_done": len(per["rollout/turns"]), "reason": reason,
             "train_success_per_iter": per["rollout/success_rate"], "diagnostics": diag, "run_dir": str(run_dir),
             "config": cfg}
-
-
-def unfinished_summary(rows: list[dict]) -> str:
-    """Markdown: one line per unfinished cell (no after-evaluation)."""
-    lines = ["| env | estimator | seed | iterations done / planned | training success per iteration (sampled) | "
-             "turns per iteration | zero adv | anchor groups (≥2 / mean size) | estimator groups per term (≥2 / mean size) "
-             "| A > 0 in failed / A < 0 in succeeded | why not finished |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        succ = " ".join(f"{x:.0%}" for x in r["train_success_per_iter"])
-        turns = " ".join(f"{x:.0f}" for x in r["diagnostics"]["logged"]["per_iter"]["rollout/turns"])
-        lines.append(f"| {r['env']} | {r['estimator']} | {r['seed']} | {r['iterations_done']} / {r['iterations']} | {succ} "
-                     f"| {turns} | " + " | ".join(diag_cells(r)) + f" | {r['reason']} |")
-    return "\n".join(lines)
 
 
 def merge(rows: list[dict], row: dict) -> list[dict]:
@@ -224,87 +271,8 @@ def row_key(row: dict) -> tuple:
     return tuple(derived[k](row) if k in derived else row.get(k) for k in KEY)
 
 
-def label(row: dict) -> str:
-    """The estimator column: the name, plus turn-PPO's critic settings, 'hiper tags' for the tagged
-    action format, the group size where it is
-    not the default 4 and the dtype where it is not float32 (the means over seeds never mix
-    dtypes or critic settings)."""
-    g, dtype, critic, fmt = group_size_of(row), dtype_of(row), critic_of(row), format_of(row)
-    extra = ([critic] if critic else []) + ([fmt] if fmt else []) + ([f"groups of {g}"] if g != 4 else []) + ([dtype] if dtype != "float32" else [])
-    return row["estimator"] + (f" ({', '.join(extra)})" if extra else "")
-
-
-def pct(r: dict) -> str:
-    """'62.5% [43%, 79%] (15/24)': success rate, 95 % Wilson interval, counts of an EvalResult dict."""
-    lo, hi = r["wilson"]
-    return f"{r['success_rate']:.1%} [{lo:.0%}, {hi:.0%}] ({r['successes']}/{r['n']})"
-
-
-def _f(x, fmt: str) -> str:
-    return "–" if x is None or (isinstance(x, float) and x != x) else format(x, fmt)
-
-
-def diag_cells(r: dict) -> list[str]:
-    """The diagnostics columns of one row: zero-advantage share (logged), anchor groups
-    (share of turns in groups >= 2, mean size; from the store), the estimator's own
-    comparison groups per term (share >= 2 / mean size), the outcome signs (share of the nonzero
-    advantages of below-group-mean episodes that are > 0 / of above-mean ones that are < 0).
-    '–' for rows without diagnostics.
-    The zero-advantage share is followed by the share of turns in flat task groups."""
-    d = r.get("diagnostics")
-    if not d:
-        return ["–", "–", "–", "–"]
-    st = d["store"]["mean"]
-    zero = d["logged"]["mean"].get("adv/zero_frac")
-    a = st.get("anchor", {})
-    terms = "; ".join(f"{name}: {_f(t.get('share_ge2'), '.0%')} / {_f(t.get('mean_size'), '.1f')}"
-                      for name, t in st.get("terms", {}).items()) or "–"
-    flat = st.get("flat_group_share")
-    sg = st.get("signs", {})
-    return [f"{_f(zero, '.0%')} (flat groups {_f(flat, '.0%')})", f"{_f(a.get('share_ge2'), '.0%')} / {_f(a.get('mean_size'), '.2f')}", terms,
-            f"{_f(sg.get('below_positive'), '.0%')} / {_f(sg.get('above_negative'), '.0%')}"]
-
-
-def condition_cell(r: dict) -> str:
-    """'float32, 1 thr, load 4.1→3.8': dtype, torch threads and 1-min load at start → end of a row."""
-    dtype = r.get("config", {}).get("policy", {}).get("dtype", "?")
-    c = r.get("condition")
-    if not c:
-        return f"{dtype}, –"
-    return (f"{dtype}, {c['start']['torch_threads']} thr, load {c['start']['loadavg'][0]:.1f}→"
-            f"{c['end']['loadavg'][0]:.1f}")
-
-
-def summary(rows: list[dict]) -> str:
-    """Markdown: one line per run (with its diagnostics, where recorded), then mean ± sd of
-    the greedy/sampled rise over seeds."""
-    import numpy as np
-
-    lines = ["| env (panel) | estimator | seed | greedy before | greedy after | sampled before | sampled after | "
-             "turns (greedy) | turns trained | wall (train + after-eval) | condition | zero adv | anchor groups (≥2 / mean size) | "
-             "estimator groups per term (≥2 / mean size) | A > 0 in failed / A < 0 in succeeded |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in sorted(rows, key=lambda r: (r["env"], panel_of(r), label(r), r["seed"])):
-        b, a = r["before"], r["after"]
-        wall = r["seconds"]["train"] + r["seconds"]["eval_after"]
-        lines.append(f"| {env_cell(r['env'], panel_of(r))} | {label(r)} | {r['seed']} | {pct(b['greedy'])} | {pct(a['greedy'])} | "
-                     f"{pct(b['sampled'])} | {pct(a['sampled'])} | {b['greedy']['mean_turns']:.2f} → "
-                     f"{a['greedy']['mean_turns']:.2f} | {r.get('turns_trained', '–')} | {wall:.0f} s | {condition_cell(r)} | "
-                     + " | ".join(diag_cells(r)) + " |")
-    lines += ["", "| env (panel) | estimator | seeds | greedy after (mean) | greedy rise (mean ± sd, points) | "
-              "sampled rise (mean ± sd, points) |", "|---|---|---|---|---|---|"]
-    cells = sorted({(r["env"], panel_of(r), label(r)) for r in rows})  # never a mean over two panels
-    for env, panel, est in cells:
-        rs = [r for r in rows if r["env"] == env and panel_of(r) == panel and label(r) == est]
-        g = np.array([100 * (r["after"]["greedy"]["success_rate"] - r["before"]["greedy"]["success_rate"]) for r in rs])
-        s = np.array([100 * (r["after"]["sampled"]["success_rate"] - r["before"]["sampled"]["success_rate"]) for r in rs])
-        after = np.mean([r["after"]["greedy"]["success_rate"] for r in rs])
-        sd = (lambda x: f"{x.std(ddof=1):.1f}" if x.size > 1 else "–")
-        lines.append(f"| {env_cell(env, panel)} | {est} | {len(rs)} | {after:.1%} | {g.mean():+.1f} ± {sd(g)} | {s.mean():+.1f} ± {sd(s)} |")
-    return "\n".join(lines)
-
-
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """The command line (module docstring)."""
     from agentrl.credit import list_estimators
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -314,31 +282,33 @@ def main() -> None:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--iterations", type=int, default=8)
     ap.add_argument("--panel", type=int, default=24, help="held-out tasks (default: 24)")
-    ap.add_argument("--out-dir", default="runs/learning")
-    ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--root", type=Path, default=ROOT, help="the runner's folder: run folders in ROOT/runs/learning, "
+                    "one result file per finished cell in ROOT/results/learning (default: studies/)")
+    ap.add_argument("--out", default=str(OUT), help="the merged JSON of the runs before the runner (read with the "
+                    "finished cells by --summary / --paired; written by --merge / --unfinished / --rediagnose)")
     ap.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto",
                     help="policy.dtype (default auto: float32 on a CPU without AVX-512-BF16/AMX, else bfloat16)")
     ap.add_argument("--smoke", action="store_true", help="tiny budget (1 iteration, 1 task, 3 turns): checks that "
-                    "each cell starts; use with an --out and --out-dir outside the tree")
+                    "each cell starts; use with a --root outside the tree")
     ap.add_argument("--group-size", type=int, default=4, help=f"episodes per task (default 4); {EPISODES} // it "
                     "tasks per iteration, so every group size plays the same episodes")
     ap.add_argument("--tagged", action="store_true", help="junction maze only: train under HiPER's tagged decoding "
-                    "(_learning_cells.TAGGED_JUNCTION), the control that separates HiPER's credit from its format")
+                    "(learning_cells.TAGGED_JUNCTION), the control that separates HiPER's credit from its format")
     ap.add_argument("--summary", action="store_true", help="print the Markdown table of --out and exit")
     ap.add_argument("--merge", nargs="+", metavar="JSON", help="merge the rows of these --out files (cells run in "
                     "parallel processes, each with its own --out) into --out and exit")
     ap.add_argument("--paired", metavar="BASELINE", help="print every estimator's paired difference from BASELINE "
-                    "(same env, group size, seeds and tasks; _learning_paired) and exit")
+                    "(same env, group size, seeds and tasks; learning_paired) and exit")
     ap.add_argument("--unfinished", metavar="RUN_DIR", help="record the stopped cell in RUN_DIR (with --env, one "
                     "--estimators and --seeds, --iterations, --panel, --reason) under 'unfinished' in --out and exit")
     ap.add_argument("--reason", default="stopped before the after-evaluation")
     ap.add_argument("--rediagnose", action="store_true", help="recompute the diagnostics of every row of --out whose "
-                    "run folder still exists (after a change to _learning_diag) and exit")
-    args = ap.parse_args()
+                    "run folder still exists (after a change to learning_diag) and exit")
+    args = ap.parse_args(argv)
     out = Path(args.out)
-    if args.smoke and out.resolve() == OUT.resolve():
-        ap.error("--smoke writes its rows to --out: give one outside benchmarks/results")
-    data = json.loads(out.read_text()) if out.is_file() else {}
+    if args.smoke and args.root.resolve() == ROOT.resolve():
+        ap.error("--smoke writes its cells' results under --root: give one outside studies/")
+    data = all_rows(out, args.root) if args.paired or args.summary else json.loads(out.read_text()) if out.is_file() else {}
     rows = data.get("runs", [])
     if args.merge:
         for f in args.merge:
@@ -361,7 +331,7 @@ def main() -> None:
                   f"{pct(r['after']['greedy'])}; {r.get('superseded_because', '')}")
         return
     if args.rediagnose:
-        from _learning_diag import run_diagnostics
+        from studies.learning_diag import run_diagnostics
 
         for r in rows:
             if r.get("run_dir") and Path(r["run_dir"], "metrics.jsonl").is_file():
@@ -385,17 +355,16 @@ def main() -> None:
     for env in args.env:
         for seed in args.seeds:
             for est in args.estimators:
-                row = run_one(env, est, seed, args.iterations, args.panel, Path(args.out_dir), args.smoke, dtype,
-                              args.group_size, args.tagged)
-                rows = merge(rows, row)
+                cell = make_cell(env, est, seed, dtype, args.group_size, args.tagged, args.iterations, args.panel, args.smoke)
+                row = run_on_runner(STUDY, cell, args.root)["row"]
                 b, a = row["before"], row["after"]
                 print(f"{env} {est} seed {seed}: greedy {b['greedy']['success_rate']:.1%} -> "
                       f"{a['greedy']['success_rate']:.1%}, sampled {b['sampled']['success_rate']:.1%} -> "
                       f"{a['sampled']['success_rate']:.1%}, train {row['seconds']['train']:.0f} s, "
-                      f"diagnostics: {' | '.join(diag_cells(row))}", flush=True)
-                out.parent.mkdir(parents=True, exist_ok=True)
-                data["runs"] = rows
-                out.write_text(json.dumps(data, indent=1, default=float))
+                      f"diagnostics: {' | '.join(diag_cells(row))}; {cell.key}", flush=True)
+
+
+STUDY = Study("learning", grid, run_cell, historical)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""``benchmarks/_learning_diag.py`` and ``_learning_cells.py``: the learning grid's diagnostics on
+"""``studies/learning_diag.py`` and ``learning_cells.py``: the learning grid's diagnostics on
 hand-built turns and advantages, its summary columns and every estimator's cell overrides
 (pure functions, no model, no files)."""
 
@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "tests" / "credit")]
+sys.path[:0] = [str(ROOT / "tests" / "credit")]
 
-from _learning_cells import NEEDS, estimator_overrides, example_kwargs  # noqa: E402
-from _learning_diag import (  # noqa: E402
-    anchor_codes, flat_group_share, group_stats, iteration_diagnostics, outcome_signs, summarise, zero_fraction)
 from credit_tables import batch12  # noqa: E402
 
 from agentrl.config import load_config  # noqa: E402
 from agentrl.credit import list_estimators  # noqa: E402
+from studies.learning_cells import NEEDS, estimator_overrides, example_kwargs  # noqa: E402
+from studies.learning_diag import (  # noqa: E402
+    anchor_codes, flat_group_share, group_stats, iteration_diagnostics, outcome_signs, summarise, zero_fraction)
 
 
 def test_zero_fraction_counts_only_used_rows():

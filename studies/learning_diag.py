@@ -1,4 +1,4 @@
-"""Per-run credit diagnostics of a ``benchmarks/learning.py`` cell (issue 22).
+"""Per-run credit diagnostics of a ``studies/learning.py`` cell (issue 22).
 
 What the trainer already logs per iteration in ``metrics.jsonl`` is used as is:
 ``adv/zero_frac`` (fraction of training turns — ``episode_ok & trainable`` — whose advantage
@@ -13,7 +13,7 @@ once). Added from the run's store, per iteration:
 * ``anchor``: the env-state anchor groups, (group, ``anchor_key``) — share of training turns
   in a group of size >= 2 and the mean size of the distinct groups (every estimator; the
   groups GiGPO compares inside);
-* ``informative_share``, ``sign_vs_grpo``, ``noise_share`` (issue 38, ``_fidelity.py``): share of
+* ``informative_share``, ``sign_vs_grpo``, ``noise_share`` (issue 38, ``fidelity.py``): share of
   training turns in informative anchor groups (>= 2 distinct returns and >= 2 distinct actions),
   share whose advantage sign differs from GRPO's on the same table, and Var(A) outside
   informative groups / Var(A) inside them;
@@ -30,7 +30,8 @@ import json
 from pathlib import Path
 
 import numpy as np
-from _fidelity import episode_returns, informative_rows, noise_share_by_mask, sign_vs_grpo
+
+from studies.fidelity import episode_returns, informative_rows, noise_share_by_mask, sign_vs_grpo
 
 
 def zero_fraction(advantages: np.ndarray, use: np.ndarray) -> float:

@@ -68,7 +68,7 @@ def format_of(row: dict) -> str:
 def panel_of(row: dict) -> str:
     """The first 12 hex digits of the held-out panel's sha256 (from the row's after-evaluation;
     '' where a row has none, e.g. an unfinished cell). Two panels of one size can differ — the
-    panels of repeated tasks that issue 21 replaced (‡ in RESULTS.md) against today's distinct
+    panels of repeated tasks that issue 21 replaced (‡ in results/learning.md) against today's distinct
     tasks — and their rows are then neither merged, paired nor averaged together."""
     return str(row.get("after", {}).get("greedy", {}).get("panel_sha256", ""))[:12]
 

@@ -12,7 +12,7 @@ Against exact advantages (``agentrl.credit.exact``), over the rows of one batch:
 * ``noise_share``: Var(A_est) on filler turns / Var(A_est) on junction turns (what the gradient
   spends on turns where nothing is decided).
 
-Without exact values (any ``TurnTable``; ``benchmarks/_learning_diag.py`` reads them per iteration):
+Without exact values (any ``TurnTable``; ``studies/learning_diag.py`` reads them per iteration):
 
 * ``informative_share``: share of rows in an anchor group — (task group, ``anchor_key``) — that
   holds episodes of at least two different returns and at least two different actions: a state

@@ -1,32 +1,27 @@
-"""``benchmarks/junction_llm.py`` and ``_oracle_arm.py`` (issue 38's LLM comparison): the primary
-endpoint on hand-built episodes, the oracle's advantages equal the exact ones ``_llm_maze.map_batch``
+"""``studies/junction_llm.py`` and ``oracle_arm.py`` (issue 38's LLM comparison): the primary
+endpoint on hand-built episodes, the oracle's advantages equal the exact ones ``llm_maze.map_batch``
 computes for the same batch, the oracle arm through the real trainer (tiny random model, one
 iteration: prompts rebuilt = prompts sampled, advantages stored), and the pre-registered rule's
 arithmetic. Files only under tmp_path."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "benchmarks")]
-
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import agentrl  # noqa: E402,F401
-from _llm_maze import PolicyTables, map_batch, markov_loop, sample_batch  # noqa: E402
-from _oracle_arm import junction_stats, oracle_advantages  # noqa: E402
-from junction_llm import paired, seeds_needed, summary  # noqa: E402
-
 from agentrl.llm.chat import ChatRenderer  # noqa: E402
 from agentrl.store import TurnStore  # noqa: E402
 from agentrl.types import Episode, EpisodeStatus, Turn  # noqa: E402
 from agentrl_envs.junction.maze import split_mazes  # noqa: E402
+from studies.junction_llm import paired, seeds_needed, summary  # noqa: E402
+from studies.llm_maze import PolicyTables, map_batch, markov_loop, sample_batch  # noqa: E402
+from studies.oracle_arm import junction_stats, oracle_advantages  # noqa: E402
 
 MAZE = split_mazes(2, 24, 2, "train", 20)[0]  # k2x2c24h20-ss11-wn19: r1.1 -> r1.2 -> j1 -> r2.1 -> r2.2 -> j2
 
@@ -76,8 +71,8 @@ def test_oracle_advantages_equal_the_exact_ones_of_map_batch(tiny_dir, tiny_engi
 
 
 def test_oracle_arm_trains_through_the_real_trainer(tiny_dir, tmp_path):
-    from _oracle_arm import LIVE
-    from junction_llm import run_cell
+    from studies.oracle_arm import LIVE
+    from studies.junction_llm import run_cell
 
     row = run_cell("oracle", 1, 0, 1, tmp_path, "float32",
                    [f"policy.model={tiny_dir}", "policy.lora=null", "rollout.groups_per_iteration=2",
@@ -96,7 +91,7 @@ def test_oracle_arm_trains_through_the_real_trainer(tiny_dir, tmp_path):
     from agentrl.credit import list_estimators
 
     assert "exact_oracle" not in list_estimators()  # unregistered with the cell: no stale LIVE reader left behind
-    from junction_llm import evaluate_row
+    from studies.junction_llm import evaluate_row
 
     ev = evaluate_row(row, 2)  # the checkpoint on 2 eval mazes under the run's own config (it names exact_oracle)
     assert ev["n"] == 2 and 0 <= ev["successes"] <= 2 and len(ev["outcomes"]) == 2
@@ -114,3 +109,25 @@ def test_the_pre_registered_rule_and_paired_differences():
     assert seeds_needed(p["sd"]) == 4  # (2.8 · 6.56 / 10)^2 = 3.37 → 4
     assert seeds_needed(1.0) == 3 and seeds_needed(20.0) == 32  # at least 3; > 20 is reported as underpowered
     assert "4 seeds in all" in summary(rows) and paired(rows, "gigpo", 5) is None
+
+
+def test_the_cli_runs_its_cells_on_the_runner_and_summary_reads_them(tiny_dir, tmp_path, capsys):
+    """``junction_llm.py --ks 1 --arms grpo``: the cell trains in ROOT/runs/junction_llm/<key> and its
+    result file lands in ROOT/results/junction_llm/<key>.json; ``--summary`` reads it with the merged JSON."""
+    import json
+
+    from studies import junction_llm
+
+    extra = [f"policy.model={tiny_dir}", "policy.lora=null", "rollout.groups_per_iteration=2", "rollout.group_size=3",
+             "rollout.num_workers=1", "update.micro_batch=4"]
+    junction_llm.main(["--ks", "1", "--seeds", "0", "--arms", "grpo", "--iterations", "2", "--dtype", "float32",
+                       "--root", str(tmp_path), "--out", str(tmp_path / "none.json"), "--set", *extra])
+    cell = junction_llm.make_cell("grpo", 1, 0, 2, "float32", tuple(extra))
+    assert cell.key.startswith("k1-grpo-fp32-s0-i2-x")
+    record = json.loads((tmp_path / "results" / "junction_llm" / f"{cell.key}.json").read_text())
+    run_dir = tmp_path / "runs" / "junction_llm" / cell.key
+    assert record["torch_dtype"] == "float32" and record["row"]["run_dir"] == str(run_dir)
+    assert [p["episodes"] for p in record["row"]["per_iter"]] == [6, 6]  # from the run folder's junction_iters.jsonl
+    assert sorted(p.name for p in (run_dir / "checkpoints").glob("iter_*")) == ["iter_000001", "iter_000002"]
+    capsys.readouterr()
+    assert junction_llm.all_rows(tmp_path / "none.json", tmp_path) == []  # a cell with --set overrides: not a grid row

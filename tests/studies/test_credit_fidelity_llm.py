@@ -1,4 +1,4 @@
-"""``benchmarks/_llm_maze.py`` and ``credit_fidelity.py --policy`` (issue 38) on the tiny random
+"""``studies/llm_maze.py`` and ``credit_fidelity.py --policy`` (issue 38) on the tiny random
 model: batches sampled through the real rollout path map onto the maze graphs, the policy the DP
 uses is the one the sampler used (stored logprobs of the sampled actions = log π within 1e-5 in
 fp32, rebuilt prompts = stored prompts), π sums to 1 per state, and the LLM mode's table holds
@@ -8,29 +8,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "benchmarks")]
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import agentrl  # noqa: E402,F401
-from _fidelity import fidelity  # noqa: E402
-from _llm_maze import (PolicyTables, action_probs, map_batch, markov_loop, sample_batch,  # noqa: E402
-                       state_prompts)
-from credit_fidelity import ORACLE, llm_summary, run_llm  # noqa: E402
-
 from agentrl.credit import list_estimators  # noqa: E402
 from agentrl.llm.chat import ChatRenderer  # noqa: E402
 from agentrl.llm.constrained import completion_sequences  # noqa: E402
 from agentrl.store import TurnStore  # noqa: E402
 from agentrl_envs.junction.maze import Maze  # noqa: E402
+from studies.credit_fidelity import ORACLE, llm_summary, run_llm  # noqa: E402
+from studies.fidelity import fidelity  # noqa: E402
+from studies.llm_maze import (PolicyTables, action_probs, map_batch, markov_loop, sample_batch,  # noqa: E402
+                              state_prompts)
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""``benchmarks/_fidelity.py``, ``_tabular_maze.py`` and ``credit_fidelity.py`` (issue 38): the
+"""``studies/fidelity.py``, ``tabular_maze.py`` and ``credit_fidelity.py`` (issue 38): the
 fidelity metrics on hand-built rows, the tabular policy's gradient against finite differences,
 the oracle arm against the exact advantages, and one seed of the benchmark over every registered
 estimator (pure NumPy, no model, no files)."""
@@ -7,23 +7,17 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "benchmarks")]
-
-import agentrl  # noqa: E402,F401
-from _fidelity import fidelity, informative_rows, mean_ci, noise_share_by_mask, sign_vs_grpo  # noqa: E402
-from _tabular_maze import TabularPolicy, build_batch, policy_gradient, sample_episode, true_advantages  # noqa: E402
-from credit_fidelity import ORACLE, aggregate, onward, run_seed  # noqa: E402
-
-from agentrl.credit import exact_advantages, exact_values, list_estimators  # noqa: E402
-from agentrl.types import TurnTable  # noqa: E402
+import agentrl  # noqa: F401
+from agentrl.credit import exact_advantages, exact_values, list_estimators
+from agentrl.types import TurnTable
+from studies.credit_fidelity import ORACLE, aggregate, onward, run_seed
+from studies.fidelity import fidelity, informative_rows, mean_ci, noise_share_by_mask, sign_vs_grpo
+from studies.tabular_maze import TabularPolicy, build_batch, policy_gradient, sample_episode, true_advantages
 
 
 def test_fidelity_metrics_on_hand_rows():

@@ -1,34 +1,38 @@
 """The pre-registered LLM comparison on the junction maze (issue 38): GRPO, GiGPO, G2PO and an
 oracle trained on the exact advantages, SmolLM2-135M-Instruct, K = 5 and the K = 1 control.
 
-The rule (benchmarks/RESULTS.md, "LLM comparison — rule fixed before any pilot result is read"):
+The rule (studies/results/junction_llm.md, "LLM comparison — rule fixed before any pilot result is read"):
 groups of 8 × 4 mazes per iteration, ``examples/grpo_junction.yaml`` for every arm (Markov
 prompt, decoding constrained to the admissible actions, LoRA top 6 layers, one PPO step per
 iteration). **Primary endpoint:** first-junction accuracy averaged over the training iterations
 (share of an iteration's episodes whose first exit taken at junction 1 leads on;
-``_oracle_arm.junction_stats``). Secondary: greedy success on a 256-maze held-out panel (eval
+``oracle_arm.junction_stats``). Secondary: greedy success on a 256-maze held-out panel (eval
 split) after training (``--evaluate``, run separately on the cells' final checkpoints). Pilot:
 seeds 0–2; then ``n = ceil((2.8 s / 10)^2)`` seeds in all, s = the pilot's paired SD of
 G2PO − GRPO on the primary endpoint at K = 5, at least 3, at most 20 (more than 20: the pilot is
 reported as underpowered). K = 1 is read as an equivalence interval (±5 points).
 
 Arms: ``grpo``, ``gigpo`` (registry defaults), ``g2po`` (``success_reward`` 1: the maze pays 1 for a
-win), ``oracle`` (``_oracle_arm.ORACLE``: raw exact A^π of the sampling policy, from one forward of
+win), ``oracle`` (``oracle_arm.ORACLE``: raw exact A^π of the sampling policy, from one forward of
 the live model per distinct prompt). Each cell's per-iteration endpoints come from the episodes
-the trainer collected (``_oracle_arm.capture``), so the cells need no evaluation to be read.
+the trainer collected (``oracle_arm.capture``), so the cells need no evaluation to be read.
+
+Each cell runs on ``studies.runner`` (run folder ``studies/runs/junction_llm/<key>/``, resumed when run
+again after an interruption; result ``studies/results/junction_llm/<key>.json``); ``results/junction_llm.json``
+is the pilot's merged JSON from before the runner, kept as written and read with the cells by ``--summary``.
 
 Usage::
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/junction_llm.py --ks 5 1 --seeds 0 --arms grpo gigpo g2po oracle \\
-        --out /tmp/jl/lane0.json --out-dir /tmp/jl/runs
-    .venv/bin/python benchmarks/junction_llm.py --merge /tmp/jl/lane*.json     # into benchmarks/results/junction_llm.json
-    .venv/bin/python benchmarks/junction_llm.py --evaluate --panel 256       # the secondary endpoint, per cell
-    .venv/bin/python benchmarks/junction_llm.py --summary                    # tables, paired differences, the rule
+    OMP_NUM_THREADS=1 .venv/bin/python -m studies.junction_llm --ks 5 1 --seeds 0 --arms grpo gigpo g2po oracle
+    .venv/bin/python -m studies.runner --study junction_llm --left        # every grid cell without a result
+    .venv/bin/python -m studies.junction_llm --evaluate --panel 256       # the secondary endpoint, per cell
+    .venv/bin/python -m studies.junction_llm --summary                    # tables, paired differences, the rule
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -37,6 +41,11 @@ from pathlib import Path
 
 import numpy as np
 
+from studies.learning import DTYPES
+from studies.runner import ROOT, Cell, Study, finished, result_path
+from studies.runner import run_cell as run_on_runner
+
+ITERS = "junction_iters.jsonl"  #: per-iteration endpoints in a cell's run folder
 OUT = Path(__file__).parent / "results" / "junction_llm.json"
 ARMS = {"grpo": ("grpo", {}), "gigpo": ("gigpo", {}), "g2po": ("g2po", {"success_reward": 1.0}),
         "oracle": ("exact_oracle", {})}
@@ -59,10 +68,12 @@ def config_for(arm: str, k: int, seed: int, iterations: int, out_dir: Path, dtyp
 
 
 def run_cell(arm: str, k: int, seed: int, iterations: int, out_dir: Path, dtype: str, extra: list[str] = ()) -> dict:
-    """Train one cell; its row: per-iteration endpoints, the primary endpoint, the logged
-    credit metrics, the oracle's checks (prompt mismatches must be 0), condition and wall time."""
-    from _oracle_arm import capture, oracle_registered
-    from learning import _condition
+    """Train (or resume) one cell; its row: per-iteration endpoints, the primary endpoint, the logged
+    credit metrics, the oracle's checks (prompt mismatches must be 0; of this session's iterations),
+    condition and wall time. The endpoints of each iteration are appended to the run folder's
+    ``junction_iters.jsonl`` as it is collected, so a resumed cell keeps those of the earlier sessions."""
+    from studies.oracle_arm import capture, oracle_registered
+    from studies.learning import _condition
 
     from agentrl.config import to_dict
     from agentrl.train import train
@@ -70,12 +81,14 @@ def run_cell(arm: str, k: int, seed: int, iterations: int, out_dir: Path, dtype:
     with oracle_registered():
         cfg = config_for(arm, k, seed, iterations, out_dir, dtype, extra)
         start, t0 = _condition(), time.perf_counter()
-        with capture(cfg) as live:
-            result = train(cfg, resume=False)
+        iters = Path(cfg.run.out_dir) / cfg.run.name / ITERS
+        with capture(cfg, on_iter=lambda it, stats: _append(iters, {"iteration": it + 1, **stats})) as live:
+            result = train(cfg, resume=True)
     seconds = time.perf_counter() - t0
     metrics = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     ckpt = result.run_dir / "checkpoints" / (result.run_dir / "checkpoints" / "latest").read_text().strip()
-    per = live.per_iter
+    logged = {d["iteration"]: d for d in map(json.loads, iters.read_text().splitlines())}  # a replayed one: the last
+    per = [{k: v for k, v in logged[i].items() if k != "iteration"} for i in range(1, result.state.iteration + 1)]
     return {"arm": arm, "k": k, "seed": seed, "iterations": iterations, "dtype": dtype, "per_iter": per,
             "primary": float(np.mean([p["first_junction_right"] for p in per])),
             "success_mean": float(np.mean([p["success"] for p in per])),
@@ -84,12 +97,57 @@ def run_cell(arm: str, k: int, seed: int, iterations: int, out_dir: Path, dtype:
             "seconds": seconds, "condition": {"start": start, "end": _condition()}, "config": to_dict(cfg)}
 
 
+def _append(path: Path, record: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(json.dumps(record, default=float) + "\n")
+
+
+def make_cell(arm: str, k: int, seed: int, iterations: int = 8, dtype: str = "bfloat16", extra: tuple[str, ...] = ()) -> Cell:
+    """The runner's cell of one (arm, K, seed): key e.g. ``k5-grpo-bf16-s0`` (``-i4`` for another
+    budget; ``-x<hash>`` for extra overrides)."""
+    key = f"k{k}-{arm}-{DTYPES[dtype]}-s{seed}" + (f"-i{iterations}" if iterations != 8 else "") + (
+        "-x" + hashlib.sha256(json.dumps(list(extra)).encode()).hexdigest()[:8] if extra else "")
+    return Cell("junction_llm", key, {"arm": arm, "k": k, "iterations": iterations, "dtype": dtype, "extra": list(extra)}, seed)
+
+
+def grid() -> list[Cell]:
+    """The pre-registered comparison: every arm at K = 5 and 1, seeds 0-2 (the rule's n = 3), bf16."""
+    return [make_cell(arm, k, seed) for k in (5, 1) for seed in (0, 1, 2) for arm in ARMS]
+
+
+def _run(cell: Cell, run_dir: Path) -> dict:
+    c = cell.config
+    return run_cell(c["arm"], c["k"], cell.seed, c["iterations"], run_dir.parent, c["dtype"],
+                    [*c["extra"], f"run.name={run_dir.name}", "run.save_every=1"])
+
+
+def historical(cell: Cell) -> str | None:
+    """'junction_llm.json' when the merged JSON of the pilot (before the runner) holds the cell's row."""
+    c = cell.config
+    if c["extra"] or not OUT.is_file():
+        return None
+    rows = json.loads(OUT.read_text())["runs"]
+    return "junction_llm.json (before the runner)" if any(row_key(r) == (c["arm"], c["k"], cell.seed, c["iterations"],
+                                                                      c["dtype"]) for r in rows) else None
+
+
+def all_rows(out: Path, root: Path = ROOT) -> list[dict]:
+    """``out``'s rows (the pilot's merged JSON) with the runner's finished cells under ``root``
+    merged in (a cell replaces the merged row of the same ``row_key``; cells with extra overrides left out)."""
+    rows = json.loads(out.read_text())["runs"] if out.is_file() else []
+    for record in finished(root, "junction_llm"):
+        if not record["config"]["extra"]:
+            rows = merge(rows, record["row"])
+    return rows
+
+
 def evaluate_row(row: dict, panel: int) -> dict:
     """Greedy success of the row's final checkpoint on the first ``panel`` eval-split mazes, under the
     config its run wrote (``run_dir/config.yaml``: the cell's overrides included)."""
     from dataclasses import asdict
 
-    from _oracle_arm import oracle_registered
+    from studies.oracle_arm import oracle_registered
 
     from agentrl.config import load_config
     from agentrl.eval import evaluate, load_eval_policy
@@ -168,25 +226,28 @@ def summary(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """The command line (module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
     ap.add_argument("--ks", nargs="+", type=int, default=[5, 1])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--iterations", type=int, default=8)
     ap.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto")
-    ap.add_argument("--out", default=str(OUT))
-    ap.add_argument("--out-dir", default="runs/junction_llm", help="run folders (put them outside the tree)")
+    ap.add_argument("--out", default=str(OUT), help="the pilot's merged JSON (before the runner; read with the "
+                    "finished cells by --summary, written by --merge)")
+    ap.add_argument("--root", type=Path, default=ROOT, help="the runner's folder: run folders in ROOT/runs/junction_llm, "
+                    "one result file per finished cell in ROOT/results/junction_llm (default: studies/)")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="extra config overrides (smoke tests)")
     ap.add_argument("--merge", nargs="+", metavar="JSON", help="merge these --out files' rows into --out and exit")
     ap.add_argument("--evaluate", action="store_true", help="greedy panel success of every row of --out without one")
     ap.add_argument("--panel", type=int, default=256)
     ap.add_argument("--summary", action="store_true")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     out = Path(args.out)
     data = json.loads(out.read_text()) if out.is_file() else {"runs": []}
     if args.summary:
-        print(summary(data["runs"]))
+        print(summary(all_rows(out, args.root)))
         return
     if args.merge:
         for f in args.merge:
@@ -202,20 +263,27 @@ def main() -> None:
                 row["eval"] = evaluate_row(row, args.panel)
                 print(f"K={row['k']} {row['arm']} seed {row['seed']}: greedy {row['eval']['success_rate']:.1%}", flush=True)
                 out.write_text(json.dumps(data, indent=1, default=float))
+        for record in finished(args.root, "junction_llm"):  # the runner's cells: into their own result files
+            row = record["row"]
+            if not row.get("eval") and Path(row["checkpoint"]).exists():
+                row["eval"] = evaluate_row(row, args.panel)
+                print(f"{record['key']}: greedy {row['eval']['success_rate']:.1%}", flush=True)
+                path = result_path(args.root, Cell("junction_llm", record["key"], record["config"], record["seed"]))
+                path.write_text(json.dumps(record, indent=1, default=float))
         return
-    from learning import auto_dtype
+    from studies.learning import auto_dtype
 
     dtype = auto_dtype() if args.dtype == "auto" else args.dtype
     for k in args.ks:
         for seed in args.seeds:
             for arm in args.arms:
-                row = run_cell(arm, k, seed, args.iterations, Path(args.out_dir), dtype, args.set)
-                data["runs"] = merge(data["runs"], row)
-                out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_text(json.dumps(data, indent=1, default=float))
+                cell = make_cell(arm, k, seed, args.iterations, dtype, tuple(args.set))
+                row = run_on_runner(STUDY, cell, args.root)["row"]
                 print(f"K={k} {arm} seed {seed}: first-junction {row['primary']:.1%}, success {row['success_mean']:.1%} "
-                      f"({row['seconds']:.0f} s)", flush=True)
+                      f"({row['seconds']:.0f} s); {cell.key}", flush=True)
 
+
+STUDY = Study("junction_llm", grid, _run, historical)
 
 if __name__ == "__main__":
     main()

@@ -2,13 +2,13 @@
 "the untrained policy should win 10–30 % at K = 5").
 
 For each setting (K, ``n_hinted``) and each of ``--mazes`` train-split mazes: π in every
-non-terminal state from one forward per distinct prompt (``_llm_maze.PolicyTables``: the rollout's
+non-terminal state from one forward per distinct prompt (``llm_maze.PolicyTables``: the rollout's
 Markov prompt, constrained decoding renormalised over the token trie), then the exact success
 probability V^π(start) by backward induction (``agentrl.credit.exact.exact_values``; reward 1 on a
 win, γ = 1). No sampling: the number is the policy's, not a batch's. Reported per setting: mean
 over mazes with a 95 % bootstrap interval (over mazes), and the same for K = 1.
 
-Usage: ``python benchmarks/junction_untrained.py --hinted 20 21 22 --ks 1 5 --mazes 48``
+Usage: ``python -m studies.junction_untrained --hinted 20 21 22 --ks 1 5 --mazes 48``
 Writes ``results/junction_untrained.json``; ``--summary`` prints its Markdown table.
 """
 
@@ -18,16 +18,14 @@ import argparse
 import json
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent))
-import gymnasium as gym  # noqa: E402
+import gymnasium as gym
 
-import agentrl_envs  # noqa: E402,F401  (registers the ids)
+import agentrl_envs  # noqa: F401  (registers the ids)
 
 ENV_ID = "agentrl/JunctionMaze-v0"
 
@@ -73,7 +71,7 @@ def main() -> None:
         print(summary(json.loads(Path(args.out).read_text())))
         return
     import torch
-    from _llm_maze import PolicyTables, markov_loop
+    from studies.llm_maze import PolicyTables, markov_loop
     from transformers import AutoTokenizer
 
     from agentrl.credit.exact import exact_values

@@ -8,8 +8,8 @@ programming on each maze's task graph (``agentrl.credit.exact``):
    mazes × ``--group`` episodes): corr(A_est, A_true) and sign accuracy on junction turns, the
    share of correct junction choices inside failed episodes credited A > 0, the noise share
    (Var on filler turns / Var on junction turns), and two store-side diagnostics (share of turns
-   in informative anchor groups, share whose sign differs from GRPO's); ``benchmarks/_fidelity.py``.
-2. **Learning curves**: a tabular softmax policy (``benchmarks/_tabular_maze.py``: one logit
+   in informative anchor groups, share whose sign differs from GRPO's); ``studies/fidelity.py``.
+2. **Learning curves**: a tabular softmax policy (``studies/tabular_maze.py``: one logit
    vector per observation text, Adam lr ``--lr``) trained ``--iterations`` iterations by each
    estimator, and by an **oracle arm** trained on the exact advantages (the upper bound of what
    credit can buy here). Arms share each seed's mazes and sampling seeds (paired by seed).
@@ -25,7 +25,7 @@ HiPER (no tags in the maze): one segment per episode, the turn critic as its thr
 penalties 0. Tree-GRPO and RTPO score tree rollouts; on these chain batches (one tree per episode, no branch
 groups) they are reported as they come out.
 
-**LLM mode** (``--policy smollm2``; ``benchmarks/_llm_maze.py``): the fidelity table on batches
+**LLM mode** (``--policy smollm2``; ``studies/llm_maze.py``): the fidelity table on batches
 sampled by the packaged SmolLM2 through the real rollout path (Markov prompt, constrained
 decoding, groups of ``--group``), ``--seeds`` batches of ``--tasks`` mazes per K. The exact
 advantages use the policy's own constrained-decoding probabilities in every state of each maze
@@ -39,8 +39,8 @@ frequencies vs π on the most visited states. Output ``--out`` defaults to
 The committed ``results/credit_fidelity.json`` was run on 3 exits with bare cues, before the env's
 defaults changed for SmolLM2: reproduce it with ``--n-exits 3 --n-hinted 0 --cue-prior 1.3``.
 
-Usage: ``python benchmarks/credit_fidelity.py [--ks 1 5] [--seeds 200] [--iterations 30]
-[--tasks 4] [--group 8] [--lr 0.7] [--cue-prior 0.7] [--n-exits N] [--n-hinted N] [--workers 2] [--out benchmarks/results/credit_fidelity.json]``;
+Usage: ``python -m studies.credit_fidelity [--ks 1 5] [--seeds 200] [--iterations 30]
+[--tasks 4] [--group 8] [--lr 0.7] [--cue-prior 0.7] [--n-exits N] [--n-hinted N] [--workers 2] [--out studies/results/credit_fidelity.json]``;
 ``--summary`` prints the Markdown tables of ``--out``.
 """
 
@@ -50,7 +50,6 @@ import argparse
 import json
 import os
 import platform
-import sys
 import time
 from multiprocessing import Pool
 from pathlib import Path
@@ -61,14 +60,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 import agentrl  # noqa: E402,F401  (registers the agentrl/ ids)
-from _fidelity import StateCounts, fidelity, informative_share, mean_ci, sign_vs_grpo  # noqa: E402
-from _tabular_maze import (TabularPolicy, build_batch, policy_gradient, sample_episode,  # noqa: E402
-                           success_rate, true_advantages)
-
 from agentrl.credit import compute_advantages, get_estimator, list_estimators  # noqa: E402
+from studies.fidelity import StateCounts, fidelity, informative_share, mean_ci, sign_vs_grpo  # noqa: E402
+from studies.tabular_maze import (TabularPolicy, build_batch, policy_gradient, sample_episode,  # noqa: E402
+                                  success_rate, true_advantages)
 
 ENV_ID = "agentrl/JunctionMaze-v0"
 ORACLE = "oracle"
@@ -118,7 +114,7 @@ def _returns_to_go(batch) -> np.ndarray:
 
 
 def play(graphs, policy: TabularPolicy, group: int, rng: np.random.Generator, critic=None, seed: int = 0):
-    """One batch: ``group`` episodes on each graph, as a ``_tabular_maze.Batch``."""
+    """One batch: ``group`` episodes on each graph, as a ``tabular_maze.Batch``."""
     groups = [[sample_episode(g, policy, rng) for _ in range(group)] for g in graphs]
     return build_batch(graphs, groups, critic, seed=seed)
 
@@ -233,7 +229,7 @@ def _fmt(ci, scale: float = 1.0, sign: bool = False) -> str:
 def _critic_values(fit_on: list, table) -> np.ndarray:
     """float64[N]: turn-PPO's tabular critic (``TabularCritic``, per anchor text) fitted on the
     mapped batches ``fit_on`` (in order), read on ``table``'s rows (0 for unseen texts)."""
-    from _llm_maze import returns_to_go
+    from studies.llm_maze import returns_to_go
 
     critic = TabularCritic()
     for mb in fit_on:
@@ -249,7 +245,7 @@ def run_llm(args: argparse.Namespace) -> dict:
     import tempfile
 
     import torch
-    from _llm_maze import PolicyTables, frequency_check, map_batch, markov_loop, sample_batch
+    from studies.llm_maze import PolicyTables, frequency_check, map_batch, markov_loop, sample_batch
     from transformers import AutoTokenizer
 
     from agentrl.llm.chat import ChatRenderer

@@ -1,19 +1,15 @@
-"""``benchmarks/_learning_paired.py`` and ``learning.py``'s group-size cells: paired differences
+"""``studies/learning_paired.py`` and ``learning.py``'s group-size cells: paired differences
 of hand-built grid rows (per-task outcomes), their bootstrap interval, pairing rules, and the
 config of a groups-of-8 cell (pure functions, no model, no files)."""
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "benchmarks")]
-
-from _learning_paired import pair_rows, paired_difference, paired_summary  # noqa: E402
-from learning import EPISODES, config_for, merge, row_key  # noqa: E402
+from studies.learning import EPISODES, config_for, merge, row_key
+from studies.learning_paired import pair_rows, paired_difference, paired_summary
 
 TASKS = ["t0", "t1", "t2", "t3"]
 
@@ -103,7 +99,7 @@ def test_rows_without_group_size_are_groups_of_4():
 def test_merge_takes_the_rows_of_parallel_cells(tmp_path, monkeypatch):
     import json
 
-    import learning
+    from studies import learning
 
     base, other = tmp_path / "base.json", tmp_path / "other.json"
     old, new, extra = _row("grpo", 0, set()), _row("grpo", 0, {"t0"}), _row("gigpo", 1, {"t1"})
@@ -117,7 +113,7 @@ def test_merge_takes_the_rows_of_parallel_cells(tmp_path, monkeypatch):
 
 
 def test_a_float32_rerun_does_not_replace_a_bf16_row():
-    from learning import label
+    from studies.learning_tables import label
 
     bf16, fp32 = _row("grpo", 0, set(), dtype="bfloat16"), _row("grpo", 0, {"t0"})
     assert row_key(bf16) != row_key(fp32) and merge([bf16], fp32) == [bf16, fp32]
@@ -128,7 +124,7 @@ def test_a_float32_rerun_does_not_replace_a_bf16_row():
 def test_rows_of_another_panel_are_neither_replaced_paired_nor_averaged():
     """A run on today's panel must not replace a row of an older panel of the same size (the ‡
     panels of repeated tasks), nor pair with it, nor share its mean."""
-    from learning import summary
+    from studies.learning_tables import summary
 
     def on(row, sha):
         for mode in ("greedy", "sampled"):
@@ -158,7 +154,7 @@ def test_rows_of_another_panel_are_neither_replaced_paired_nor_averaged():
 def test_turn_ppo_critic_settings_are_separate_cells():
     """A turn-PPO row with another critic (lr, prompts per step) is its own cell: merged, paired
     and labelled apart from the old one, whose row is kept."""
-    from learning import label
+    from studies.learning_tables import label
 
     def tppo(seed, lr, k=None, won=frozenset()):
         r = _row("turn_ppo", seed, set(won), dtype="bfloat16")
@@ -180,7 +176,7 @@ def test_tagged_control_cells_are_their_own_cells(tmp_path):
     """``learning.py --tagged``: GRPO under HiPER's tagged decoding has exactly HiPER's policy and env
     sections (same prompt, decoding and before-evaluation), its own run name, and its rows are merged,
     labelled and paired apart from the plain-format rows: HiPER pairs with the tagged GRPO only."""
-    from learning import label
+    from studies.learning_tables import label
 
     from agentrl.config import to_dict
 

@@ -1,4 +1,4 @@
-"""The per-estimator part of a ``benchmarks/learning.py`` grid cell.
+"""The per-estimator part of a ``studies/learning.py`` grid cell.
 
 Every cell trains under the same base config (``examples/gigpo_textworld.yaml`` with the
 benchmark's budget: model, LoRA, lr, decoding, prompts, 6 tasks × 4 episodes, iterations).
