@@ -5,7 +5,7 @@ with ``success_reward`` (10.0, the reference's ALFWorld reward) and values the S
 at it. Every env shipped here pays 1.0 on the winning turn (TextWorld, ALFWorld, WebShop at
 R = 1.0, HumanEval), so with the default no episode ever reaches SUCCESS: the last turn of a
 won episode gets V(next) = 0 (FAIL) and a negative transition term, and training with it
-unlearns the winning move (measured: ``benchmarks/learning.py`` on TextWorld cu1, greedy
+unlearns the winning move (measured: ``studies/learning.py`` on TextWorld cu1, greedy
 4.2 % → 0.0 %). The trainer runs this check on every collected batch; it fails loudly
 rather than train on credit that ignores every win.
 """
