@@ -112,7 +112,7 @@ def device_paths(device_spec: str, dtype: str) -> dict:
     ``batch_logprobs`` vs the sampled logprobs, one ``update``, LoRA ``reference_logprobs``,
     ``sft_update``, and the turn critic (``make_critic``, ``turn_values``, ``critic_update``)."""
     from agentrl.config import LoraSpec, UpdateConfig, config_from_dict
-    from agentrl.config_sections import ConfigError
+    from agentrl.config import ConfigError
     from agentrl.llm.base import SamplingParams
     from agentrl.llm.device import resolve_device
     from agentrl.llm.policy import load_policy

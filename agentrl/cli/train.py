@@ -110,11 +110,11 @@ def _ray_train(train, cfg, args: argparse.Namespace, launch):
 
 
 def _print_config(console, cfg) -> None:
-    """One row per key: dotted key, value in effect, what it does (``agentrl.config_docs``)."""
+    """One row per key: dotted key, value in effect, what it does (``agentrl.config.docs``)."""
     from rich.table import Table
     from rich.text import Text
 
-    from agentrl.config_docs import describe_config
+    from agentrl.config.docs import describe_config
 
     table = Table("key", "value", "what it is", box=None, pad_edge=False, show_lines=False)
     for k in describe_config(cfg):  # Text: stored values and docs are never read as rich markup

@@ -11,7 +11,7 @@ import pytest
 
 from agentrl.cli import main
 from agentrl.config import ConfigError, apply_overrides, load_config, to_dict
-from agentrl.config_docs import describe_config
+from agentrl.config.docs import describe_config
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = ROOT / "examples" / "gigpo_toy.yaml"

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from agentrl.config_sections import Config, ConfigError
+from agentrl.config.sections import Config, ConfigError
 
 
 # --------------------------------------------------------------------------- validation

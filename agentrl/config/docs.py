@@ -1,7 +1,7 @@
 """Every key of a ``Config`` with its value and its documentation (``agentrl train CFG
 --print-config``).
 
-The documentation of a key is taken from its section's docstring (``agentrl.config_sections``,
+The documentation of a key is taken from its section's docstring (``agentrl.config.sections``,
 where each section documents its keys as ````key````): the sentence or clause that first
 names the key, from that mention on when the clause is long, trimmed to ~110 characters. Keys a section does not name get the section's first line. Nested sections
 (``policy.lora``, ``rollout.tree``, ``rollout.harness``) are walked; ``algorithm.kwargs`` lists
