@@ -1,8 +1,8 @@
 """agentrl.config — the run configuration: nested frozen dataclasses, one YAML file per run,
 dotted overrides (layer L0).
 
-What it owns, one module each (every name below is re-exported here; import from
-``agentrl.config``):
+What it owns, one module each (their public names are re-exported here, except
+``agentrl.config.docs.describe_config``):
 
 - ``errors``: ``ConfigError`` (a ``ValueError`` naming the dotted key and the fix) and the
   one check every section uses;
@@ -30,8 +30,20 @@ pulls in gymnasium, NumPy or torch.
 
 # _check, _plain and _yaml_load: private helpers other modules of ours use (a ConfigError unless ok;
 # a dataclass as plain dicts and lists; the YAML loader that reads 1e-5 as a float)
-from agentrl.config.checks import _plain, resolve_master_weights, resolve_rollout_correction, validate_config  # noqa: F401
-from agentrl.config.loader import _yaml_load, apply_overrides, config_from_dict, dump_config, load_config, to_dict  # noqa: F401
+from agentrl.config.checks import (  # noqa: F401
+    _plain,
+    resolve_master_weights,
+    resolve_rollout_correction,
+    validate_config,
+)
+from agentrl.config.loader import (  # noqa: F401
+    _yaml_load,
+    apply_overrides,
+    config_from_dict,
+    dump_config,
+    load_config,
+    to_dict,
+)
 from agentrl.config.placement import PlacementSpec  # noqa: F401  (re-exported, as before)
 from agentrl.config.sections import (
     AlgorithmConfig,

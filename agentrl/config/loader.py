@@ -182,19 +182,22 @@ def _deepcopy(raw: Any) -> Any:
 # --------------------------------------------------------------------------- entry points
 
 
-def config_from_dict(raw: Mapping[str, Any], overrides: Sequence[str] = (), *, check_registries: bool = True) -> Config:
-    """Build a validated ``Config`` from a parsed YAML mapping plus dotted overrides.
+def config_from_dict(raw: Mapping[str, Any], overrides: Sequence[str] = ()) -> Config:
+    """Build a ``Config`` from a parsed YAML mapping plus dotted overrides, every default in
+    effect filled in (``validate_config``). No registry is consulted: the env id, the loss and
+    the estimator's kwargs are checked by ``agentrl.train.checks.checked_config_from_dict``.
     Raises ConfigError (see ``apply_overrides``, ``validate_config``)."""
-    return validate_config(_build(Config, apply_overrides(raw or {}, overrides), ""), check_registries=check_registries)
+    return validate_config(_build(Config, apply_overrides(raw or {}, overrides), ""))
 
 
-def load_config(path: str | Path, overrides: Sequence[str] = (), *, check_registries: bool = True) -> Config:
-    """Read one standalone YAML config, apply ``key.sub=value`` overrides, build and validate.
+def load_config(path: str | Path, overrides: Sequence[str] = ()) -> Config:
+    """Read one standalone YAML config, apply ``key.sub=value`` overrides, build and validate
+    (``config_from_dict``). No registry is consulted: ``agentrl.train.checks.load_checked_config``
+    also checks the env id, the loss and the estimator's kwargs (filling its defaults in).
 
     Raises:
         ConfigError: missing file, invalid YAML, unknown/misspelt key (with the closest valid
-            key), wrong value type, unknown env id or estimator, estimator kwargs that do not
-            bind to its signature.
+            key), wrong value type or range (see ``validate_config``).
     """
     p = Path(path)
     _check(p.is_file(), f"config file {str(p)!r} does not exist; pass the path of a YAML file (see examples/)")
@@ -203,7 +206,7 @@ def load_config(path: str | Path, overrides: Sequence[str] = (), *, check_regist
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
     _check(raw is None or isinstance(raw, Mapping), f"{p}: the top level must be a mapping of sections")
-    return config_from_dict(raw or {}, overrides, check_registries=check_registries)
+    return config_from_dict(raw or {}, overrides)
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

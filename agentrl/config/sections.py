@@ -49,7 +49,7 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class EnvConfig:
-    """``env``: which registered env (``id``, validated at parse time), its constructor
+    """``env``: which registered env (``id``, checked before any worker starts), its constructor
     ``kwargs``, the task split, the turn limit and the held-out evaluation panel."""
 
     id: str
