@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from agentrl.config import Config, ConfigError, config_from_dict
+from agentrl.config import Config, ConfigError
 from agentrl.env.contract import INFO_WALKTHROUGH
 from agentrl.env.pool import EnvPool
 from agentrl.env.registry import action_normalization
@@ -33,6 +33,7 @@ from agentrl.llm.base import FINISH_STOP, Completion
 from agentrl.llm.chat import ChatRenderer
 from agentrl.llm.constrained import completion_sequences, turn_allowed_ids
 from agentrl.rollout.agent_loop import EpisodeDriver, LoopConfig
+from agentrl.train.checks import checked_config_from_dict
 from agentrl.types import Episode, EpisodeStatus, Turn
 
 
@@ -70,7 +71,8 @@ def split_sft_config(raw: Mapping[str, Any], overrides: Sequence[str] = ()) -> t
     the ``sft`` section.
 
     Raises:
-        ConfigError: unknown ``sft.*`` key (names the valid ones), or any train-config error.
+        ConfigError: unknown ``sft.*`` key (names the valid ones), or any train-config error
+            (``agentrl.train.checks.checked_config_from_dict``: the registries are consulted).
     """
     raw = dict(raw or {})
     sft_raw = dict(raw.pop("sft", None) or {})
@@ -86,7 +88,7 @@ def split_sft_config(raw: Mapping[str, Any], overrides: Sequence[str] = ()) -> t
     if unknown:
         raise ConfigError(f"unknown sft key(s) {sorted(unknown)}; valid: {', '.join(names)}")
     typed = {k: (type(getattr(SFTConfig(), k)))(v) for k, v in sft_raw.items()}
-    return config_from_dict(raw, rest), SFTConfig(**typed)
+    return checked_config_from_dict(raw, rest), SFTConfig(**typed)
 
 
 def load_sft_config(path: str | Path, overrides: Sequence[str] = ()) -> tuple[Config, SFTConfig]:

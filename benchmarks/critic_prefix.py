@@ -44,13 +44,13 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*", help="config overrides (default adds update.critic_top_n_layers=6)")
     args = ap.parse_args()
 
-    from agentrl.config import load_config
     from agentrl.store import TurnStore
+    from agentrl.train.checks import load_checked_config
     from agentrl.train.critic import make_critic
     from agentrl.update import build_batch, critic_update, turn_values
     from agentrl.update.critic import value_rows
 
-    cfg = load_config(args.config, ["update.critic_top_n_layers=6", *args.overrides])
+    cfg = load_checked_config(args.config, ["update.critic_top_n_layers=6", *args.overrides])
     torch.manual_seed(0)
     critic = make_critic(cfg, "cpu")
     torch.nn.init.normal_(critic.model.head.weight, std=0.02, generator=torch.Generator().manual_seed(1))

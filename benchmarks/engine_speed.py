@@ -47,9 +47,9 @@ OUT = ROOT / "benchmarks" / "results" / "engine_speed.json"
 
 
 def _cfg(name: str, cache_mb: int, iterations: int, out_dir: Path, extra: list[str]):
-    from agentrl.config import load_config
+    from agentrl.train.checks import load_checked_config
 
-    return load_config(ROOT / "examples" / f"{name}.yaml", [
+    return load_checked_config(ROOT / "examples" / f"{name}.yaml", [
         f"run.name={name}-cache{cache_mb}", f"run.out_dir={out_dir}", f"run.iterations={iterations}",
         "run.eval_every=0", "run.eval_before=false", f"run.save_every={iterations}", "log.console=false",
         f"policy.prefix_cache_mb={cache_mb}", *extra])

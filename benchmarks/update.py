@@ -109,14 +109,14 @@ def _real_turns(args: argparse.Namespace) -> None:
 
     import torch
 
-    from agentrl.config import load_config
     from agentrl.llm.constrained import constraint_masks
     from agentrl.llm.policy import load_policy
     from agentrl.store import TurnStore
+    from agentrl.train.checks import load_checked_config
     from agentrl.update import build_batch, make_optimizer, minibatches, prepare_policy, update
 
     root = Path(__file__).resolve().parents[1]
-    cfg = load_config(root / "examples" / "gigpo_textworld.yaml", list(args.overrides))
+    cfg = load_checked_config(root / "examples" / "gigpo_textworld.yaml", list(args.overrides))
     torch.manual_seed(0)
     policy = load_policy(cfg.policy)
     model = prepare_policy(policy.model, cfg.update, cfg.policy.lora)

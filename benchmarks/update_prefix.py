@@ -74,14 +74,14 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*", help="config overrides, e.g. update.micro_batch=16")
     args = ap.parse_args()
 
-    from agentrl.config import load_config
     from agentrl.llm.constrained import constraint_masks
     from agentrl.llm.policy import load_policy
     from agentrl.store import TurnStore
+    from agentrl.train.checks import load_checked_config
     from agentrl.update import build_batch, make_optimizer, prepare_policy, update
     from agentrl.update import logprobs as lp_mod
 
-    cfg = load_config(args.config, ["policy.dtype=float32", *args.overrides])
+    cfg = load_checked_config(args.config, ["policy.dtype=float32", *args.overrides])
     torch.manual_seed(0)
     policy = load_policy(cfg.policy)
     model = prepare_policy(policy.model, cfg.update, cfg.policy.lora)

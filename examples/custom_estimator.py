@@ -86,9 +86,9 @@ def train_config(model_dir: str | Path, out_dir: str | Path, *, iterations: int 
     """A small ``Config``: the toy env (8 turns), 2 groups of 3 episodes, this estimator with
     ``gamma``, actions constrained to the admissible ones, ``iterations`` iterations, ``seed``.
     Raises ConfigError if the estimator or a kwarg is unknown (checked here, before any rollout)."""
-    from agentrl.config import config_from_dict
+    from agentrl.train.checks import checked_config_from_dict
 
-    return config_from_dict({
+    return checked_config_from_dict({
         "run": {"name": "custom-estimator", "out_dir": str(out_dir), "iterations": iterations,
                 "eval_every": 0, "save_every": 0, "seed": seed},
         "env": {"id": "agentrl/Toy-v0", "max_turns": 8, "split": "train"},

@@ -111,8 +111,7 @@ def device_paths(device_spec: str, dtype: str) -> dict:
     generate (plain, with hidden states, constrained) and score returning CPU numpy,
     ``batch_logprobs`` vs the sampled logprobs, one ``update``, LoRA ``reference_logprobs``,
     ``sft_update``, and the turn critic (``make_critic``, ``turn_values``, ``critic_update``)."""
-    from agentrl.config import LoraSpec, UpdateConfig, config_from_dict
-    from agentrl.config_sections import ConfigError
+    from agentrl.config import ConfigError, LoraSpec, UpdateConfig, config_from_dict
     from agentrl.llm.base import SamplingParams
     from agentrl.llm.device import resolve_device
     from agentrl.llm.policy import load_policy
@@ -134,8 +133,7 @@ def device_paths(device_spec: str, dtype: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="gpu-check-tiny-") as tmp:
         folder = str(tiny_model_dir(tmp))
         cfg = config_from_dict({"env": {"id": "agentrl/Toy-v0"},
-                                "policy": {"model": folder, "device": device_spec, "dtype": dtype}},
-                               check_registries=False)
+                                "policy": {"model": folder, "device": device_spec, "dtype": dtype}})
         policy = load_policy(cfg.policy)
         params = list(policy.model.parameters())
         out["policy_on_device"] = all(p.device == dev for p in params)

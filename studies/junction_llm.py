@@ -57,14 +57,14 @@ T_95 = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8:
 def config_for(arm: str, k: int, seed: int, iterations: int, out_dir: Path, dtype: str, extra: list[str] = ()):
     """The cell's config: ``examples/grpo_junction.yaml`` + the arm's estimator and kwargs, K
     junctions, ``iterations`` iterations, no in-training evaluation, the final checkpoint saved."""
-    from agentrl.config import load_config
+    from agentrl.train.checks import load_checked_config
 
     est, kw = ARMS[arm]
     overrides = [f"run.name=jllm-k{k}-{arm}-s{seed}", f"run.out_dir={out_dir}", f"run.seed={seed}",
                  f"run.iterations={iterations}", "run.eval_every=0", "run.eval_before=false",
                  f"run.save_every={iterations}", f"env.kwargs={json.dumps({'k': k})}", f"policy.dtype={dtype}",
                  f"algorithm.estimator={est}", f"algorithm.kwargs={json.dumps(kw)}", "log.console=false", *extra]
-    return load_config(Path(__file__).parents[1] / "examples" / "grpo_junction.yaml", overrides)
+    return load_checked_config(Path(__file__).parents[1] / "examples" / "grpo_junction.yaml", overrides)
 
 
 def run_cell(arm: str, k: int, seed: int, iterations: int, out_dir: Path, dtype: str, extra: list[str] = ()) -> dict:
@@ -149,11 +149,11 @@ def evaluate_row(row: dict, panel: int) -> dict:
 
     from studies.oracle_arm import oracle_registered
 
-    from agentrl.config import load_config
     from agentrl.eval import evaluate, load_eval_policy
+    from agentrl.train.checks import load_checked_config
 
     with oracle_registered():  # an oracle row's config names exact_oracle
-        cfg = load_config(Path(row["run_dir"]) / "config.yaml", [f"env.eval_panel_size={panel}"])
+        cfg = load_checked_config(Path(row["run_dir"]) / "config.yaml", [f"env.eval_panel_size={panel}"])
     policy = load_eval_policy(cfg, row["checkpoint"])
     res, _ = evaluate(policy.engine, policy.renderer, cfg, greedy=True)
     return {k: v for k, v in asdict(res).items() if k in ("n", "successes", "success_rate", "panel_sha256", "outcomes")}

@@ -128,7 +128,7 @@ def config_for(env: str, estimator: str, seed: int, iterations: int, panel: int,
     """
     from studies.learning_cells import SMOKE, estimator_overrides
 
-    from agentrl.config import load_config
+    from agentrl.train.checks import load_checked_config
 
     env_id, max_turns, base, env_overrides = ENVS[env]
     if group_size < 2 or EPISODES % group_size:
@@ -144,7 +144,7 @@ def config_for(env: str, estimator: str, seed: int, iterations: int, panel: int,
                  "log.console=false"]
     if smoke:
         overrides += SMOKE + ["run.save_every=1"] + (["env.max_turns=15"] if env == "jm5" else [])  # maze: >= 3k
-    return load_config(Path(__file__).parents[1] / "examples" / base, [*overrides, *extra])
+    return load_checked_config(Path(__file__).parents[1] / "examples" / base, [*overrides, *extra])
 
 
 def _condition() -> dict:

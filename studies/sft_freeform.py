@@ -47,7 +47,7 @@ EXAMPLE = Path(__file__).parents[1] / "examples" / "gigpo_textworld.yaml"
 def config_for(model: str, iterations: int, panel: int, out_dir: Path, seed: int = 0, extra: tuple = ()):
     """The free-form GiGPO config (the example config + learning.py's budget), policy ``model``,
     plus ``extra`` ``key=value`` overrides."""
-    from agentrl.config import load_config
+    from agentrl.train.checks import load_checked_config
 
     overrides = ["run.name=rl", f"run.out_dir={out_dir}", f"run.seed={seed}", f"run.iterations={iterations}",
                  "run.eval_every=0", f"run.save_every={iterations}", "run.eval_before=false", f"run.eval_seed={seed}",
@@ -55,7 +55,7 @@ def config_for(model: str, iterations: int, panel: int, out_dir: Path, seed: int
                  f"env.eval_panel_size={panel}", "rollout.groups_per_iteration=6", "rollout.group_size=4",
                  "algorithm.estimator=gigpo", "algorithm.kwargs={}", "log.console=false",
                  "policy.action_constraint=none", f"policy.model={model}", *extra]
-    return load_config(EXAMPLE, overrides)
+    return load_checked_config(EXAMPLE, overrides)
 
 
 def _clock() -> tuple[float, float]:

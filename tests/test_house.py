@@ -11,6 +11,9 @@ the layers they name; this test sees every module.
 from __future__ import annotations
 
 import ast
+import re
+import textwrap
+import tomllib
 from pathlib import Path
 
 import grimp
@@ -203,3 +206,106 @@ def test_the_scans_see_what_they_forbid():
     tree = ast.parse(src)
     assert {"agentrl.credit.hiper", "agentrl.credit.threespo", "agentrl.credit.turn_ppo"} <= _imported_modules(tree)
     assert _estimator_name_comparisons(tree) == [6, 8]
+# --------------------------------------------------------------------------- the bottom layer (issue 47)
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Layer L0 (pyproject.toml's import-linter "agentrl layers", last line): imports nothing of ours above it
+BOTTOM = ("agentrl.types", "agentrl.turn_info", "agentrl.config", "agentrl.registry", "agentrl.log")
+_IMPORTERS = {"import_module", "__import__"}
+_MODULE_PATH = re.compile(r"agentrl(\.\w+)+")
+
+
+def _in_bottom(module: str) -> bool:
+    return any(module == b or module.startswith(b + ".") for b in BOTTOM)
+
+
+def bottom_files() -> dict[str, Path]:
+    """Module name -> file of every module of the bottom layer; the old top-level ``config*.py``
+    modules too, where they still exist, so that their imports are read as well."""
+    pkg = ROOT / "agentrl"
+    files = {f"agentrl.{p.stem}": p for p in sorted(pkg.glob("config*.py"))}
+    for name in BOTTOM:
+        path = pkg / (name.split(".", 1)[1].replace(".", "/"))
+        if path.is_dir():
+            files.update({".".join(("agentrl", *f.relative_to(pkg).with_suffix("").parts)).removesuffix(".__init__"): f
+                          for f in sorted(path.rglob("*.py"))})
+        elif path.with_suffix(".py").is_file():
+            files[name] = path.with_suffix(".py")
+    return files
+
+
+def upward_imports(module: str, source: str, *, is_package: bool = False) -> list[str]:
+    """Where ``source`` (module ``module``; ``is_package``: its ``__init__``) reaches ``agentrl``
+    outside the bottom layer: ``import`` statements anywhere (module level, functions,
+    TYPE_CHECKING; relative ones resolved), and ``importlib.import_module`` / ``__import__`` — or
+    any other call — given a literal module path ``agentrl.…`` (a string or the start of an
+    f-string). Each as ``line N: what``."""
+    out = []
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            names = [f"{base}.{a.name}" for a in node.names] if base == "agentrl" else [base]
+        for name in names:
+            if (name == "agentrl" or name.startswith("agentrl.")) and not _in_bottom(name):
+                out.append(f"line {node.lineno}: import {name}")
+        if isinstance(node, ast.Call):
+            func = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            for arg in node.args:
+                text = arg.value if isinstance(arg, ast.Constant) else (
+                    arg.values[0].value if isinstance(arg, ast.JoinedStr) and arg.values
+                    and isinstance(arg.values[0], ast.Constant) else None)
+                if not isinstance(text, str):
+                    continue
+                if func in _IMPORTERS and text.startswith("agentrl"):
+                    out.append(f"line {node.lineno}: {func}({text!r})")
+                elif func not in _IMPORTERS and _MODULE_PATH.fullmatch(text) and not _in_bottom(text):
+                    out.append(f"line {node.lineno}: {func}({text!r})")
+    return out
+
+
+def test_the_bottom_layer_imports_nothing_above_it():
+    """agentrl.types, turn_info, config, registry and log import no agentrl module above them:
+    not statically, not through importlib (the import-linter contracts cannot see a string)."""
+    files = bottom_files()
+    found = {m: hits for m, f in files.items()
+             if (hits := upward_imports(m, f.read_text(encoding="utf-8"), is_package=f.name == "__init__.py"))}
+    assert not found, "the bottom layer reaches up:\n" + "\n".join(
+        f"  {m} ({files[m].relative_to(ROOT)}): {'; '.join(h)}" for m, h in sorted(found.items()))
+    assert {"agentrl.config", "agentrl.config.loader", "agentrl.log", "agentrl.types"} <= set(files)
+
+
+def test_config_is_one_package_and_the_contracts_name_it():
+    assert not sorted(p.name for p in (ROOT / "agentrl").glob("config*.py")), "agentrl/config*.py came back"
+    assert (ROOT / "agentrl" / "config" / "__init__.py").is_file()
+    toml = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    layers = next(c for c in toml["tool"]["importlinter"]["contracts"] if c["name"] == "agentrl layers")["layers"]
+    assert tuple(m.strip() for m in re.split(r"[:|]", layers[-1])) == BOTTOM
+
+
+def test_upward_imports_finds_each_way_up():
+    src = textwrap.dedent("""
+        import importlib
+        from agentrl.config.sections import Config
+        from . import errors
+        from .. import env
+        import agentrl.credit
+        if False:
+            from agentrl.update import losses
+        def f(name):
+            importlib.import_module("agentrl.env")
+            __import__(f"agentrl.{name}")
+            importlib.import_module("wandb")
+            _require("agentrl.update.losses", "llm")
+            logging.getLogger(__name__)
+    """)
+    hits = upward_imports("agentrl.config.checks", src)
+    assert hits == ["line 5: import agentrl.env", "line 6: import agentrl.credit", "line 8: import agentrl.update",
+                    "line 10: import_module('agentrl.env')", "line 11: __import__('agentrl.')",
+                    "line 13: _require('agentrl.update.losses')"], hits

@@ -39,9 +39,9 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Handler: load the policy (and checkpoint), evaluate, print (and store / write) the result."""
-    from agentrl.config import load_config
+    from agentrl.train.checks import load_checked_config
 
-    cfg = load_config(args.config, args.overrides)
+    cfg = load_checked_config(args.config, args.overrides)  # env id and kwargs, loss, estimator: before the model loads
     from rich.console import Console
 
     from agentrl.eval import eval_panel, evaluate, fresh_run_id, load_eval_policy, record_panel

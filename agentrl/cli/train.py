@@ -49,9 +49,9 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Handler: load and validate the config (before any rollout), train, print the summary."""
-    from agentrl.config import load_config
+    from agentrl.train.checks import load_checked_config
 
-    cfg = load_config(args.config, args.overrides)
+    cfg = load_checked_config(args.config, args.overrides)  # env id, loss, estimator kwargs: before any rollout
     from rich.console import Console
 
     if args.print_config:
@@ -110,13 +110,15 @@ def _ray_train(train, cfg, args: argparse.Namespace, launch):
 
 
 def _print_config(console, cfg) -> None:
-    """One row per key: dotted key, value in effect, what it does (``agentrl.config_docs``)."""
+    """One row per key: dotted key, value in effect, what it does (``agentrl.config.docs``)."""
     from rich.table import Table
     from rich.text import Text
 
-    from agentrl.config_docs import describe_config
+    from agentrl.config.docs import describe_config
+    from agentrl.train.checks import estimator_docstring
 
     table = Table("key", "value", "what it is", box=None, pad_edge=False, show_lines=False)
-    for k in describe_config(cfg):  # Text: stored values and docs are never read as rich markup
+    # Text: stored values and docs are never read as rich markup
+    for k in describe_config(cfg, estimator_doc=estimator_docstring):
         table.add_row(Text(k.key), Text(k.value), Text(k.doc))
     console.print(table)

@@ -43,7 +43,7 @@ def _device_for(spec: str, local_rank: int, world: int) -> torch.device:
         ConfigError: CUDA asked for and absent; ``cuda:N`` under torchrun (each rank's GPU is
         its ``LOCAL_RANK``: use ``cuda`` or ``auto``).
     """
-    from agentrl.config_sections import ConfigError
+    from agentrl.config import ConfigError
     from agentrl.llm.device import resolve_device
 
     spec = str(spec)

@@ -1,7 +1,7 @@
 """``policy.device`` → a ``torch.device`` (the one place the device string is resolved).
 
 The config keeps the string form (``auto | cpu | cuda | cuda:N``, checked torch-free at parse
-time by ``agentrl.config_sections.PolicyConfig``); ``load_policy``, ``HFEngine.from_pretrained``
+time by ``agentrl.config.sections.PolicyConfig``); ``load_policy``, ``HFEngine.from_pretrained``
 and the critic call ``resolve_device`` when they build a model, so a missing GPU is reported
 before any rollout.
 """
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from agentrl.config_sections import DEVICE_PATTERN, ConfigError
+from agentrl.config import ConfigError
+from agentrl.config.sections import DEVICE_PATTERN
 
 __all__ = ["resolve_device"]
 

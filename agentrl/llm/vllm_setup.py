@@ -1,4 +1,4 @@
-"""Engine arguments of the colocated vLLM engine: ``policy.vllm`` (``agentrl.config_vllm.VLLMSpec``)
+"""Engine arguments of the colocated vLLM engine: ``policy.vllm`` (``agentrl.config.vllm.VLLMSpec``)
 with its device- and model-dependent defaults resolved, and the executor a rank of a
 ``torchrun`` job needs.
 
@@ -33,8 +33,7 @@ from pathlib import Path
 
 import torch
 
-from agentrl.config_sections import ConfigError
-from agentrl.config_vllm import VLLMSpec
+from agentrl.config import ConfigError, VLLMSpec
 
 __all__ = ["engine_kwargs", "gpu_memory_fraction", "optimizer_reserve_bytes", "model_context",
            "distributed_kwargs", "require_vllm", "own_shutdown", "MIN_FRACTION", "MAX_FRACTION", "MARGIN_FRACTION"]

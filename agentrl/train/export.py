@@ -71,8 +71,8 @@ def export_checkpoint(run_dir: str | Path, out: str | Path, *, iteration: int | 
         FileNotFoundError: see ``checkpoint_folder``. FileExistsError: ``out`` exists and is
             not empty. ValueError: unknown ``fmt``, or ``adapter`` for a run without LoRA.
     """
-    from agentrl.config import load_config
     from agentrl.eval import load_eval_policy
+    from agentrl.train.checks import load_checked_config
     from agentrl.update.checkpoint import TrainState
     from agentrl.update.lora import inference_state_dict
 
@@ -82,7 +82,7 @@ def export_checkpoint(run_dir: str | Path, out: str | Path, *, iteration: int | 
     folder = checkpoint_folder(run_dir, iteration)
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out} exists and is not empty; pass a new folder (nothing was written)")
-    cfg = load_config(run_dir / "config.yaml")
+    cfg = load_checked_config(run_dir / "config.yaml")
     lora = cfg.policy.lora is not None
     if fmt == "adapter" and not lora:
         raise ValueError(f"{run_dir} trained without LoRA (policy.lora is null): there is no adapter; "

@@ -87,7 +87,7 @@ def _stored(run_dir: Path) -> dict | None:
         return None
     raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     try:
-        return to_dict(config_from_dict(raw, check_registries=False))
+        return to_dict(config_from_dict(raw))
     except ConfigError:  # written by another version: compare what it says
         return raw
 

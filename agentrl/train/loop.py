@@ -37,6 +37,7 @@ from agentrl.log import make_logger
 from agentrl.rollout.stats import proxy_metrics, rollout_stats, sample_turns
 from agentrl.rollout.tree import add_linked
 from agentrl.store import EVAL_RUN, TurnStore, get_store_query
+from agentrl.train.checks import check_config
 from agentrl.train.colocate import engine_asleep
 from agentrl.train.launches import Launch
 from agentrl.train.run_dir import RunLock, prepare_run_dir, set_aside_interrupted
@@ -326,9 +327,12 @@ def train(cfg: Config, *, resume: bool = True, force_resume: bool = False, launc
     Raises:
         ConfigError: a resume with another config, not forced (lists the differing keys).
         ConfigError / KeyError / FileNotFoundError: bad config, unknown names, missing model.
+            ``cfg`` is checked against the registries first (``agentrl.train.checks.check_config``),
+            also when it comes from ``agentrl.config.load_config``, which consults none.
         ValueError: the run folder is in use by another ``agentrl train`` (``RunLock``).
         ValueError: an unsupported combination (see ``start_run``).
     """
+    cfg = check_config(cfg)  # idempotent: a config checked by the CLI comes back equal
     run_dir = Path(cfg.run.out_dir) / cfg.run.name
     ctx = DistContext.from_env(cfg.policy.device)  # torchrun: joins the process group; else one process
     try:

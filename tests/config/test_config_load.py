@@ -12,6 +12,7 @@ import yaml
 
 from agentrl.config import Config, ConfigError, LoraSpec, apply_overrides, config_from_dict, dump_config, load_config
 from agentrl.env import list_ids
+from agentrl.train.checks import check_config, checked_config_from_dict, load_checked_config
 
 
 def _env_id() -> str:
@@ -36,8 +37,8 @@ def test_yaml_plus_overrides(tmp_path: Path) -> None:
         update: {{lr: 1e-5, clip_high: 0.28}}
         algorithm: {{estimator: grpo, kwargs: {{stats_over: trajectories}}}}
     """)
-    cfg = load_config(p, ["update.lr=3e-5", "policy.lora.target_modules=[q_proj]", "env.kwargs.max_rooms=5",
-                          "update.clip_c=3", "run.name='007'", "log.wandb_project=null"])
+    cfg = load_checked_config(p, ["update.lr=3e-5", "policy.lora.target_modules=[q_proj]", "env.kwargs.max_rooms=5",
+                                  "update.clip_c=3", "run.name='007'", "log.wandb_project=null"])
     assert isinstance(cfg, Config) and cfg.run.name == "007" and cfg.run.seed == 3
     assert cfg.update.lr == 3e-5 and isinstance(cfg.update.lr, float) and cfg.update.clip_high == 0.28
     assert cfg.update.clip_c == 3.0 and isinstance(cfg.update.clip_c, float)  # int accepted for float
@@ -47,7 +48,7 @@ def test_yaml_plus_overrides(tmp_path: Path) -> None:
 
 
 def test_override_creates_optional_section_and_sets_defaults() -> None:
-    cfg = config_from_dict({"env": {"id": "x"}}, ["policy.lora.top_n_layers=6"], check_registries=False)
+    cfg = config_from_dict({"env": {"id": "x"}}, ["policy.lora.top_n_layers=6"])
     assert cfg.policy.lora == LoraSpec(top_n_layers=6)
     assert cfg.rollout.group_size == 4 and cfg.policy.lora.alpha == 32.0
 
@@ -61,7 +62,7 @@ def test_override_creates_optional_section_and_sets_defaults() -> None:
 ])
 def test_misspelt_keys_and_choices_suggest_the_closest(overrides: list[str], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
-        config_from_dict({"env": {"id": "x"}}, overrides, check_registries=False)
+        config_from_dict({"env": {"id": "x"}}, overrides)
 
 
 @pytest.mark.parametrize("overrides, match", [
@@ -78,12 +79,12 @@ def test_misspelt_keys_and_choices_suggest_the_closest(overrides: list[str], mat
 ])
 def test_bad_values_name_the_key(overrides: list[str], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
-        config_from_dict({"env": {"id": "x"}}, overrides, check_registries=False)
+        config_from_dict({"env": {"id": "x"}}, overrides)
 
 
 def test_missing_required_and_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="missing required config key 'env.id'"):
-        config_from_dict({"env": {}}, check_registries=False)
+        config_from_dict({"env": {}})
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "nope.yaml")
 
@@ -93,36 +94,36 @@ def test_unknown_env_id_fails_at_parse_time_with_suggestion() -> None:
     good = _env_id()
     bad = good[:-4] + good[-3:]  # drop one character before the version suffix
     with pytest.raises(ConfigError, match=rf"env\.id: unknown env id '{bad}'; did you mean '{good}'.*Known: .*{good}"):
-        config_from_dict({"env": {"id": bad}})
-    assert config_from_dict({"env": {"id": good}}).env.id == good
+        checked_config_from_dict({"env": {"id": bad}})
+    assert checked_config_from_dict({"env": {"id": good}}).env.id == good
 
 
 def test_estimator_kwargs_validated_and_defaults_recorded() -> None:
     """P4: the estimator's keyword defaults in effect (stats_over, ...) land in the config."""
-    cfg = config_from_dict({"env": {"id": _env_id()}, "algorithm": {"estimator": "grpo"}})
+    cfg = checked_config_from_dict({"env": {"id": _env_id()}, "algorithm": {"estimator": "grpo"}})
     assert cfg.algorithm.kwargs["stats_over"] == "steps" and "c_inv" in cfg.algorithm.kwargs
     with pytest.raises(ConfigError, match="algorithm.kwargs for estimator 'grpo'"):
-        config_from_dict({"env": {"id": _env_id()}}, ["algorithm.kwargs.stats_ovr=steps"])
+        checked_config_from_dict({"env": {"id": _env_id()}}, ["algorithm.kwargs.stats_ovr=steps"])
     with pytest.raises(ConfigError, match="algorithm.estimator: unknown estimator 'gigp'"):
-        config_from_dict({"env": {"id": _env_id()}}, ["algorithm.estimator=gigp"])
+        checked_config_from_dict({"env": {"id": _env_id()}}, ["algorithm.estimator=gigp"])
 
 
 @pytest.mark.parametrize("estimator", ["gigpo", "hgpo", "g2po", "graphgpo", "bipace"])
 def test_episode_term_stats_over_recorded_for_every_estimator_with_one(estimator: str) -> None:
     """Issue 19 item 10: the episode term's statistics are an explicit, recorded option of every
     estimator that has an episode term (default "steps", ALGORITHMS.md §1.5); a bad value is refused."""
-    cfg = config_from_dict({"env": {"id": _env_id()}, "algorithm": {"estimator": estimator}})
+    cfg = checked_config_from_dict({"env": {"id": _env_id()}, "algorithm": {"estimator": estimator}})
     assert cfg.algorithm.kwargs["stats_over"] == "steps"
-    cfg = config_from_dict({"env": {"id": _env_id()}, "algorithm": {"estimator": estimator}},
-                           ["algorithm.kwargs.stats_over=episodes"])
+    cfg = checked_config_from_dict({"env": {"id": _env_id()}, "algorithm": {"estimator": estimator}},
+                                   ["algorithm.kwargs.stats_over=episodes"])
     assert cfg.algorithm.kwargs["stats_over"] == "episodes"
     with pytest.raises(ConfigError, match="stats_over"):
-        config_from_dict({"env": {"id": _env_id()}, "algorithm": {"estimator": estimator}},
-                         ["algorithm.kwargs.stats_over=turns"])
+        checked_config_from_dict({"env": {"id": _env_id()}, "algorithm": {"estimator": estimator}},
+                                 ["algorithm.kwargs.stats_over=turns"])
 
 
 def test_dump_round_trip_with_every_default(tmp_path: Path) -> None:
-    cfg = config_from_dict({"env": {"id": _env_id()}}, ["policy.lora.rank=4", "update.lr=2e-6"])
+    cfg = checked_config_from_dict({"env": {"id": _env_id()}}, ["policy.lora.rank=4", "update.lr=2e-6"])
     path = dump_config(cfg, tmp_path / "run" / "config.yaml")
     raw = yaml.safe_load(path.read_text())
     assert raw["update"]["sum_norm_tokens"] == 64 and raw["algorithm"]["kwargs"]["stats_over"] == "steps"
@@ -147,13 +148,38 @@ def test_config_import_is_light() -> None:
     assert out.strip() == "[]"
 
 
+def test_load_config_consults_no_registry_and_check_config_does() -> None:
+    """L0 builds the config and fills what needs no registry; ``agentrl.train.checks.check_config``
+    adds the registry checks (the estimator's defaults filled in) and is idempotent."""
+    raw = {"env": {"id": "agentrl/Nope-v0"}, "algorithm": {"estimator": "grpo"}}
+    cfg = config_from_dict(raw)  # an unregistered id is not L0's to check
+    assert cfg.algorithm.kwargs == {} and cfg.update.sum_norm_tokens == 64 and cfg.update.rollout_correction == "none"
+    with pytest.raises(ConfigError, match="env.id: unknown env id 'agentrl/Nope-v0'"):
+        check_config(cfg)
+    good = check_config(config_from_dict({**raw, "env": {"id": _env_id()}}))
+    assert good.algorithm.kwargs["stats_over"] == "steps" and check_config(good) == good
+
+
+def test_train_checks_a_config_from_load_config(tmp_path: Path) -> None:
+    """The Python API: a ``Config`` from ``agentrl.config`` (no registry consulted) still gets the
+    registry checks when it trains, before the run folder or any model."""
+    pytest.importorskip("torch")
+    from agentrl.train import train
+
+    cfg = config_from_dict({"env": {"id": _env_id()}, "run": {"out_dir": str(tmp_path / "runs")}},
+                           ["algorithm.kwargs.stats_ovr=steps"])
+    with pytest.raises(ConfigError, match="algorithm.kwargs for estimator 'grpo'"):
+        train(cfg)
+    assert not (tmp_path / "runs").exists()
+
+
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_every_example_config_loads_and_validates(path: Path) -> None:
     """Each shipped example is a valid standalone config (keys, types, estimator kwargs)."""
-    cfg = load_config(path)
+    cfg = load_checked_config(path)
     assert cfg.env.id.startswith("agentrl/") and cfg.run.iterations >= 1
     if cfg.policy.context == "window":
         assert cfg.policy.num_threads == 0

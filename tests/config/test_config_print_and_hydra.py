@@ -11,7 +11,8 @@ import pytest
 
 from agentrl.cli import main
 from agentrl.config import ConfigError, apply_overrides, load_config, to_dict
-from agentrl.config_docs import describe_config
+from agentrl.config.docs import describe_config
+from agentrl.train.checks import estimator_docstring, load_checked_config
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = ROOT / "examples" / "gigpo_toy.yaml"
@@ -45,8 +46,8 @@ def test_hydra_spellings() -> None:
 
 
 def test_print_config_covers_every_key_with_value_and_doc() -> None:
-    cfg = load_config(TOY)
-    rows = {k.key: k for k in describe_config(cfg)}
+    cfg = load_checked_config(TOY)
+    rows = {k.key: k for k in describe_config(cfg, estimator_doc=estimator_docstring)}
     leaves = _leaves(to_dict(cfg))
     assert set(rows) == set(leaves)
     assert rows["update.lr"].value == str(cfg.update.lr) and rows["policy.lora.rank"].value == str(cfg.policy.lora.rank)

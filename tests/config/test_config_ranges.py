@@ -10,6 +10,7 @@ import pytest
 from agentrl.cli import main
 from agentrl.config import ConfigError, config_from_dict
 from agentrl.credit import validate_estimator_kwargs
+from agentrl.train.checks import checked_config_from_dict
 
 TOY = {"id": "agentrl/Toy-v0"}
 
@@ -21,15 +22,15 @@ TOY = {"id": "agentrl/Toy-v0"}
 ])
 def test_out_of_range_estimator_kwargs_are_refused(estimator, key, value):
     with pytest.raises(ConfigError, match=rf"algorithm.kwargs for estimator '{estimator}': {key}={value!r} .*must be"):
-        config_from_dict({"env": TOY, "algorithm": {"estimator": estimator, "kwargs": {key: value}}})
+        checked_config_from_dict({"env": TOY, "algorithm": {"estimator": estimator, "kwargs": {key: value}}})
     with pytest.raises(ValueError, match=f"{key}="):  # the Python API validates the same way
         validate_estimator_kwargs(estimator, {key: value})
 
 
 def test_in_range_edges_are_accepted():
     for kw in ({"gamma": 0.0}, {"gamma": 1.0}):
-        config_from_dict({"env": TOY, "algorithm": {"estimator": "gigpo", "kwargs": kw}})
-    config_from_dict({"env": TOY, "algorithm": {"estimator": "turn_ppo", "kwargs": {"lam": 0.0, "c_inv": 0.0}}})
+        checked_config_from_dict({"env": TOY, "algorithm": {"estimator": "gigpo", "kwargs": kw}})
+    checked_config_from_dict({"env": TOY, "algorithm": {"estimator": "turn_ppo", "kwargs": {"lam": 0.0, "c_inv": 0.0}}})
 
 
 def test_a_custom_estimator_declares_its_own_ranges():

@@ -11,7 +11,7 @@ RAY = {"engines": 2, "backend": "ray"}
 
 
 def _cfg(**rollout):
-    return config_from_dict({"env": {"id": "agentrl/Toy-v0"}, "rollout": rollout}, check_registries=False)
+    return config_from_dict({"env": {"id": "agentrl/Toy-v0"}, "rollout": rollout})
 
 
 def test_defaults_keep_the_placement_of_before_and_keys_round_trip():

@@ -12,7 +12,7 @@ BASE = {"env": {"id": "agentrl/Toy-v0"}}
 
 
 def _cfg(*overrides: str):
-    return config_from_dict(BASE, list(overrides), check_registries=False)
+    return config_from_dict(BASE, list(overrides))
 
 
 def test_defaults_are_null_until_the_engine_is_built() -> None:
@@ -69,4 +69,4 @@ def test_the_dumped_config_records_the_values_in_effect_and_loads_back(tmp_path)
     path = dump_config(cfg, tmp_path / "config.yaml")
     raw = to_dict(cfg)
     assert raw["update"]["rollout_correction"] == "tis" and raw["policy"]["vllm"]["max_model_len"] == 3072
-    assert load_config(path, check_registries=False) == cfg
+    assert load_config(path) == cfg

@@ -175,10 +175,11 @@ def test_chain_estimators_refuse_a_tree_and_tree_estimators_take_it():
 
 
 def test_config_refuses_a_chain_estimator_with_a_tree_sampler():
-    from agentrl.config import ConfigError, config_from_dict
+    from agentrl.config import ConfigError
+    from agentrl.train.checks import checked_config_from_dict
 
     raw = {"env": {"id": "agentrl/Toy-v0"}, "rollout": {"sampler": "tree"}, "algorithm": {"estimator": "gigpo"}}
     with pytest.raises(ConfigError, match="stores trees, but algorithm.estimator 'gigpo' scores chains"):
-        config_from_dict(raw)
-    ok = config_from_dict({**raw, "algorithm": {"estimator": "tree_grpo"}})
+        checked_config_from_dict(raw)
+    ok = checked_config_from_dict({**raw, "algorithm": {"estimator": "tree_grpo"}})
     assert ok.algorithm.estimator == "tree_grpo"

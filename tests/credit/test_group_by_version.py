@@ -18,10 +18,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agentrl.config import ConfigError, config_from_dict
+from agentrl.config import ConfigError
 from agentrl.credit import (compute_advantages, explain_advantages, register_estimator, split_by_version,
                             version_mixing)
 from agentrl.credit.versions import episode_versions
+from agentrl.train.checks import checked_config_from_dict
 from agentrl.types import TurnTable
 
 EPS = 1e-6  # the estimators' default eps
@@ -140,7 +141,7 @@ def test_estimators_not_keyed_by_task_group_refuse_it(name):
         compute_advantages(_table(), name, group_by_version=True)
     raw = {"env": {"id": "agentrl/Toy-v0"}, "algorithm": {"estimator": name, "group_by_version": True}}
     with pytest.raises(ConfigError, match="algorithm.group_by_version"):
-        config_from_dict(raw)
+        checked_config_from_dict(raw)
 
 
 def test_it_needs_the_policy_version_column_and_a_free_name():

@@ -28,9 +28,9 @@ def _fake_cuda(monkeypatch, available: bool, count: int = 0, current: int = 0) -
 # ------------------------------------------------------------------ config (string form)
 @pytest.mark.parametrize("spec", ["auto", "cpu", "cuda", "cuda:0", "cuda:1", "cuda:12"])
 def test_config_accepts_device_forms(spec):
-    cfg = config_from_dict({"env": ENV, "policy": {"device": spec}}, check_registries=False)
+    cfg = config_from_dict({"env": ENV, "policy": {"device": spec}})
     assert cfg.policy.device == spec
-    assert config_from_dict({"env": ENV}, [f"policy.device={spec}"], check_registries=False).policy.device == spec
+    assert config_from_dict({"env": ENV}, [f"policy.device={spec}"]).policy.device == spec
 
 
 def test_config_device_defaults_to_auto():
@@ -40,12 +40,12 @@ def test_config_device_defaults_to_auto():
 @pytest.mark.parametrize("spec", ["gpu", "cuda:x", "cuda:", "CUDA", "cuda:-1", "cuda:0:1", "mps", "", " cpu"])
 def test_config_rejects_other_devices(spec):
     with pytest.raises(ConfigError, match=r"policy\.device=.*auto, cpu, cuda or cuda:N"):
-        config_from_dict({"env": ENV, "policy": {"device": spec}}, check_registries=False)
+        config_from_dict({"env": ENV, "policy": {"device": spec}})
 
 
 def test_config_parse_stays_torch_free():
     code = ("import sys; from agentrl.config import config_from_dict; "
-            "config_from_dict({'env': {'id': 'x'}, 'policy': {'device': 'cuda:3'}}, check_registries=False); "
+            "config_from_dict({'env': {'id': 'x'}, 'policy': {'device': 'cuda:3'}}); "
             "assert 'torch' not in sys.modules, 'config parsing imported torch'")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=120)
 
@@ -157,11 +157,10 @@ def test_missing_cuda_fails_before_loading_weights(monkeypatch, tiny_dir):
 def test_critic_follows_policy_device(monkeypatch, tiny_dir):
     from agentrl.train.critic import make_critic
 
-    cfg = config_from_dict({"env": ENV, "policy": {"model": str(tiny_dir), "device": "cpu"}}, check_registries=False)
+    cfg = config_from_dict({"env": ENV, "policy": {"model": str(tiny_dir), "device": "cpu"}})
     assert {p.device.type for p in make_critic(cfg).model.parameters()} == {"cpu"}
     seen = _meta_device(monkeypatch)
-    cuda_cfg = config_from_dict({"env": ENV, "policy": {"model": str(tiny_dir), "device": "cuda:0"}},
-                                check_registries=False)
+    cuda_cfg = config_from_dict({"env": ENV, "policy": {"model": str(tiny_dir), "device": "cuda:0"}})
     critic = make_critic(cuda_cfg)
     assert seen == ["cuda:0"]
     assert {p.device.type for p in critic.model.parameters()} == {"meta"}  # backbone and value head

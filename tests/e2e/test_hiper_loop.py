@@ -18,9 +18,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from agentrl.config import ConfigError, config_from_dict  # noqa: E402
+from agentrl.config import ConfigError  # noqa: E402
 from agentrl.credit import compute_advantages  # noqa: E402
 from agentrl.store import TurnStore  # noqa: E402
+from agentrl.train.checks import checked_config_from_dict  # noqa: E402
 
 
 def _raw(tiny_dir, out_dir) -> dict:
@@ -46,7 +47,7 @@ def test_hiper_trains_one_iteration_with_span_advantages_and_three_heads(tiny_di
     built = []
     real = plan.build_batch
     monkeypatch.setattr(plan, "build_batch", lambda *a, **kw: built.append(kw) or real(*a, **kw))
-    cfg = config_from_dict(_raw(tiny_dir, tmp_path))
+    cfg = checked_config_from_dict(_raw(tiny_dir, tmp_path))  # make_critic below reads the filled kwargs
     result = train(cfg, resume=False)
     fresh = make_critic(cfg)  # the checkpoint holds the three-head critic, which a resume restores
     assert fresh.model.heads == 3 and fresh.model.head.weight.abs().sum() == 0
@@ -78,4 +79,4 @@ def test_hiper_needs_the_hiper_action_format(tiny_dir, tmp_path):
     raw = _raw(tiny_dir, tmp_path)
     raw["policy"]["action_format"] = "tag:action"
     with pytest.raises(ConfigError, match="set policy.action_format: hiper"):
-        config_from_dict(raw)
+        checked_config_from_dict(raw)

@@ -9,8 +9,9 @@ import textwrap
 import pytest
 
 from agentrl.cli import main
-from agentrl.config import ConfigError, config_from_dict, load_config
+from agentrl.config import ConfigError
 from agentrl.env import DataMissingError
+from agentrl.train.checks import checked_config_from_dict, load_checked_config
 
 ALF, SHOP, TOY = "agentrl/ALFWorld-v0", "agentrl/WebShop-v0", "agentrl/Toy-v0"
 
@@ -85,7 +86,7 @@ def test_train_refuses_missing_data_at_config_time(tmp_path, monkeypatch, capsys
     empty.mkdir()
     cfg = _cfg_file(tmp_path, f"{{id: {ALF}, split: train, eval_split: eval_seen, kwargs: {{data_dir: {empty}}}}}")
     with pytest.raises(ConfigError, match="env: ALFWorld data dir"):
-        load_config(cfg)
+        load_checked_config(cfg)
     assert main(["train", cfg]) == 2
     assert "ALFWorld data dir" in _one_error_line(capsys.readouterr().err)
     assert not (tmp_path / "runs").exists()
@@ -94,7 +95,7 @@ def test_train_refuses_missing_data_at_config_time(tmp_path, monkeypatch, capsys
 def test_config_checks_the_eval_split_only_when_evaluating():
     base = {"env": {"id": ALF, "split": "train", "eval_split": "eval"}}
     with pytest.raises(ConfigError, match=r"env.eval_split.*'eval'.*eval_unseen"):
-        config_from_dict(base)
-    config_from_dict(base, ["run.eval_every=0"])  # no evaluation: the eval split is never built
+        checked_config_from_dict(base)
+    checked_config_from_dict(base, ["run.eval_every=0"])  # no evaluation: the eval split is never built
     with pytest.raises(ConfigError, match="env.kwargs: .*no keyword 'nope'"):
-        config_from_dict({"env": {"id": TOY, "kwargs": {"nope": 1}}})
+        checked_config_from_dict({"env": {"id": TOY, "kwargs": {"nope": 1}}})

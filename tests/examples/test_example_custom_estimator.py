@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agentrl.config import ConfigError, config_from_dict
+from agentrl.config import ConfigError
 from agentrl.credit import compute_advantages, estimator_params, list_estimators
+from agentrl.train.checks import checked_config_from_dict
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -62,7 +63,7 @@ def test_bad_names_fail_at_config_time(mod, tmp_path):
     assert cfg.algorithm.estimator == mod.NAME and cfg.algorithm.kwargs == {"gamma": 0.5, "c_inv": 0.0}
     raw = {"env": {"id": "agentrl/Toy-v0"}, "algorithm": {"estimator": mod.NAME, "kwargs": {"gama": 0.5}}}
     with pytest.raises(ConfigError, match="did you mean 'gamma'"):
-        config_from_dict(raw)
+        checked_config_from_dict(raw)
     with pytest.raises(ValueError, match="gamma must be in"):
         compute_advantages(mod.demo_table(), mod.NAME, gamma=1.5)
 

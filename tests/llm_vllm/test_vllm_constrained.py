@@ -193,7 +193,7 @@ def test_collector_and_update_with_the_constrained_vllm_engine(vllm_constrained,
 
 
 def test_policy_builds_the_vllm_engine_for_the_constraint(tiny32_dir, monkeypatch):
-    from agentrl.config_sections import PolicyConfig
+    from agentrl.config import PolicyConfig
     from agentrl.llm.policy import load_policy
 
     seen = []

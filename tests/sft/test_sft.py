@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from agentrl.config import ConfigError, PolicyConfig, config_from_dict  # noqa: E402
+from agentrl.config import ConfigError, PolicyConfig  # noqa: E402
 from agentrl.eval import env_kwargs, loop_config  # noqa: E402
 from agentrl.llm.base import SamplingParams  # noqa: E402
 from agentrl.llm.chat import ChatRenderer  # noqa: E402
@@ -16,6 +16,7 @@ from agentrl.llm.scripted import ScriptedEngine  # noqa: E402
 from agentrl.rollout.collector import CollectConfig, collect  # noqa: E402
 from agentrl.sft import (SFTConfig, expert_completion, expert_episodes, sft_batch, sft_loss,  # noqa: E402
                          split_sft_config, train_sft)
+from agentrl.train.checks import checked_config_from_dict  # noqa: E402
 from agentrl.update.batch import build_batch  # noqa: E402
 
 
@@ -24,7 +25,7 @@ def _cfg(tiny_dir, tmp_path=None, context="chat", constraint="none", fmt="tag:ac
            "policy": {"model": str(tiny_dir), "context": context, "action_format": fmt,
                       "action_constraint": constraint},
            "run": {"name": "sft-test", "out_dir": str(tmp_path or "runs")}}
-    return config_from_dict(raw)
+    return checked_config_from_dict(raw)
 
 
 @pytest.mark.parametrize("context,constraint", [("chat", "none"), ("window", "admissible")])

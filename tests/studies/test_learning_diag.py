@@ -16,8 +16,8 @@ sys.path[:0] = [str(ROOT / "tests" / "credit")]
 
 from credit_tables import batch12  # noqa: E402
 
-from agentrl.config import load_config  # noqa: E402
 from agentrl.credit import list_estimators  # noqa: E402
+from agentrl.train.checks import load_checked_config  # noqa: E402
 from studies.learning_cells import NEEDS, estimator_overrides, example_kwargs  # noqa: E402
 from studies.learning_diag import (  # noqa: E402
     anchor_codes, flat_group_share, group_stats, iteration_diagnostics, outcome_signs, summarise, zero_fraction)
@@ -86,7 +86,7 @@ def test_summarise_means_nested_leaves():
 def test_every_estimator_has_a_valid_cell_config(tmp_path):
     base = ROOT / "examples" / "gigpo_textworld.yaml"
     for name in list_estimators():
-        cfg = load_config(base, [f"run.out_dir={tmp_path}", "rollout.group_size=4", *estimator_overrides(name)])
+        cfg = load_checked_config(base, [f"run.out_dir={tmp_path}", "rollout.group_size=4", *estimator_overrides(name)])
         assert cfg.algorithm.estimator == name
         for k, v in example_kwargs(name).items():
             assert cfg.algorithm.kwargs[k] == v

@@ -10,9 +10,9 @@ import trees_fake_envs as fake
 
 torch = pytest.importorskip("torch")
 
-from agentrl.config import config_from_dict  # noqa: E402
 from agentrl.credit import compute_advantages  # noqa: E402
 from agentrl.store import TurnStore  # noqa: E402
+from agentrl.train.checks import checked_config_from_dict  # noqa: E402
 
 
 def _cfg(tiny_dir, out_dir, name, rollout, algorithm, policy=None, env_id="agentrl/Toy-v0"):
@@ -27,7 +27,7 @@ def _cfg(tiny_dir, out_dir, name, rollout, algorithm, policy=None, env_id="agent
         "update": {"lr": 1e-3, "micro_batch": 8, "epochs": 1},
         "log": {"console": False},
     }
-    return config_from_dict(raw)
+    return checked_config_from_dict(raw)
 
 
 def test_tree_grpo_training_stores_trees(tiny_dir, tmp_path):

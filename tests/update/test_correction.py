@@ -223,8 +223,7 @@ def test_a_perturbed_engines_logprobs_are_corrected(mode: str, level: str) -> No
 
 def test_config_fields_and_validation() -> None:
     cfg = config_from_dict({"env": {"id": "x"}, "update": {"rollout_correction": "icepop",
-                            "correction_level": "sequence", "correction_high": 5, "correction_low": 0.5}},
-                           check_registries=False)
+                            "correction_level": "sequence", "correction_high": 5, "correction_low": 0.5}})
     assert cfg.update.rollout_correction == "icepop" and cfg.update.correction_level == "sequence"
     assert cfg.update.correction_high == 5.0 and isinstance(cfg.update.correction_high, float)
     d = UpdateConfig()
@@ -236,7 +235,7 @@ def test_config_fields_and_validation() -> None:
            (["update.correction_low=1.5"], r"update\.correction_low must be in \(0, 1\)")]
     for overrides, match in bad:
         with pytest.raises(ConfigError, match=match):
-            config_from_dict({"env": {"id": "x"}}, overrides, check_registries=False)
+            config_from_dict({"env": {"id": "x"}}, overrides)
 
 
 def test_bf16_sampler_and_trainer_agree_after_the_correction(tiny_dir) -> None:

@@ -23,7 +23,7 @@ from typing import Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from agentrl.config_vllm import VLLMSpec
+from agentrl.config import VLLMSpec
 from agentrl.rollout.collector import CollectConfig, plan_episodes
 from agentrl.types import Episode, EpisodeStatus
 

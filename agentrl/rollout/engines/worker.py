@@ -123,7 +123,7 @@ def build_engine(spec: EngineSpec):
         raise ValueError(f"engine workers run policy.engine hf or vllm, got {spec.engine!r}")
     from dataclasses import replace
 
-    from agentrl.config_vllm import VLLMSpec
+    from agentrl.config import VLLMSpec
     from agentrl.llm.vllm import VLLMEngine
     from agentrl.llm.vllm_setup import engine_kwargs
 

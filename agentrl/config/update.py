@@ -1,7 +1,7 @@
 """The ``update`` config section (``UpdateConfig``): the policy-gradient step, the off-policy
 correction, the critic of turn-PPO and master weights.
 
-Kept apart from ``agentrl.config_sections`` (which embeds it in ``Config`` and re-exports it) so
+Kept apart from ``agentrl.config.sections`` (which embeds it in ``Config`` and re-exports it) so
 each module stays one screenful of sections. Layer L0: standard library only.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Optional
 
-from agentrl.config_errors import check as _check
+from agentrl.config.errors import check as _check
 
 
 @dataclass(frozen=True)

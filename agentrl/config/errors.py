@@ -1,6 +1,6 @@
 """``ConfigError`` and the one check every config section uses (layer L0, imports nothing of ours).
 
-Its own module so that the section modules (``agentrl.config_sections``, ``agentrl.config_vllm``)
+Its own module so that the section modules (``agentrl.config.sections``, ``agentrl.config.vllm``)
 import it without importing each other.
 """
 

@@ -1,8 +1,8 @@
 """Config sections: one frozen dataclass per pipeline stage (``run``, ``env``, ``policy``,
 ``rollout``, ``algorithm``, ``update``, ``log``) with range checks in ``__post_init__``.
 
-Loading, overrides and validation live in ``agentrl.config`` (which re-exports these
-classes). Layer L0: standard library only.
+Loading and overrides live in ``agentrl.config.loader``, validation in ``agentrl.config.checks``
+(``agentrl.config`` re-exports these classes). Layer L0: standard library only.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
-from agentrl.config_errors import ConfigError
-from agentrl.config_errors import check as _check
-from agentrl.config_placement import PlacementSpec
-from agentrl.config_update import UpdateConfig  # noqa: F401  (a section of Config, re-exported)
-from agentrl.config_vllm import VLLMSpec
+from agentrl.config.errors import ConfigError
+from agentrl.config.errors import check as _check
+from agentrl.config.placement import PlacementSpec
+from agentrl.config.update import UpdateConfig  # noqa: F401  (a section of Config, re-exported)
+from agentrl.config.vllm import VLLMSpec
 
 
 #: The accepted forms of ``policy.device`` (resolved to a torch device by ``agentrl.llm.device``).
@@ -49,7 +49,7 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class EnvConfig:
-    """``env``: which registered env (``id``, validated at parse time), its constructor
+    """``env``: which registered env (``id``, checked before any worker starts), its constructor
     ``kwargs``, the task split, the turn limit and the held-out evaluation panel."""
 
     id: str
@@ -115,7 +115,7 @@ class PolicyConfig:
     ``agentrl.llm.decode_attention`` — grouped-query attention without copying the cache on
     padded batches — or ``sdpa`` (transformers' stock attention). Speed only, like
     ``prefix_cache_mb``; longer queries (prefill, the update) always run ``sdpa``.
-    ``vllm``: the vLLM engine's arguments (``policy.engine: vllm``; ``agentrl.config_vllm.VLLMSpec``).
+    ``vllm``: the vLLM engine's arguments (``policy.engine: vllm``; ``agentrl.config.vllm.VLLMSpec``).
     ``hiper_subgoals``: with ``action_format: hiper`` and ``action_constraint: admissible``, the
     ``<subgoal>`` texts the policy chooses from (each turn: switch × subgoal × admissible action;
     ``agentrl.llm.constrained.rendered_completions``): HiPER's tags from a model that does not write

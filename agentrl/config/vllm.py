@@ -1,6 +1,6 @@
 """``policy.vllm``: engine arguments of the in-process vLLM engine (``policy.engine: vllm``).
 
-Kept apart from ``agentrl.config_sections`` (which embeds it in ``PolicyConfig``) so each
+Kept apart from ``agentrl.config.sections`` (which embeds it in ``PolicyConfig``) so each
 module stays small. Layer L0: standard library only; the defaults that depend on the device
 or the model are resolved when the engine is built (``agentrl.llm.vllm_setup``).
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from agentrl.config_errors import check as _check
+from agentrl.config.errors import check as _check
 
 __all__ = ["VLLMSpec"]
 

@@ -1,6 +1,6 @@
 """``rollout.placement``: where Ray engine actors land relative to the trainer (issue 37, several nodes).
 
-Kept apart from ``agentrl.config_sections`` (which embeds it in ``RolloutConfig``) so each
+Kept apart from ``agentrl.config.sections`` (which embeds it in ``RolloutConfig``) so each
 module stays small. Layer L0: standard library only. Used by ``agentrl.train.steps`` (the
 engine actors, ``agentrl.rollout.engines.ray_actors``) and ``agentrl.cli.train`` (the
 ``--ray-ranks`` trainer ranks, ``agentrl.distributed.ray_launch``).
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
-from agentrl.config_errors import check as _check
+from agentrl.config.errors import check as _check
 
 __all__ = ["PlacementSpec", "PLACEMENT_STRATEGIES"]
 

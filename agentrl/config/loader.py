@@ -1,21 +1,15 @@
-"""Run configuration: nested frozen dataclasses, one YAML file per run, dotted overrides.
+"""Reading a run config: YAML (``1e-5`` a float), dotted overrides, building the section
+dataclasses with strict type checks, and writing the config back.
 
 ``load_config("examples/grpo_toy.yaml", ["update.lr=3e-5", "env.id=agentrl/Toy-v0"])``
 reads the YAML, applies each ``key.sub=value`` override (the value is parsed as a YAML
 scalar or flow collection, so ``1e-5``, ``true``, ``null`` and ``[a, b]`` work), builds the
-dataclasses with strict type checks, validates names against the registries and fills in
-every default in effect, so that ``dump_config`` writes the complete run config to the run
-directory (PITFALLS P4: e.g. the estimator's ``stats_over`` in effect is recorded).
+dataclasses with strict type checks and fills in every default in effect
+(``agentrl.config.checks.validate_config``), so that ``dump_config`` writes the complete run
+config to the run directory (PITFALLS P4).
 
 Errors are ``ConfigError`` (a ``ValueError``) naming the dotted key and the fix: a misspelt
-key suggests the closest valid key; an unknown env id fails here, at parse time, before any
-worker starts (PITFALLS P10).
-
-Layer L0: imports only the standard library, PyYAML and ``agentrl.registry``. Validation
-(``validate_config`` and the ``resolve_*`` functions) lives in ``agentrl.config_checks`` and is
-re-exported here; it reaches the env registry (L1) and the estimator registry (L3) through
-``importlib`` at call time, so importing this module never pulls in gymnasium, NumPy
-estimators or torch.
+key suggests the closest valid key.
 """
 
 from __future__ import annotations
@@ -30,32 +24,9 @@ from typing import Any, Literal
 
 import yaml
 
-from agentrl.config_sections import (  # noqa: F401  (re-exported: the public config API)
-    AlgorithmConfig,
-    Config,
-    ConfigError,
-    EnvConfig,
-    HarnessConfig,
-    LogConfig,
-    LoraSpec,
-    PolicyConfig,
-    RolloutConfig,
-    RunConfig,
-    TreeConfig,
-    UpdateConfig,
-    _check,
-)
-from agentrl.config_checks import _plain, resolve_master_weights, resolve_rollout_correction, validate_config  # noqa: F401
-from agentrl.config_placement import PlacementSpec  # noqa: F401  (re-exported)
-from agentrl.config_vllm import VLLMSpec
+from agentrl.config.checks import _plain, validate_config
+from agentrl.config.sections import Config, ConfigError, _check
 from agentrl.registry import closest
-
-__all__ = [
-    "ConfigError", "RunConfig", "EnvConfig", "LoraSpec", "PolicyConfig", "HarnessConfig", "TreeConfig", "RolloutConfig",
-    "AlgorithmConfig", "UpdateConfig", "LogConfig", "Config", "load_config", "config_from_dict",
-    "apply_overrides", "validate_config", "to_dict", "dump_config", "resolve_rollout_correction",
-    "resolve_master_weights", "VLLMSpec",
-]
 
 
 class _Loader(yaml.SafeLoader):
@@ -211,19 +182,22 @@ def _deepcopy(raw: Any) -> Any:
 # --------------------------------------------------------------------------- entry points
 
 
-def config_from_dict(raw: Mapping[str, Any], overrides: Sequence[str] = (), *, check_registries: bool = True) -> Config:
-    """Build a validated ``Config`` from a parsed YAML mapping plus dotted overrides.
+def config_from_dict(raw: Mapping[str, Any], overrides: Sequence[str] = ()) -> Config:
+    """Build a ``Config`` from a parsed YAML mapping plus dotted overrides, every default in
+    effect filled in (``validate_config``). No registry is consulted: the env id, the loss and
+    the estimator's kwargs are checked by ``agentrl.train.checks.checked_config_from_dict``.
     Raises ConfigError (see ``apply_overrides``, ``validate_config``)."""
-    return validate_config(_build(Config, apply_overrides(raw or {}, overrides), ""), check_registries=check_registries)
+    return validate_config(_build(Config, apply_overrides(raw or {}, overrides), ""))
 
 
-def load_config(path: str | Path, overrides: Sequence[str] = (), *, check_registries: bool = True) -> Config:
-    """Read one standalone YAML config, apply ``key.sub=value`` overrides, build and validate.
+def load_config(path: str | Path, overrides: Sequence[str] = ()) -> Config:
+    """Read one standalone YAML config, apply ``key.sub=value`` overrides, build and validate
+    (``config_from_dict``). No registry is consulted: ``agentrl.train.checks.load_checked_config``
+    also checks the env id, the loss and the estimator's kwargs (filling its defaults in).
 
     Raises:
         ConfigError: missing file, invalid YAML, unknown/misspelt key (with the closest valid
-            key), wrong value type, unknown env id or estimator, estimator kwargs that do not
-            bind to its signature.
+            key), wrong value type or range (see ``validate_config``).
     """
     p = Path(path)
     _check(p.is_file(), f"config file {str(p)!r} does not exist; pass the path of a YAML file (see examples/)")
@@ -232,7 +206,7 @@ def load_config(path: str | Path, overrides: Sequence[str] = (), *, check_regist
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
     _check(raw is None or isinstance(raw, Mapping), f"{p}: the top level must be a mapping of sections")
-    return config_from_dict(raw or {}, overrides, check_registries=check_registries)
+    return config_from_dict(raw or {}, overrides)
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
