@@ -111,12 +111,14 @@ def _ray_train(train, cfg, args: argparse.Namespace, launch):
 
 def _print_config(console, cfg) -> None:
     """One row per key: dotted key, value in effect, what it does (``agentrl.config_docs``)."""
-    from rich.table import Table
+    from rich.table import Column, Table
     from rich.text import Text
 
     from agentrl.config_docs import describe_config
 
-    table = Table("key", "value", "what it is", box=None, pad_edge=False, show_lines=False)
+    # the help wraps at word boundaries; a word longer than its column folds, never ends in "…"
+    table = Table(Column("key", no_wrap=True), Column("value", overflow="fold"), Column("what it is", overflow="fold"),
+                  box=None, pad_edge=False, show_lines=False)
     for k in describe_config(cfg):  # Text: stored values and docs are never read as rich markup
         table.add_row(Text(k.key), Text(k.value), Text(k.doc))
     console.print(table)
