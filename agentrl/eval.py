@@ -220,11 +220,11 @@ def env_kwargs(cfg: Config, split: str) -> dict:
 
 
 def loop_config(cfg: Config) -> LoopConfig:
-    """The agent-loop settings of a config (context strategy, action format, turn limit)."""
+    """The agent-loop settings of a config (context strategy, action format, system prompt, turn limit)."""
     p = cfg.policy
     return LoopConfig(context=p.context, window_k=p.window_k, window_history=p.window_history, max_turns=cfg.env.max_turns,
                       action_format=p.action_format, action_constraint=p.action_constraint,
-                      hiper_subgoals=tuple(p.hiper_subgoals))
+                      hiper_subgoals=tuple(p.hiper_subgoals), system_prompt=p.system_prompt)
 
 
 def summarize(episodes: Sequence[Episode], *, greedy: bool, panel_sha256: str, seed: int = 0,

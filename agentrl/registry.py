@@ -23,7 +23,7 @@ def unknown_name_error(kind: str, name: str, known: Iterable[str]) -> KeyError:
     valid names, e.g. ``unknown estimator 'gigp'; did you mean 'gigpo'? Known: ...``."""
     known = sorted(known)
     guess = closest(name, known)
-    hint = f"; did you mean {' or '.join(repr(g) for g in guess)}?" if guess else ""
+    hint = f"; did you mean {' or '.join(repr(g) for g in guess)}?" if guess else "."
     return KeyError(f"unknown {kind} {name!r}{hint} Known: {', '.join(known) or '(none)'}")
 
 

@@ -8,8 +8,9 @@ walkthrough::
 or import it (``import custom_env``) to register the id in this process. The env is a
 ``gymnasium.Env`` whose spaces are ``UnicodeText`` and whose ``info`` carries the contract
 keys (``agentrl/env/contract.py``): ``anchor_obs`` (state text without history),
-``admissible_actions``, ``won``, ``action_valid`` (step), ``task_id`` and ``walkthrough``
-(reset). It accepts the ``split`` and ``max_turns`` kwargs that ``agentrl.train`` passes
+``admissible_actions``, ``won``, ``action_valid`` (step), ``task_id``, ``walkthrough`` and
+``instructions`` (reset; the agent's system prompt shows them where ``policy.system_prompt``
+says ``{env_instructions}``). It accepts the ``split`` and ``max_turns`` kwargs that ``agentrl.train`` passes
 to every env, so a config can train on it once it is registered with an importable
 string entry point (training steps envs in spawned ``EnvPool`` worker processes). Its
 classmethod ``list_tasks(split)`` names every task of a split with a digest of its content
@@ -21,7 +22,8 @@ from __future__ import annotations
 
 import gymnasium
 
-from agentrl.env import INFO_ADMISSIBLE, INFO_ANCHOR, INFO_TASK, INFO_VALID, INFO_WALKTHROUGH, INFO_WON
+from agentrl.env import (INFO_ADMISSIBLE, INFO_ANCHOR, INFO_INSTRUCTIONS, INFO_TASK, INFO_VALID, INFO_WALKTHROUGH,
+                         INFO_WON)
 from agentrl.env import check_env, make, text_spaces
 from agentrl.env.tasks import TaskRef, check_split_disjoint, content_digest
 
@@ -82,7 +84,9 @@ class GuessNumberEnv(gymnasium.Env):
             mid = (lo + hi) // 2
             walk.append(f"guess {mid}")
             lo, hi = (mid + 1, hi) if mid < self.secret else (lo, mid - 1)
-        info = {**self._info(False), INFO_TASK: f"secret{self.secret}", INFO_WALKTHROUGH: walk}
+        info = {**self._info(False), INFO_TASK: f"secret{self.secret}", INFO_WALKTHROUGH: walk,
+                INFO_INSTRUCTIONS: "You are guessing a secret number. Each turn write one guess as guess N; the "
+                                   "game says whether the secret is higher or lower."}
         return f"Guess the number between 1 and {self.high}. " + self._state(), info
 
     def step(self, action: str):

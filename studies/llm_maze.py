@@ -32,6 +32,7 @@ from agentrl.llm.constrained import TokenTrie, completion_sequences
 from agentrl.rollout.agent_loop import LoopConfig, make_context
 from agentrl.rollout.collector import CollectConfig, collect
 from agentrl.rollout.parsing import parse_format
+from agentrl.rollout.prompt import render_system
 from agentrl.store import TurnStore
 from agentrl.types import Episode, EpisodeStatus, Turn, TurnTable
 from agentrl_envs.junction.maze import Maze
@@ -54,13 +55,19 @@ def state_prompts(graph: TaskGraph, renderer: ChatRenderer, loop: LoopConfig) ->
     if loop.context != "window" or loop.window_k != 0:
         raise ValueError(f"state prompts need a Markov loop (context window, window_k 0), got {loop.context}/"
                          f"{loop.window_k}")
-    system = f"{loop.system_prompt} {parse_format(loop.action_format).instructions}".strip()  # as EpisodeDriver
+    system = render_system(loop.system_prompt, None, parse_format(loop.action_format).instructions)  # as EpisodeDriver
     task = graph.observation[graph.start]
+
+    def shown(s: str) -> str:  # agent_loop.shown_observation
+        return f"{graph.observation[s]}\nAdmissible actions: {', '.join(graph.actions[s])}" if loop.show_admissible \
+            else graph.observation[s]
+
     out = {}
-    for s, acts in graph.actions.items():
-        shown = f"{graph.observation[s]}\nAdmissible actions: {', '.join(acts)}" if loop.show_admissible \
-            else graph.observation[s]  # agent_loop.shown_observation
-        out[s] = make_context(loop, renderer, system).first(shown, task=task)
+    for s in graph.actions:
+        ctx = make_context(loop, renderer, system)
+        out[s] = ctx.first(shown(graph.start), task=task)  # as EpisodeDriver.start, then observe (window_k = 0)
+        if s != graph.start:
+            out[s] = ctx.next(np.zeros(0, np.int32), "", shown(s), past=graph.observation[s])
     return out
 
 

@@ -40,6 +40,9 @@ def register(subparsers) -> None:
     llm.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: 1.0)")
     llm.add_argument("--context", choices=("chat", "window"), default="chat", help="prompt strategy (default: chat)")
     llm.add_argument("--action-format", default="tag:action", help="tag:NAME | regex:PATTERN | whole (default: tag:action)")
+    llm.add_argument("--system-prompt", default=None, metavar="TEMPLATE",
+                     help="system message template with {env_instructions} (the env's own, else a generic "
+                          "text-game sentence) and {action_format} (default: '{env_instructions} {action_format}')")
     p.set_defaults(func=run)
 
 
@@ -121,6 +124,10 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     validate_id(args.env_id)
     _check_policy(args.policy)
+    if args.system_prompt is not None:  # an unknown placeholder: one line before anything starts
+        from agentrl.rollout.prompt import check_template
+
+        check_template(args.system_prompt)
     env_kwargs = _env_kwargs(args)
     # keywords, split and data before any worker starts or the store opens (one line, exit 2)
     check_env_kwargs(args.env_id, env_kwargs_for(args.policy, args.env_id, env_kwargs)
@@ -136,7 +143,8 @@ def run(args: argparse.Namespace) -> int:
 
         runner = functools.partial(runner, options=LLMPolicyOptions(
             max_tokens=args.max_tokens, temperature=args.temperature, context=args.context,
-            action_format=args.action_format))
+            action_format=args.action_format,
+            **({} if args.system_prompt is None else {"system_prompt": args.system_prompt})))
     counts = {s: 0 for s in EpisodeStatus}
     n_won = 0
     with TurnStore(args.store) as store:

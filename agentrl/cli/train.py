@@ -111,14 +111,15 @@ def _ray_train(train, cfg, args: argparse.Namespace, launch):
 
 def _print_config(console, cfg) -> None:
     """One row per key: dotted key, value in effect, what it does (``agentrl.config.docs``)."""
-    from rich.table import Table
+    from rich.table import Column, Table
     from rich.text import Text
 
     from agentrl.config.docs import describe_config
     from agentrl.train.checks import estimator_docstring
 
-    table = Table("key", "value", "what it is", box=None, pad_edge=False, show_lines=False)
-    # Text: stored values and docs are never read as rich markup
-    for k in describe_config(cfg, estimator_doc=estimator_docstring):
+    # the help wraps at word boundaries; a word longer than its column folds, never ends in "…"
+    table = Table(Column("key", no_wrap=True), Column("value", overflow="fold"), Column("what it is", overflow="fold"),
+                  box=None, pad_edge=False, show_lines=False)
+    for k in describe_config(cfg, estimator_doc=estimator_docstring):  # Text: never read as rich markup
         table.add_row(Text(k.key), Text(k.value), Text(k.doc))
     console.print(table)

@@ -1,13 +1,12 @@
 """Every key of a ``Config`` with its value and its documentation (``agentrl train CFG
 --print-config``).
 
-The documentation of a key is taken from its section's docstring (``agentrl.config.sections``,
-where each section documents its keys as ````key````): the sentence or clause that first
-names the key, from that mention on when the clause is long, trimmed to ~110 characters. Keys a section does not name get the section's first line. Nested sections
-(``policy.lora``, ``rollout.tree``, ``rollout.harness``) are walked; ``algorithm.kwargs`` lists
-the estimator's hyperparameters in effect, each documented by its entry in the estimator's
-``Args:`` (the caller passes the estimator's docstring lookup: the registry is above L0;
-ALGORITHMS.md has their meaning). Layer L0: standard library only.
+The documentation of a key is its own help text, ``agentrl.config.help.KEY_HELP`` (a key with
+none falls back to its section's first docstring line). Nested sections (``policy.lora``,
+``rollout.tree``, ``rollout.harness``) are walked; ``algorithm.kwargs`` lists the estimator's
+hyperparameters in effect with the estimator's own ``Args:`` entry for each. Texts are whole:
+the table that prints them wraps them. The estimator's docstring lookup is passed in by the
+caller (the registry is above this layer). Layer L0: standard library only.
 """
 
 from __future__ import annotations
@@ -18,10 +17,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["KeyDoc", "describe_config"]
+from agentrl.config.help import KEY_HELP
 
-_CLAUSE = re.compile(r"(?<=\.)\s+(?=[A-Z`(])|;\s+")
-_MAX = 110
+__all__ = ["KeyDoc", "describe_config"]
 
 
 @dataclass(frozen=True)
@@ -33,24 +31,11 @@ class KeyDoc:
     doc: str
 
 
-def _clauses(cls: type) -> list[str]:
-    text = " ".join(inspect.getdoc(cls).split()) if inspect.getdoc(cls) else ""
-    return [c.strip() for c in _CLAUSE.split(text) if c.strip()]
-
-
-def _doc_of(cls: type, name: str) -> str:
-    clauses = _clauses(cls)
-    pattern = re.compile(rf"``{re.escape(name)}(``|[: =])")
-    hit = next((c for c in clauses if pattern.search(c)), None)
-    if hit is None:
-        text = clauses[0] if clauses else ""
-    elif len(hit) <= _MAX:
-        text = hit
-    else:  # a long clause: from the key's mention on
-        at = pattern.search(hit).start()
-        text = hit[at:] if at < 40 else "…" + hit[at:]
-    text = text.replace("``", "")
-    return text if len(text) <= _MAX else text[: _MAX - 1].rstrip() + "…"
+def _doc_of(cls: type, key: str) -> str:
+    """The help of dotted ``key`` (``KEY_HELP``), else the first line of its section ``cls``'s docstring."""
+    if key in KEY_HELP:
+        return KEY_HELP[key]
+    return " ".join((inspect.getdoc(cls) or "").split(".")[0].replace("``", "").split())
 
 
 def _args_entry(docstring: str, name: str) -> str:
@@ -59,8 +44,7 @@ def _args_entry(docstring: str, name: str) -> str:
     m = re.search(rf"(?:^|[\s/]){re.escape(name)}(?: / \w+)*: (.+?)(?:\. [A-Za-z_]+(?: / [a-z_]+)*:|\. Returns:|$)", text)
     if m is None:
         return ""
-    doc = m.group(1).replace("``", "").rstrip(".")
-    return doc if len(doc) <= _MAX else doc[: _MAX - 1].rstrip() + "…"
+    return m.group(1).replace("``", "").rstrip(".")
 
 
 def _show(value: object) -> str:
@@ -92,7 +76,7 @@ def describe_config(cfg: object, prefix: str = "", *,
         elif isinstance(value, dict) and f.name == "kwargs" and hasattr(cfg, "estimator"):
             est = estimator_doc(cfg.estimator) if estimator_doc is not None else ""
             out += [KeyDoc(f"{key}.{k}", _show(v), _args_entry(est, k)) for k, v in value.items()] \
-                or [KeyDoc(key, "{}", _doc_of(cls, f.name))]
+                or [KeyDoc(key, "{}", _doc_of(cls, key))]
         else:
-            out.append(KeyDoc(key, _show(value), _doc_of(cls, f.name)))
+            out.append(KeyDoc(key, _show(value), _doc_of(cls, key)))
     return out

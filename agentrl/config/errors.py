@@ -6,7 +6,7 @@ import it without importing each other.
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "check"]
+__all__ = ["ConfigError", "check", "check_min"]
 
 
 class ConfigError(ValueError):
@@ -17,3 +17,16 @@ def check(ok: bool, msg: str) -> None:
     """Raise ``ConfigError(msg)`` unless ``ok``."""
     if not ok:
         raise ConfigError(msg)
+
+
+def check_min(key: str, value: object, minimum: float, note: str = "", *, strict: bool = False,
+              null_ok: bool = False) -> None:
+    """Raise ``ConfigError("KEY must be >= MIN [or null] [(NOTE)], got VALUE")`` unless ``value``
+    is at least ``minimum`` (above it when ``strict``: ``> MIN``), or is None and ``null_ok``."""
+    if value is None and null_ok:
+        return
+    if value is not None and (value > minimum if strict else value >= minimum):  # type: ignore[operator]
+        return
+    op = ">" if strict else ">="
+    raise ConfigError(f"{key} must be {op} {minimum}{' or null' if null_ok else ''}{f' ({note})' if note else ''}, "
+                      f"got {'null' if value is None else repr(value)}")

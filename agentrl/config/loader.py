@@ -45,6 +45,18 @@ _Loader.add_implicit_resolver(
 )
 
 
+def _yaml_error(where: str, exc: yaml.YAMLError) -> str:
+    """``WHERE, line L, column C: not valid YAML: PROBLEM (CONTEXT at line L', column C')``:
+    PyYAML's error with the file's path instead of ``"<unicode string>"``."""
+    mark = getattr(exc, "problem_mark", None)
+    if mark is None:
+        return f"{where}: not valid YAML: {exc}"
+    ctx, ctx_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    context = f" ({ctx} at line {ctx_mark.line + 1}, column {ctx_mark.column + 1})" if ctx and ctx_mark else ""
+    return (f"{where}, line {mark.line + 1}, column {mark.column + 1}: not valid YAML: "
+            f"{getattr(exc, 'problem', None) or exc}{context}")
+
+
 def _yaml_load(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
 
@@ -144,7 +156,8 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str]) -> dict[st
         try:
             value = _yaml_load(text) if text.strip() else None
         except yaml.YAMLError as exc:
-            raise ConfigError(f"override {item!r}: value is not valid YAML ({exc})") from exc
+            raise ConfigError(_yaml_error(f"override {item!r}", exc) + "; a text value with braces, colons or # "
+                              "needs YAML quotes inside the shell's, e.g. 'key=\"{x}: y\"'") from None
         node = out
         for i, p in enumerate(parts[:-1]):
             if node.get(p) is None:
@@ -204,7 +217,7 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> Config:
     try:
         raw = _yaml_load(p.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
+        raise ConfigError(_yaml_error(str(p), exc)) from None
     _check(raw is None or isinstance(raw, Mapping), f"{p}: the top level must be a mapping of sections")
     return config_from_dict(raw or {}, overrides)
 

@@ -13,6 +13,7 @@ from typing import Any, Literal, Optional
 
 from agentrl.config.errors import ConfigError
 from agentrl.config.errors import check as _check
+from agentrl.config.errors import check_min as _check_min
 from agentrl.config.placement import PlacementSpec
 from agentrl.config.update import UpdateConfig  # noqa: F401  (a section of Config, re-exported)
 from agentrl.config.vllm import VLLMSpec
@@ -20,6 +21,9 @@ from agentrl.config.vllm import VLLMSpec
 
 #: The accepted forms of ``policy.device`` (resolved to a torch device by ``agentrl.llm.device``).
 DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
+#: ``policy.system_prompt``'s default and placeholders (as ``agentrl.rollout.prompt``, which renders it).
+SYSTEM_PROMPT = "{env_instructions} {action_format}"
+SYSTEM_PROMPT_PLACEHOLDERS = ("env_instructions", "action_format")
 
 
 # --------------------------------------------------------------------------- sections
@@ -43,8 +47,9 @@ class RunConfig:
     eval_before: bool = False
 
     def __post_init__(self) -> None:
-        _check(self.iterations >= 0, "run.iterations must be >= 0")
-        _check(self.eval_every >= 0 and self.save_every >= 0, "run.eval_every/save_every must be >= 0 (0 = off)")
+        _check_min("run.iterations", self.iterations, 0)
+        _check_min("run.eval_every", self.eval_every, 0, "0 = off")
+        _check_min("run.save_every", self.save_every, 0, "0 = off")
 
 
 @dataclass(frozen=True)
@@ -61,8 +66,8 @@ class EnvConfig:
 
     def __post_init__(self) -> None:
         _check(bool(self.id), "env.id is empty; set it to a registered id such as 'agentrl/Toy-v0'")
-        _check(self.max_turns >= 1, "env.max_turns must be >= 1")
-        _check(self.eval_panel_size >= 0, "env.eval_panel_size must be >= 0")
+        _check_min("env.max_turns", self.max_turns, 1)
+        _check_min("env.eval_panel_size", self.eval_panel_size, 0, "0 = no evaluation")
 
 
 @dataclass(frozen=True)
@@ -77,10 +82,10 @@ class LoraSpec:
     top_n_layers: Optional[int] = None
 
     def __post_init__(self) -> None:
-        _check(self.rank >= 1, "policy.lora.rank must be >= 1")
-        _check(0.0 <= self.dropout < 1.0, "policy.lora.dropout must be in [0, 1)")
+        _check_min("policy.lora.rank", self.rank, 1)
+        _check(0.0 <= self.dropout < 1.0, f"policy.lora.dropout must be in [0, 1), got {self.dropout!r}")
         _check(len(self.target_modules) > 0, "policy.lora.target_modules must name at least one module")
-        _check(self.top_n_layers is None or self.top_n_layers >= 1, "policy.lora.top_n_layers must be >= 1 or null")
+        _check_min("policy.lora.top_n_layers", self.top_n_layers, 1, null_ok=True)
 
 
 @dataclass(frozen=True)
@@ -119,7 +124,9 @@ class PolicyConfig:
     ``hiper_subgoals``: with ``action_format: hiper`` and ``action_constraint: admissible``, the
     ``<subgoal>`` texts the policy chooses from (each turn: switch × subgoal × admissible action;
     ``agentrl.llm.constrained.rendered_completions``): HiPER's tags from a model that does not write
-    them unprompted."""
+    them unprompted. ``system_prompt``: the system message template, ``{env_instructions}`` (the
+    env's reset ``info["instructions"]``, else a generic text-game sentence) and ``{action_format}``
+    (the action format's sentence) filled in at reset (``agentrl.rollout.prompt``)."""
 
     model: str = "smollm2-135m-instruct"
     engine: Literal["hf", "vllm", "vllm_http", "openai_http", "scripted"] = "hf"
@@ -142,18 +149,24 @@ class PolicyConfig:
     decode_attention: Literal["grouped", "sdpa"] = "grouped"
     vllm: VLLMSpec = field(default_factory=VLLMSpec)
     hiper_subgoals: tuple[str, ...] = ()
+    system_prompt: str = SYSTEM_PROMPT
 
     def __post_init__(self) -> None:
+        unknown = [p for p in re.findall(r"\{([A-Za-z_]\w*)\}", self.system_prompt) if p not in SYSTEM_PROMPT_PLACEHOLDERS]
+        _check(not unknown, f"policy.system_prompt: unknown placeholder {{{unknown[0] if unknown else ''}}}; the allowed "
+               f"placeholders are {', '.join('{' + p + '}' for p in SYSTEM_PROMPT_PLACEHOLDERS)} (other braces are "
+               "kept as written)")
         _check(isinstance(self.device, str) and DEVICE_PATTERN.fullmatch(self.device) is not None,
                f"policy.device={self.device!r} is not a device; use auto, cpu, cuda or cuda:N (N = 0, 1, ...)")
-        _check(self.num_threads >= 0, "policy.num_threads must be >= 0 (0 = OMP_NUM_THREADS when set, else all cores)")
-        _check(self.prefix_cache_mb >= 0, "policy.prefix_cache_mb must be >= 0 (MiB of cached prompt keys/values; 0 = off)")
-        _check(self.temperature > 0, "policy.temperature must be > 0 (sampling; greedy eval is separate)")
-        _check(0 < self.top_p <= 1, "policy.top_p must be in (0, 1]")
-        _check(self.max_tokens >= 1 and self.window_k >= 0, "policy.max_tokens must be >= 1 and policy.window_k >= 0")
+        _check_min("policy.num_threads", self.num_threads, 0, "0 = OMP_NUM_THREADS when set, else all cores")
+        _check_min("policy.prefix_cache_mb", self.prefix_cache_mb, 0, "MiB of cached prompt keys/values; 0 = off")
+        _check_min("policy.temperature", self.temperature, 0, "sampling; greedy eval is separate", strict=True)
+        _check(0 < self.top_p <= 1, f"policy.top_p must be in (0, 1], got {self.top_p!r}")
+        _check_min("policy.max_tokens", self.max_tokens, 1)
+        _check_min("policy.window_k", self.window_k, 0)
         _check(self.engine not in ("vllm_http", "openai_http") or bool(self.base_url),
                f"policy.engine={self.engine} needs policy.base_url (e.g. http://localhost:8000/v1)")
-        _check(self.max_batch is None or self.max_batch >= 1, "policy.max_batch must be >= 1 or null (all active slots)")
+        _check_min("policy.max_batch", self.max_batch, 1, "null: all active slots", null_ok=True)
         _check(self.action_constraint == "none" or self.action_format in ("whole", "hiper")
                or self.action_format.startswith("tag:"),
                "policy.action_constraint=admissible renders actions in the format: use action_format 'whole', "
@@ -181,7 +194,8 @@ class HarnessConfig:
 
     def __post_init__(self) -> None:
         _check(len(self.command) > 0, "rollout.harness.command must name a program, e.g. ['{python}', 'agent.py']")
-        _check(self.timeout_s > 0 and self.max_parallel >= 1, "rollout.harness.timeout_s must be > 0 and max_parallel >= 1")
+        _check_min("rollout.harness.timeout_s", self.timeout_s, 0, "seconds", strict=True)
+        _check_min("rollout.harness.max_parallel", self.max_parallel, 1)
 
 
 @dataclass(frozen=True)
@@ -205,11 +219,13 @@ class TreeConfig:
     branch_points: int = 2
 
     def __post_init__(self) -> None:
-        _check(self.trees >= 1 and self.rounds >= 0 and self.branches >= 1,
-               "rollout.tree.trees and branches must be >= 1, rounds >= 0")
-        _check(self.leaves is None or self.leaves >= 1, "rollout.tree.leaves must be >= 1 or null (keep all)")
-        _check(self.stride >= 1 and self.branch_points >= 1, "rollout.tree.stride and branch_points must be >= 1")
-        _check(self.siblings >= 2, "rollout.tree.siblings must be >= 2 (the base continuation plus >= 1 new one)")
+        _check_min("rollout.tree.trees", self.trees, 1)
+        _check_min("rollout.tree.branches", self.branches, 1)
+        _check_min("rollout.tree.rounds", self.rounds, 0)
+        _check_min("rollout.tree.leaves", self.leaves, 1, "null: keep all", null_ok=True)
+        _check_min("rollout.tree.stride", self.stride, 1)
+        _check_min("rollout.tree.branch_points", self.branch_points, 1)
+        _check_min("rollout.tree.siblings", self.siblings, 2, "the base continuation plus at least one new one")
 
 
 def _check_engine_devices(r) -> None:
@@ -224,7 +240,7 @@ def _check_engine_devices(r) -> None:
             ok = d == "cpu" or (str(d).startswith("cuda:") and str(d)[5:].isdigit())
             _check(ok, f"rollout.engine_devices entry {d!r} is not cpu or cuda:N (N counted in the "
                    "trainer's CUDA_VISIBLE_DEVICES)")
-    _check(r.engine_gpus >= 0, "rollout.engine_gpus must be >= 0 (GPUs per Ray engine actor)")
+    _check_min("rollout.engine_gpus", r.engine_gpus, 0, "GPUs per Ray engine actor")
     _check(r.engine_gpus == 0 or r.backend == "ray", "rollout.engine_gpus reserves GPUs for Ray engine actors; "
            "with rollout.backend: local give rollout.engine_devices (one device per worker) instead")
 
@@ -291,11 +307,11 @@ class RolloutConfig:
     sync_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
-        _check(self.engines >= 0, "rollout.engines must be >= 0 (0 = sample in the trainer's process)")
-        _check(self.sync_probe_tol is None or self.sync_probe_tol > 0,
-               "rollout.sync_probe_tol must be > 0 (max |logprob gap| in nats) or null for the dtype's default")
-        _check(self.sync_timeout_s > 0, "rollout.sync_timeout_s must be > 0 seconds")
-        _check(self.max_staleness >= 0, "rollout.max_staleness must be >= 0 (0 = synchronous rollouts)")
+        _check_min("rollout.engines", self.engines, 0, "0 = sample in the trainer's process")
+        _check_min("rollout.sync_probe_tol", self.sync_probe_tol, 0, "max |logprob gap| in nats; null: the dtype's "
+                   "default", strict=True, null_ok=True)
+        _check_min("rollout.sync_timeout_s", self.sync_timeout_s, 0, "seconds", strict=True)
+        _check_min("rollout.max_staleness", self.max_staleness, 0, "0 = synchronous rollouts")
         _check(self.max_staleness == 0 or self.engines >= 1,
                f"rollout.max_staleness={self.max_staleness} needs engine workers apart from the trainer: set "
                "rollout.engines >= 1 (or max_staleness: 0 for synchronous rollouts)")
@@ -309,9 +325,10 @@ class RolloutConfig:
                "rollout.harness, or rollout.engines: 0 for trees, RTPO and external harnesses")
         _check(self.sampler == "chain" or self.harness is None, "rollout.sampler tree/rtpo needs the agent loop; "
                "remove rollout.harness or set rollout.sampler: chain")
-        _check(self.groups_per_iteration >= 1 and self.group_size >= 1, "rollout.groups_per_iteration and group_size must be >= 1")
-        _check(self.num_workers >= 1, "rollout.num_workers must be >= 1")
-        _check(self.step_timeout_s > 0, "rollout.step_timeout_s must be > 0 seconds")
+        _check_min("rollout.groups_per_iteration", self.groups_per_iteration, 1)
+        _check_min("rollout.group_size", self.group_size, 1)
+        _check_min("rollout.num_workers", self.num_workers, 1)
+        _check_min("rollout.step_timeout_s", self.step_timeout_s, 0, "seconds", strict=True)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 from agentrl.config.errors import check as _check
+from agentrl.config.errors import check_min as _check_min
 
 
 @dataclass(frozen=True)
@@ -106,19 +107,23 @@ class UpdateConfig:
     audit: bool = True
 
     def __post_init__(self) -> None:
-        _check(0 <= self.clip_low < 1 and self.clip_high >= 0, "update.clip_low must be in [0, 1) and clip_high >= 0")
-        _check(self.clip_c is None or self.clip_c > 1, "update.clip_c (dual-clip) must be > 1 or null")
-        _check(self.epochs >= 1 and self.micro_batch >= 1 and self.minibatch >= 0,
-               "update.epochs and micro_batch must be >= 1, minibatch >= 0 (0 = whole batch)")
-        _check(self.micro_batch_tokens >= 0, "update.micro_batch_tokens must be >= 0 (0 = padded micro-batches of rows)")
-        _check(self.lr > 0 and self.critic_lr > 0, "update.lr and critic_lr must be > 0")
-        _check(self.weight_decay >= 0 and self.grad_clip >= 0, "update.weight_decay and grad_clip must be >= 0 (grad_clip 0 = off)")
-        _check(self.kl_coef >= 0, "update.kl_coef must be >= 0 (0 = no reference model)")
-        _check(self.sum_norm_tokens is None or self.sum_norm_tokens >= 1, "update.sum_norm_tokens must be >= 1 or null")
-        _check(self.critic_minibatch >= 0, "update.critic_minibatch must be >= 0 (prompts per critic step; 0 = the whole batch)")
-        _check(self.value_clip is None or self.value_clip > 0, "update.value_clip must be > 0 or null")
-        _check(self.critic_top_n_layers is None or self.critic_top_n_layers >= 1,
-               "update.critic_top_n_layers must be >= 1 (the critic's top layers that train) or null (all of them)")
+        _check(0 <= self.clip_low < 1, f"update.clip_low must be in [0, 1), got {self.clip_low!r}")
+        _check_min("update.clip_high", self.clip_high, 0)
+        _check_min("update.clip_c", self.clip_c, 1, "dual-clip", strict=True, null_ok=True)
+        _check_min("update.epochs", self.epochs, 1)
+        _check_min("update.micro_batch", self.micro_batch, 1)
+        _check_min("update.minibatch", self.minibatch, 0, "0 = whole batch")
+        _check_min("update.micro_batch_tokens", self.micro_batch_tokens, 0, "0 = padded micro-batches of rows")
+        _check_min("update.lr", self.lr, 0, strict=True)
+        _check_min("update.critic_lr", self.critic_lr, 0, strict=True)
+        _check_min("update.weight_decay", self.weight_decay, 0)
+        _check_min("update.grad_clip", self.grad_clip, 0, "0 = off")
+        _check_min("update.kl_coef", self.kl_coef, 0, "0 = no reference model")
+        _check_min("update.sum_norm_tokens", self.sum_norm_tokens, 1, null_ok=True)
+        _check_min("update.critic_minibatch", self.critic_minibatch, 0, "prompts per critic step; 0 = the whole batch")
+        _check_min("update.value_clip", self.value_clip, 0, strict=True, null_ok=True)
+        _check_min("update.critic_top_n_layers", self.critic_top_n_layers, 1, "the critic's top layers that train; "
+                   "null: all of them", null_ok=True)
         _check(self.correction_high > 1, f"update.correction_high must be > 1 (the cap C of tis/mis, the upper bound "
                f"β of icepop; ρ = 1 is on-policy), got {self.correction_high}")
         _check(0 < self.correction_low < 1, f"update.correction_low must be in (0, 1) (the lower bound α of icepop), "

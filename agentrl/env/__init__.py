@@ -10,6 +10,7 @@ from agentrl.env.contract import (
     META_ACTION_NORMALIZE,
     INFO_ADMISSIBLE,
     INFO_ANCHOR,
+    INFO_INSTRUCTIONS,
     INFO_MILESTONE,
     INFO_N_MILESTONES,
     INFO_TASK,
@@ -29,7 +30,7 @@ from agentrl.env.spaces import UnicodeText, text_spaces
 from agentrl.env.task_graph import TaskGraph
 
 __all__ = [
-    "INFO_ADMISSIBLE", "INFO_ANCHOR", "INFO_TASK", "INFO_VALID", "INFO_WALKTHROUGH", "INFO_WON",
+    "INFO_ADMISSIBLE", "INFO_ANCHOR", "INFO_INSTRUCTIONS", "INFO_TASK", "INFO_VALID", "INFO_WALKTHROUGH", "INFO_WON",
     "INFO_MILESTONE", "INFO_N_MILESTONES",
     "DataMissingError", "MissingExtraError", "require_module", "list_ids", "make", "validate_id",
     "UnicodeText", "text_spaces", "TaskGraph",

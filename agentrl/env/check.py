@@ -5,8 +5,8 @@ Checks (each failure raises ``EnvCheckError`` naming the id and the broken rule)
 1. spaces: ``observation_space`` and ``action_space`` are ``UnicodeText``;
 2. types: ``reset`` → ``(str, dict)`` with ``anchor_obs`` (str), ``won`` (bool), ``task_id``
    (str); ``step`` → ``(str, float, bool, bool, dict)`` with ``anchor_obs``, ``won``,
-   ``action_valid`` (bool); ``admissible_actions`` / ``walkthrough`` are lists of str when
-   present; rewards are finite;
+   ``action_valid`` (bool); ``admissible_actions`` / ``walkthrough`` are lists of str and
+   ``instructions`` (reset) is a str when present; rewards are finite;
 3. terminated/truncated rules: never both True; ``won`` implies ``terminated``;
 4. walkthrough: when reset info has one, playing it ends the episode with ``won=True``;
 5. seeded determinism: a second env instance reset with the same seed and fed the same
@@ -21,7 +21,7 @@ Checks (each failure raises ``EnvCheckError`` naming the id and the broken rule)
 Cheap construction for checking: an env class may declare constructor kwargs used only by
 the checker in its ``metadata["agentrl.check_kwargs"]`` (e.g. ``{"n_tasks": 2}`` so a
 game-generating env builds 2 games, or a small split). ``check_kwargs(env_id)`` reads them;
-kwargs given to ``check_env`` override them.
+kwargs given to ``check_env`` override them. ``agentrl envs check ID`` runs it from the shell.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any, Callable
 import gymnasium
 import numpy as np
 
-from agentrl.env.contract import (ACTION_EXACT, INFO_ADMISSIBLE, INFO_ANCHOR, INFO_TASK, INFO_VALID,
+from agentrl.env.contract import (ACTION_EXACT, INFO_ADMISSIBLE, INFO_ANCHOR, INFO_INSTRUCTIONS, INFO_TASK, INFO_VALID,
                                   INFO_WALKTHROUGH, INFO_WON, META_ACTION_NORMALIZE, RESET_INFO_KEYS,
                                   STEP_INFO_KEYS, normalize_action)
 from agentrl.env.registry import action_normalization, env_metadata, make
@@ -42,6 +42,10 @@ from agentrl.env.spaces import UnicodeText
 CHECK_KWARGS_KEY = "agentrl.check_kwargs"
 GARBAGE_ACTIONS = ("", "   ", "\x00\x1b[31m\x07", "look\ninventory", "ünïcödé ☃ 中文 🙂",
                    "x" * 10_000, "'; DROP TABLE turns; --", "{\"action\": null}")
+#: the rules ``check_env`` checks, in the module doc's order (``agentrl envs check`` prints them).
+RULES = ("spaces are UnicodeText", "reset/step types and info keys", "terminated/truncated/won flags",
+         "the walkthrough wins", "seeded determinism", "garbage actions never raise", "close() twice",
+         "action normalisation")
 
 
 class EnvCheckError(AssertionError):
@@ -130,6 +134,10 @@ class _Checker:
         self.require(isinstance(info[INFO_TASK], str), f"reset info[{INFO_TASK!r}] must be str")
         walk = info.get(INFO_WALKTHROUGH)
         self.require(walk is None or _is_str_list(walk), "info['walkthrough'] must be a list of str")
+        instructions = info.get(INFO_INSTRUCTIONS)
+        self.require(instructions is None or isinstance(instructions, str),
+                     f"reset info[{INFO_INSTRUCTIONS!r}] must be str (the env's instructions for the system prompt), "
+                     f"got {type(instructions).__name__}")
         self.episodes += 1
         return obs, info
 

@@ -18,6 +18,10 @@ to ``UnicodeText()`` and:
   completed the episode's *next* milestone, i.e. verifiable sub-goal, each milestone once and
   in order) and ``n_milestones`` (int, reset and every step, when the env knows how many
   milestones the task has). The agent loop copies both into ``Turn.info``.
+- ``instructions`` (str, reset, optional): the env's own instructions to the agent (what
+  the game is, how an action is written), rendered into the system prompt where the
+  template ``policy.system_prompt`` says ``{env_instructions}`` (``agentrl.rollout.prompt``);
+  an env without them gets a generic text-game sentence (``DEFAULT_INSTRUCTIONS``).
 - ``close()`` is idempotent.
 
 - Action normalisation: the agent loop hands ``step`` the parsed action *exactly* as the
@@ -52,6 +56,8 @@ INFO_WON = "won"
 INFO_VALID = "action_valid"
 INFO_TASK = "task_id"
 INFO_WALKTHROUGH = "walkthrough"
+#: reset info (optional): the env's instructions to the agent, for ``{env_instructions}``.
+INFO_INSTRUCTIONS = "instructions"
 #: step info: True on the step that completed the episode's next milestone (BEACON, §15.2).
 INFO_MILESTONE = "milestone"
 #: reset and step info: the task's number of milestones, when the env knows it (BEACON, §15.2).

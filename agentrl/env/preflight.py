@@ -59,7 +59,7 @@ def check_env_keywords(env_id: str, kwargs: Mapping | None = None) -> None:
     for key in _merged(env_id, kwargs):
         if key not in names:
             guess = closest(str(key), names, n=1)
-            did = f"; did you mean {guess[0]!r}?" if guess else ""
+            did = f"; did you mean {guess[0]!r}?" if guess else "."
             raise ValueError(f"env {env_id} takes no keyword {key!r}{did} Its keywords: {', '.join(names) or '(none)'}")
 
 
@@ -69,7 +69,7 @@ def check_env_split(env_id: str, split: str) -> None:
     splits = tuple((getattr(env_creator(env_id), "metadata", None) or {}).get(META_SPLITS, ()))
     if splits and split not in splits:
         guess = closest(str(split), list(splits), n=1)
-        did = f"; did you mean {guess[0]!r}?" if guess else ""
+        did = f"; did you mean {guess[0]!r}?" if guess else "."
         raise ValueError(f"env {env_id} has no split {split!r}{did} Its splits: {', '.join(splits)}")
 
 

@@ -7,13 +7,16 @@ engine call per round. Context strategies build each turn's prompt ids:
   message with the task (the first observation, without its admissible-action list), the
   last ``k`` actions in order, each followed by the observation it produced
   (``history="full"``) or alone (``history="actions"``), and the current observation (the
-  result of the last action, with the admissible actions). Each turn is its own training
-  segment.
+  result of the last action, with the admissible actions). At t = 0 the reset text is shown
+  once (under ``Task:``, with the admissible actions). Each turn is its own training segment.
 - ``ChatContext``: an append-only conversation. The next prompt is the previous prompt +
   the sampled completion ids (verbatim) + the template bridge + the new observation's
   tokens (``ChatRenderer.extend``; PITFALLS P1/P2). When the template would rewrite
   history, a new segment starts (``turn.info["segment"]`` increments, the fork is
   counted in ``turn.info["forks"]``).
+
+The system message is ``LoopConfig.system_prompt``, a template rendered at reset with the
+env's instructions and the action format's sentence (``agentrl.rollout.prompt``).
 """
 
 from __future__ import annotations
@@ -23,17 +26,18 @@ from typing import Protocol
 
 import numpy as np
 
-from agentrl.env.contract import (ACTION_EXACT, INFO_ADMISSIBLE, INFO_ANCHOR, INFO_ENV_ERROR, INFO_VALID, INFO_WON,
-                                  milestone_info, normalize_action)
+from agentrl.env.contract import (ACTION_EXACT, INFO_ADMISSIBLE, INFO_ANCHOR, INFO_ENV_ERROR, INFO_INSTRUCTIONS,
+                                  INFO_VALID, INFO_WON, milestone_info, normalize_action)
 from agentrl.env.pool import EnvResult
 from agentrl.llm.base import Completion
 from agentrl.llm.chat import ChatRenderer
 from agentrl.llm.constrained import (INFO_ALLOWED, INFO_DIGEST, INFO_FORMAT, INFO_SUBGOALS, allowed_digest,
                                     check_constraint, completion_sequences, has_template, rendered_completions)
 from agentrl.rollout.parsing import HIPER_FORMAT, ActionFormat, parse_format
+from agentrl.rollout.prompt import DEFAULT_INSTRUCTIONS, DEFAULT_SYSTEM_PROMPT, check_template, render_system
 from agentrl.types import Episode, EpisodeStatus, Message, Turn
 
-DEFAULT_SYSTEM = "You are an agent playing a text game. Each turn you read the game's output and choose one command."
+DEFAULT_SYSTEM = DEFAULT_INSTRUCTIONS  # the generic instructions, for an env that gives none
 
 
 @dataclass(frozen=True)
@@ -48,7 +52,9 @@ class LoopConfig:
             holds the last action's result).
         max_turns: turns before the episode is cut (last turn ``truncated``).
         action_format: see ``agentrl.rollout.parsing`` (``"tag:action"``).
-        system_prompt: the system message (the action-format instruction is appended).
+        system_prompt: the system message template (``agentrl.rollout.prompt``): ``{env_instructions}``
+            (the env's reset ``info["instructions"]``, else a generic text-game sentence) and
+            ``{action_format}`` (the format's sentence) are filled in at reset.
         show_admissible: append the env's admissible actions to each observation.
         action_constraint: ``"none"`` or ``"admissible"``: decode only the env's admissible
             actions rendered in ``action_format`` (``agentrl.llm.constrained``; needs an
@@ -58,8 +64,8 @@ class LoopConfig:
             admissible action then has ``2 * len(hiper_subgoals)`` allowed completions,
             ``agentrl.llm.constrained.rendered_completions``); unused otherwise.
     Raises:
-        ValueError: bad context name or counts; ``admissible`` with a ``regex:`` format, or with
-            ``hiper`` and no (or a blank) subgoal.
+        ValueError: bad context name or counts; an unknown placeholder in ``system_prompt``;
+            ``admissible`` with a ``regex:`` format, or with ``hiper`` and no (or a blank) subgoal.
     """
 
     context: str = "chat"
@@ -67,7 +73,7 @@ class LoopConfig:
     window_history: str = "full"
     max_turns: int = 20
     action_format: str = "tag:action"
-    system_prompt: str = DEFAULT_SYSTEM
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
     show_admissible: bool = True
     action_constraint: str = "none"
     hiper_subgoals: tuple[str, ...] = ()
@@ -80,14 +86,17 @@ class LoopConfig:
         if self.window_history not in ("full", "actions"):
             raise ValueError(f"LoopConfig.window_history must be 'full' or 'actions', got {self.window_history!r}")
         parse_format(self.action_format)
+        check_template(self.system_prompt)
         check_constraint(self.action_constraint, self.action_format)
         if self.action_constraint == "admissible":
             rendered_completions("x", self.action_format, self.hiper_subgoals)  # hiper: subgoals given and non-blank
 
 
 class ContextStrategy(Protocol):
-    """Builds prompt ids turn by turn. ``segment`` / ``forks`` describe the last prompt."""
+    """Builds prompt ids turn by turn. ``segment`` / ``forks`` describe the last prompt;
+    ``system`` is the system message (set before ``first``)."""
 
+    system: str
     segment: int
     forks: int
 
@@ -101,8 +110,14 @@ class WindowContext:
     they produced) + the current observation.
 
     ``first(observation, task=...)`` takes the shown first observation and the task text
-    (default: the observation itself); ``next`` appends ``(action, observation)``. The
-    rendered user message (``history="full"``, k=2, after actions a1, a2, a3)::
+    (default: the observation itself); ``next`` appends ``(action, observation)``. While no
+    history is shown and the current observation is the task's text (t = 0; with ``k = 0``
+    also any later return to it), the reset text is shown once::
+
+        Task:
+        <first observation, with admissible actions>
+
+    The rendered user message (``history="full"``, k=2, after actions a1, a2, a3)::
 
         Task:
         <first observation>
@@ -119,12 +134,14 @@ class WindowContext:
     def __init__(self, renderer: ChatRenderer, system: str, k: int, history: str = "full") -> None:
         self.renderer, self.system, self.k, self.history = renderer, system, k, history
         self.segment, self.forks = 0, 0
-        self.task, self.current = "", ""
+        self.task, self.current, self._current_raw = "", "", ""
         self.steps: list[tuple[str, str]] = []  # (action, observation it produced), oldest first
 
     def _prompt(self) -> np.ndarray:
-        lines = [f"Task:\n{self.task}"]
         recent = self.steps[-self.k :] if self.k else []
+        if not recent and self._current_raw == self.task:  # t = 0: the reset text once
+            return self._render(f"Task:\n{self.current}")
+        lines = [f"Task:\n{self.task}"]
         if recent:
             shown = []
             for i, (action, obs) in enumerate(recent):
@@ -133,17 +150,21 @@ class WindowContext:
                     shown.append(obs)
             lines.append("Recent history:\n" + "\n".join(shown))
         lines.append(f"Current observation:\n{self.current}")
-        return self.renderer.render_ids([Message("system", self.system), Message("user", "\n\n".join(lines))])
+        return self._render("\n\n".join(lines))
+
+    def _render(self, user: str) -> np.ndarray:
+        return self.renderer.render_ids([Message("system", self.system), Message("user", user)])
 
     def first(self, observation: str, task: str | None = None) -> np.ndarray:
         self.task, self.current = (observation if task is None else task), observation
+        self._current_raw = self.task  # the reset's own text: shown once
         return self._prompt()
 
     def next(self, completion_ids: np.ndarray, action: str, observation: str, past: str | None = None) -> np.ndarray:
         """``past``: how ``observation`` is shown once it is history (default: as is; the
         driver passes it without the admissible-action list, which is stale by then)."""
         self.steps.append((action or "(invalid)", observation if past is None else past))
-        self.current = observation
+        self.current, self._current_raw = observation, (observation if past is None else past)
         self.segment += 1
         return self._prompt()
 
@@ -203,7 +224,7 @@ class EpisodeDriver:
         self.episode, self.cfg, self.max_context = episode, cfg, max_context
         self.action_normalize = action_normalize
         self.fmt: ActionFormat = parse_format(cfg.action_format)
-        self.context = make_context(cfg, renderer, f"{cfg.system_prompt} {self.fmt.instructions}".strip())
+        self.context = make_context(cfg, renderer, render_system(cfg.system_prompt, None, self.fmt.instructions))
         self.renderer = renderer
         self.done = False
         self._prompt = np.zeros(0, np.int32)
@@ -220,6 +241,9 @@ class EpisodeDriver:
         self._obs = shown_observation(result, self.cfg.show_admissible)
         self._anchor = str(result.info.get(INFO_ANCHOR, result.obs))
         self._admissible = [str(a) for a in result.info.get(INFO_ADMISSIBLE) or ()]
+        instructions = result.info.get(INFO_INSTRUCTIONS)
+        self.context.system = render_system(self.cfg.system_prompt, None if instructions is None else str(instructions),
+                                            self.fmt.instructions)
         self._prompt = self.context.first(self._obs, task=result.obs)
         self._check_room()
 

@@ -13,6 +13,7 @@ from typing import Callable
 from agentrl.llm.base import SamplingParams
 from agentrl.rollout.agent_loop import LoopConfig
 from agentrl.rollout.collector import CollectConfig, collect
+from agentrl.rollout.prompt import DEFAULT_SYSTEM_PROMPT
 from agentrl.rollout.request import RolloutRequest
 from agentrl.types import Episode
 
@@ -26,6 +27,7 @@ class LLMPolicyOptions:
         temperature / top_p: sampling parameters.
         context: ``"chat"`` or ``"window"``; window_k: pairs kept by ``window``.
         action_format: see ``agentrl.rollout.parsing``.
+        system_prompt: the system message template (``agentrl.rollout.prompt``).
         max_batch: most prompts per engine call (default: all active slots).
         return_hidden: store final-layer hidden states (BiPACE).
     """
@@ -36,6 +38,7 @@ class LLMPolicyOptions:
     context: str = "chat"
     window_k: int = 3
     action_format: str = "tag:action"
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
     max_batch: int | None = None
     return_hidden: bool = False
 
@@ -43,7 +46,7 @@ class LLMPolicyOptions:
 def collect_config(req: RolloutRequest, opts: LLMPolicyOptions, *, progress: bool = False) -> CollectConfig:
     """Translate a ``RolloutRequest`` + options into a ``CollectConfig``."""
     loop = LoopConfig(context=opts.context, window_k=opts.window_k, max_turns=req.max_turns,
-                      action_format=opts.action_format)
+                      action_format=opts.action_format, system_prompt=opts.system_prompt)
     sampling = SamplingParams(temperature=opts.temperature, top_p=opts.top_p, max_tokens=opts.max_tokens, seed=req.seed)
     return CollectConfig(env_id=req.env_id, n_groups=req.episodes // req.group, group_size=req.group, seed=req.seed,
                          loop=loop, sampling=sampling, env_kwargs=dict(req.env_kwargs),

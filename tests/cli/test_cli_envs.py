@@ -87,3 +87,51 @@ def test_play_quit_word(monkeypatch, capsys):
 def test_play_unknown_id(capsys):
     assert main(["envs", "play", "agentrl/Toyy-v0"]) == 2
     assert "did you mean" in capsys.readouterr().err
+
+
+class _NonStrObsEnv(gymnasium.Env):
+    """Broken on purpose: reset returns bytes as its observation."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self) -> None:
+        from agentrl.env import text_spaces
+
+        self.observation_space, self.action_space = text_spaces()
+
+    def reset(self, *, seed=None, options=None):
+        return b"start", {"anchor_obs": "start", "won": False, "task_id": "t0"}
+
+    def step(self, action):
+        return "ok", 0.0, True, False, {"anchor_obs": "ok", "won": False, "action_valid": True}
+
+
+# every registered id of ours passes check_env in tests/env/test_env_check_registry.py; the CLI runs
+# on a representative few (a generated game, a maze, a tool-use env) to keep this file fast
+@pytest.mark.parametrize("env_id", [TOY, "agentrl/JunctionMaze-v0", "agentrl/HumanEvalTools-v0"])
+def test_envs_check_passes_on_our_envs(capsys, env_id):
+    from agentrl.env import MissingExtraError, check_env
+
+    try:
+        check_env(env_id, max_steps=1)
+    except MissingExtraError as exc:  # optional extra not installed: say which
+        pytest.skip(str(exc))
+    assert main(["envs", "check", env_id, "--episodes", "2"]) == 0
+    out = capsys.readouterr().out
+    assert f"ok {env_id}: 2 seed(s) from 0" in out and "rules checked: spaces are UnicodeText" in out
+
+
+def test_envs_check_fails_naming_the_rule_on_a_broken_env(capsys):
+    env_id = "agentrl-test/CliNonStrObs-v0"
+    if env_id not in gymnasium.registry:
+        gymnasium.register(id=env_id, entry_point=_NonStrObsEnv)
+    assert main(["envs", "check", env_id]) == 1
+    out = capsys.readouterr().out
+    assert f"FAIL {env_id} (seed 0)" in out and "reset: obs must be str, got bytes" in out
+
+
+def test_envs_check_refuses_an_unknown_id_and_a_bad_count(capsys):
+    assert main(["envs", "check", "agentrl/Toyy-v0"]) == 2
+    assert "did you mean 'agentrl/Toy-v0'" in capsys.readouterr().err
+    assert main(["envs", "check", TOY, "--episodes", "0"]) == 2
+    assert "--episodes must be >= 1, got 0" in capsys.readouterr().err

@@ -72,7 +72,7 @@ def test_misspelt_keys_and_choices_suggest_the_closest(overrides: list[str], mat
     (["run.name=12"], r"run\.name: expected str, got int 12 \(quote it"),
     (["policy.lora.target_modules=q_proj"], r"policy\.lora\.target_modules: expected a list"),
     (["run=3"], r"run: expected a mapping"),
-    (["update.clip_c=0.5"], r"update\.clip_c \(dual-clip\) must be > 1"),
+    (["update.clip_c=0.5"], r"update\.clip_c must be > 1 or null \(dual-clip\), got 0\.5"),
     (["update.lr"], r"is not 'key\.sub=value'"),
     (["policy.engine=openai_http"], r"policy\.engine=openai_http needs policy\.base_url"),
     (["update.lr.x=1"], r"update\.lr: expected float, got dict"),

@@ -53,7 +53,43 @@ def test_print_config_covers_every_key_with_value_and_doc() -> None:
     assert rows["update.lr"].value == str(cfg.update.lr) and rows["policy.lora.rank"].value == str(cfg.policy.lora.rank)
     assert all(k.doc for k in rows.values()), [k.key for k in rows.values() if not k.doc]
     assert rows["algorithm.kwargs.gamma"].doc == "step-return discount γ"  # the estimator's own Args entry
-    assert rows["update.aggregation"].doc.startswith("aggregation")
+    assert rows["update.aggregation"].doc.startswith("how token losses are averaged")
+
+
+def test_every_key_has_its_own_help_never_a_clipped_fragment() -> None:
+    from agentrl.config.help import KEY_HELP
+
+    cfg = load_config(TOY, ["policy.lora=null", "rollout.harness.command=[x]"])
+    keys = {k.key: k.doc for k in describe_config(load_config(TOY))} | {k.key: k.doc for k in describe_config(cfg)}
+    for key, doc in keys.items():
+        assert doc and "…" not in doc and "``" not in doc, key
+        if not key.startswith("algorithm.kwargs."):
+            assert doc == KEY_HELP[key], key  # the key's own help, not its section's prose
+    stale = set(KEY_HELP) - set(keys) - {"algorithm.kwargs"}  # that one shows for an estimator without kwargs
+    assert not stale, stale  # no help for a key that is gone
+    assert keys["env.split"] == "task split the training episodes are drawn from"
+    assert keys["rollout.group_size"] == "episodes per task instance (one comparison group)"
+    assert keys["policy.system_prompt"].startswith("system message template: {env_instructions}")
+    assert keys["policy.lora"] == "LoRA adapters (peft); null = full fine-tuning"
+
+
+def test_cli_print_config_wraps_the_help_never_clips_it(tmp_path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from agentrl.cli.train import _print_config
+
+    cfg = load_config(TOY)
+    for width in (100, 220):
+        buf = io.StringIO()
+        _print_config(Console(file=buf, width=width), cfg)
+        out = buf.getvalue()
+        assert "…" not in out and "policy.system_prompt" in out
+        words = " ".join(out.split())
+        for k in describe_config(cfg):
+            assert k.key in out
+            assert all(w in words for w in k.doc.split()), k.key  # every word of every help is printed
 
 
 def test_cli_print_config_trains_nothing(tmp_path, capsys) -> None:

@@ -102,6 +102,12 @@ class NormalizeHidesActionEnv(GoodEnv):
         return obs, {**info, "admissible_actions": ["ok", "buy  2 | 3"]}
 
 
+class InstructionsListEnv(GoodEnv):
+    def reset(self, *, seed=None, options=None):
+        obs, info = super().reset(seed=seed, options=options)
+        return obs, {**info, "instructions": ["say ok"]}
+
+
 BAD = {  # class name -> a phrase check_env's error must contain
     "BytesObsEnv": "obs must be str",
     "BothFlagsEnv": "both True",
@@ -113,6 +119,7 @@ BAD = {  # class name -> a phrase check_env's error must contain
     "MissingKeyEnv": "lacks required keys ['task_id']",
     "UnknownNormalizeEnv": "'lowercase' is not one of ['exact', 'whitespace']",
     "NormalizeHidesActionEnv": "admissible actions ['buy  2 | 3'] change under",
+    "InstructionsListEnv": "reset info['instructions'] must be str",
 }
 
 

@@ -4,6 +4,7 @@ not a 40-line traceback from an env worker."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import pytest
@@ -47,6 +48,12 @@ def test_unknown_split_and_keyword_are_refused_by_name():
         check_env_kwargs(ALF, {"split": "bogus"})
     with pytest.raises(ValueError, match=r"no keyword 'max_room'.*did you mean 'max_rooms'"):
         check_env_kwargs(TOY, {"max_room": 3})
+    with pytest.raises(ValueError) as ei:  # no close name: a full stop before the list
+        check_env_kwargs(TOY, {"split": "zzzz"})
+    assert re.search(r"has no split 'zzzz'\. Its splits: \w", str(ei.value)), str(ei.value)
+    with pytest.raises(ValueError) as ei:
+        check_env_kwargs(TOY, {"qqqq": 1})
+    assert re.search(r"takes no keyword 'qqqq'\. Its keywords: \w", str(ei.value)), str(ei.value)
 
 
 @pytest.mark.parametrize("env_id, var", [(ALF, "AGENTRL_ALFWORLD_DATA"), (SHOP, "AGENTRL_WEBSHOP_DATA")])

@@ -203,7 +203,7 @@ def test_window_context_text_orders_each_action_before_its_result(history, expec
     r = _TextRenderer()
     ctx = WindowContext(r, "SYS", k=2, history=history)
     ctx.first("start room\nAdm: a1", task="start room")
-    assert r.last[1].content == "Task:\nstart room\n\nCurrent observation:\nstart room\nAdm: a1"
+    assert r.last[1].content == "Task:\nstart room\nAdm: a1"  # t = 0: the reset text once
     for i in (1, 2, 3):  # past observations are shown without their admissible-action list
         ctx.next(np.zeros(1, np.int32), f"a{i}", f"saw {i}\nAdm: x", past=f"saw {i}")
     assert r.last[0].content == "SYS" and r.last[1].content == expected
