@@ -12,7 +12,7 @@ from agentrl.config.sections import SYSTEM_PROMPT, SYSTEM_PROMPT_PLACEHOLDERS
 
 
 def _cfg(*overrides: str):
-    return config_from_dict({"env": {"id": "agentrl/Toy-v0"}}, list(overrides), check_registries=False)
+    return config_from_dict({"env": {"id": "agentrl/Toy-v0"}}, list(overrides))
 
 
 @pytest.mark.parametrize("override, match", [
@@ -35,7 +35,7 @@ def test_yaml_syntax_error_names_the_file_line_and_column(tmp_path: Path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("env:\n  id: agentrl/Toy-v0\nrollout:\n  group_size: [1\n", encoding="utf-8")
     with pytest.raises(ConfigError) as ei:
-        load_config(bad, check_registries=False)
+        load_config(bad)
     msg = str(ei.value)
     assert msg.startswith(f"{bad}, line 5, column 1: not valid YAML: expected ',' or ']'"), msg
     assert "line 4, column 15" in msg and "<unicode string>" not in msg
