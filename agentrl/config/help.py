@@ -147,6 +147,7 @@ KEY_HELP: dict[str, str] = {
     "update.correction_high": "tis/mis/icepop cap C of the correction ratio (> 1)",
     "update.correction_low": "icepop's lower bound α of the correction ratio, in (0, 1)",
     "update.master_weights": "float32 master weights under a half-precision policy.dtype: auto, on or off",
+    "update.audit": "check before every loss that each trained token carries its own turn's advantage and no other token any (stops the run with the row, episode and turn on a mismatch)",
     # log
     "log.console": "print one metrics line per iteration",
     "log.jsonl": "write metrics.jsonl in the run folder",
