@@ -47,6 +47,8 @@ def test_two_rank_run_writes_the_store_once_and_resumes_in_one_process(tiny_dir,
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == [1, 2]  # rank 0 logs, once per iteration
     assert sum(x.get("update/steps", 0) for x in lines) >= 1 and any(x.get("update/grad_norm", 0) > 0 for x in lines)
+    # the credit audit ran on both ranks' shards: every iteration that trained audited its tokens
+    assert all(x.get("audit/tokens", 0) > 0 and x.get("audit/rows", 0) >= 1 for x in lines if x.get("update/steps"))
     # resume the 2-rank checkpoint with one process: one more iteration, same store, same ids
     proc1 = _run([str(cfg_path), "run.iterations=3"], nproc=None)
     assert proc1.returncode == 0, proc1.stdout[-2000:] + proc1.stderr[-4000:]
