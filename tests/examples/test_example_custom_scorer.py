@@ -19,11 +19,20 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 @pytest.fixture(scope="module")
 def mod():
+    """The example, registered for this module's tests only: a later "every registered estimator"
+    loop in the same process must not meet an estimator whose scorer column it cannot fill."""
+    from agentrl.credit import unregister_estimator
+    from agentrl.train.scorers import unregister_scorer
+
     sys.path.insert(0, str(EXAMPLES))
     try:
-        yield importlib.import_module("custom_scorer")
+        module = importlib.import_module("custom_scorer")
+        module.register()  # a module imported before (and unregistered since) registers again
+        yield module
     finally:
         sys.path.remove(str(EXAMPLES))
+        unregister_estimator(module.NAME)
+        unregister_scorer(module.SCORER)
 
 
 def test_the_declarations_are_registered(mod):
