@@ -124,7 +124,9 @@ def dp2(mode: str, model: str, sizes: Sizes, dtype: str, timeout: float = DP2_TI
         if rc != 0 or not result.is_file():
             errors = [line.split(ERROR_PREFIX, 1)[1].strip() for line in tail if ERROR_PREFIX in line]
             why = "; ".join(errors) or "see output_tail"
-            return {"ok": False, "error": f"torch.distributed.run exited {rc}: {why}", "output_tail": tail[-12:]}
+            causes = [line for line in tail[:-12] if "Error" in line or "error:" in line or "what()" in line][-8:]
+            return {"ok": False, "error": f"torch.distributed.run exited {rc}: {why}",
+                    "output_tail": causes + tail[-12:]}  # the ranks' own errors, then the launcher's summary
         return json.loads(result.read_text())
 
 
