@@ -27,14 +27,14 @@ NAME = "discounted_grpo"
 
 
 def discounted_grpo(table: TurnTable, *, gamma: float = 0.9, c_inv: float = 0.0) -> np.ndarray:
-    """Mean-baselined discounted return: a per-turn GRPO variant (ALGORITHMS.md §1.3 returns,
+    """Mean-baselined discounted return: a per-turn GRPO variant (discounted step returns,
     GRPO-style group baseline as in Shao et al., arXiv 2402.03300, without the std division).
 
     ``R_t = r_t + gamma * R_{t+1}`` within each episode (0 after its last turn), minus
     ``c_inv`` on turns whose action was invalid; the advantage is ``R_t`` minus the mean
     of ``R`` over the eligible rows (``episode_ok & trainable``) of the same task group.
     Rows of failed episodes and non-trainable rows take no part in the mean and get 0
-    (PITFALLS P5, P6).
+    (docs/estimators.md, "Failed, unscored and excluded rows").
 
     Args:
         table: N turns (columns group, episode, t: int64[N]; reward: float64[N];
