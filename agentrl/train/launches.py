@@ -37,6 +37,7 @@ RESUME_MAY_CHANGE = (
     "rollout.num_workers", "rollout.step_timeout_s", "rollout.backend", "rollout.placement.",
     "rollout.harness.timeout_s", "rollout.harness.max_parallel",
     "update.micro_batch", "update.gradient_checkpointing", "update.share_prefix", "update.micro_batch_tokens",
+    "update.audit",
 )
 
 LAUNCHES_DIR, LAUNCHES_LOG = "launches", "launches.jsonl"
