@@ -37,6 +37,8 @@ def register(subparsers) -> None:
     chk.add_argument("--seed", type=int, default=0, help="first reset seed (default: 0)")
     chk.add_argument("--max-steps", type=int, default=30, help="steps of the random-action episode (default: 30)")
     chk.add_argument("--split", default=None, help="dataset split passed to the env as split=...")
+    chk.add_argument("--env-kwarg", action="append", default=[], metavar="KEY=VALUE", dest="env_kwargs",
+                     help="env constructor keyword (YAML value), repeatable, e.g. --env-kwarg base_url=http://127.0.0.1:8000")
     chk.set_defaults(func=check_envs)
     play = sub.add_parser("play", help="play an env by typing actions (quit or Ctrl-D to stop)")
     play.add_argument("env_id", metavar="ID", help="registered env id, e.g. agentrl/Toy-v0")
@@ -78,20 +80,23 @@ def check_envs(args: argparse.Namespace) -> int:
     prints the report and returns 0, or prints the broken rule and returns 1.
 
     Raises:
-        KeyError: unknown id. ValueError: ``--episodes`` < 1. MissingExtraError: the env's
-            extra is not installed. DataMissingError: its data is missing.
+        KeyError: unknown id. ValueError: ``--episodes`` < 1, a bad ``--env-kwarg``, or an env that
+            cannot be built with the keywords given (e.g. ``agentrl/Remote-v0`` without
+            ``base_url``). MissingExtraError: the env's extra is not installed. DataMissingError:
+            its data is missing.
     """
     from rich.console import Console
     from rich.text import Text
 
     from agentrl.env.check import RULES, EnvCheckError, check_env
+    from agentrl.cli.rollout import _env_kwargs
     from agentrl.env.registry import validate_id
 
     if args.episodes < 1:
         raise ValueError(f"--episodes must be >= 1, got {args.episodes}")
     validate_id(args.env_id)
     console = Console(soft_wrap=True)
-    kwargs = {} if args.split is None else {"split": args.split}
+    kwargs = _env_kwargs(args)
     resets = steps = won = walks = 0
     for seed in range(args.seed, args.seed + args.episodes):
         try:
@@ -99,6 +104,10 @@ def check_envs(args: argparse.Namespace) -> int:
         except EnvCheckError as exc:
             console.print(Text(f"FAIL {args.env_id} (seed {seed}): {exc}", style="bold red"))
             return 1
+        except TypeError as exc:  # gymnasium.make: the constructor refused the keywords (a set-up error, not a rule)
+            why = exc.__cause__ or exc
+            raise ValueError(f"{args.env_id} could not be built with {kwargs or 'no keywords'}: {why}; pass its "
+                             "constructor keywords with --env-kwarg KEY=VALUE") from None
         resets, steps = resets + report.episodes, steps + report.steps
         walks += report.walkthrough_won is not None
         won += bool(report.walkthrough_won)

@@ -135,3 +135,14 @@ def test_envs_check_refuses_an_unknown_id_and_a_bad_count(capsys):
     assert "did you mean 'agentrl/Toy-v0'" in capsys.readouterr().err
     assert main(["envs", "check", TOY, "--episodes", "0"]) == 2
     assert "--episodes must be >= 1, got 0" in capsys.readouterr().err
+
+
+def test_envs_check_takes_constructor_keywords_and_names_a_missing_one(capsys):
+    # agentrl/Remote-v0 cannot be built without base_url: a set-up error (exit 2), not a broken rule (exit 1)
+    assert main(["envs", "check", "agentrl/Remote-v0"]) == 2
+    err = capsys.readouterr().err
+    assert "could not be built with no keywords" in err and "base_url" in err and "--env-kwarg KEY=VALUE" in err
+    assert main(["envs", "check", TOY, "--env-kwarg", "min_rooms=2", "--env-kwarg", "max_rooms=3"]) == 0
+    assert f"ok {TOY}: 1 seed(s) from 0" in capsys.readouterr().out
+    assert main(["envs", "check", TOY, "--env-kwarg", "min_rooms"]) == 2
+    assert "is not KEY=VALUE" in capsys.readouterr().err
