@@ -121,6 +121,9 @@ class Declarations:
         for key, value in (("store_query", store_query), ("action_format", action_format)):
             if value is not None and not (isinstance(value, str) and value):
                 raise TypeError(f"estimator {name!r}: {key}= takes a non-empty name, got {value!r}")
+        if isinstance(scorers, str):
+            raise TypeError(f"estimator {name!r}: scorers= takes a tuple of scorer names, got the string {scorers!r}; "
+                            f"write scorers=({scorers!r},)")
         names = tuple(scorers)
         if not all(isinstance(s, str) and s for s in names):
             raise TypeError(f"estimator {name!r}: scorers= takes scorer names, got {list(names)!r}")

@@ -65,7 +65,8 @@ def check_config(cfg: Config) -> Config:
             estimator with ``rollout.sampler: tree | rtpo``; env kwargs the env refuses
             (keyword, split, missing data: ``agentrl.env.preflight``); an unknown loss;
             ``group_by_version`` with an estimator whose groups are not task groups; HiPER
-            without ``policy.action_format: hiper``; and what ``validate_config`` raises.
+            without ``policy.action_format: hiper``; a declared step scorer or store query
+            nobody registered; and what ``validate_config`` raises.
     """
     cfg = validate_config(cfg)
     _validate_env_id(cfg.env.id)
@@ -76,6 +77,7 @@ def check_config(cfg: Config) -> Config:
     _validate_tree_estimator(algorithm.estimator, cfg.rollout.sampler)
     _validate_group_by_version(algorithm.estimator, algorithm.group_by_version)
     _validate_action_format(algorithm.estimator, cfg.policy.action_format)
+    _validate_declarations(algorithm.estimator)
     return dataclasses.replace(cfg, algorithm=algorithm)
 
 
@@ -183,3 +185,20 @@ def _validate_action_format(name: str, action_format: str) -> None:
         raise ConfigError(f"algorithm.estimator {name!r} reads what the {needed!r} action format parses from every "
                           f"turn (e.g. HiPER's <switch>/<subgoal>/<action> tags), but policy.action_format is "
                           f"{action_format!r}; set policy.action_format: {needed}")
+
+
+def _validate_declarations(name: str) -> None:
+    """What the estimator declares must exist before any rollout: its step scorers
+    (``agentrl.train.scorers``) and its store query (``agentrl.store.queries``) (ConfigError)."""
+    from agentrl.store import get_store_query, list_store_queries
+    from agentrl.train.scorers import check_declared_scorers
+
+    check_declared_scorers(name)
+    query = get_estimator(name).declares.store_query
+    if query is not None:
+        try:
+            get_store_query(query)
+        except KeyError:
+            raise ConfigError(f"algorithm.estimator {name!r} declares the store query {query!r}, which is not "
+                              f"registered (registered: {', '.join(list_store_queries())}); register it with "
+                              "agentrl.store.register_store_query") from None

@@ -18,19 +18,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import numpy as np
 
-from agentrl.config import Config
+from agentrl.config import Config, ConfigError
 from agentrl.credit import EstimatorSpec, get_estimator
-from agentrl.llm.policy import Policy
 from agentrl.registry import Registry
-from agentrl.train.critic import CriticScorer
 from agentrl.types import Episode, TurnTable
 
+if TYPE_CHECKING:  # the registry stays importable without torch (agentrl.train.checks reads it)
+    from agentrl.llm.policy import Policy
+
 __all__ = ["StepScorer", "ScorerContext", "register_scorer", "unregister_scorer", "get_scorer", "list_scorers",
-           "make_scorers"]
+           "make_scorers", "check_declared_scorers"]
 
 
 class StepScorer(Protocol):
@@ -59,14 +60,21 @@ class ScorerContext:
     ``estimator.declares`` and ``cfg.algorithm.kwargs``)."""
 
     cfg: Config
-    policy: Policy
+    policy: "Policy"
     estimator: EstimatorSpec
 
 
 ScorerFactory = Callable[[ScorerContext], StepScorer]
 
+def _critic(ctx: ScorerContext) -> StepScorer:
+    """The built-in ``critic`` (``agentrl.train.critic.CriticScorer``; torch, imported when built)."""
+    from agentrl.train.critic import CriticScorer
+
+    return CriticScorer.build(ctx)
+
+
 _SCORERS: Registry[ScorerFactory] = Registry("step scorer")
-_SCORERS.register("critic", CriticScorer.build)
+_SCORERS.register("critic", _critic)
 
 
 def register_scorer(name: str, factory: ScorerFactory) -> ScorerFactory:
@@ -74,8 +82,11 @@ def register_scorer(name: str, factory: ScorerFactory) -> ScorerFactory:
     returns ``factory``.
 
     Raises:
-        ValueError: ``name`` is already registered.
+        ValueError: ``name`` is already registered. TypeError: ``factory`` is not callable.
     """
+    if not callable(factory):
+        raise TypeError(f"step scorer {name!r}: the factory must be callable as factory(ScorerContext) -> scorer, "
+                        f"got {type(factory).__name__}")
     return _SCORERS.register(name, factory)
 
 
@@ -102,7 +113,17 @@ def list_scorers() -> list[str]:
     return _SCORERS.names()
 
 
-def make_scorers(cfg: Config, policy: Policy) -> list[StepScorer]:
+def check_declared_scorers(estimator: str) -> None:
+    """Raise ConfigError (naming the estimator, the scorer and the registered ones) when the
+    estimator declares a step scorer nobody registered; KeyError for an unknown estimator."""
+    missing = [s for s in get_estimator(estimator).declares.scorers if s not in _SCORERS.names()]
+    if missing:
+        raise ConfigError(f"algorithm.estimator {estimator!r} declares step scorer(s) {missing} that are not registered "
+                          f"(registered: {', '.join(_SCORERS.names())}); register them with agentrl.train.scorers."
+                          "register_scorer before the run starts")
+
+
+def make_scorers(cfg: Config, policy: "Policy") -> list[StepScorer]:
     """The step scorers ``cfg.algorithm.estimator`` declares, built in declaration order ([] for
     an estimator that declares none).
 

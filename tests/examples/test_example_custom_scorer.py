@@ -106,3 +106,37 @@ def test_trains_serving_scorer_and_spans_then_resumes(mod, tiny_dir, tmp_path, m
     again = train(mod.train_config(tiny_dir, tmp_path, iterations=2), resume=True)
     assert again.state.iteration == 2
     assert mod.BUILT[-1] is not scorer and mod.BUILT[-1].calls == {"score": 2, "learn": 2}
+
+
+@pytest.mark.parametrize("declared, message", [
+    ({"scorers": ("nope",)}, r"declares step scorer\(s\) \['nope'\] that are not registered \(registered: critic"),
+    ({"store_query": "nope"}, r"declares the store query 'nope', which is not registered \(registered: state_stats\)"),
+])
+def test_an_undeclarable_need_is_refused_before_any_rollout(declared, message, mod, tmp_path):
+    from agentrl.config import ConfigError
+    from agentrl.credit import register_estimator, unregister_estimator
+    from agentrl.train.checks import checked_config_from_dict
+
+    register_estimator("needs_nope", **declared)(lambda table, *, beta=0.5: np.zeros(len(table)))
+    try:
+        raw = {"run": {"out_dir": str(tmp_path)}, "env": {"id": "agentrl/Toy-v0"},
+               "algorithm": {"estimator": "needs_nope"}}
+        with pytest.raises(ConfigError, match=message):
+            checked_config_from_dict(raw)
+    finally:
+        unregister_estimator("needs_nope")
+
+
+def test_declarations_of_the_wrong_kind_are_refused_at_registration():
+    from agentrl.credit import register_estimator
+    from agentrl.train.scorers import register_scorer
+
+    fn = lambda table: np.zeros(len(table))  # noqa: E731
+    with pytest.raises(TypeError, match="critic= takes a CriticHeads, got dict"):
+        register_estimator("bad_critic", critic={"columns": ("value",)})(fn)
+    with pytest.raises(TypeError, match="scorers= takes scorer names"):
+        register_estimator("bad_scorers", scorers=[1])(fn)
+    with pytest.raises(TypeError, match=r"got the string 'critic'; write scorers=\('critic',\)"):
+        register_estimator("bad_scorers", scorers="critic")(fn)
+    with pytest.raises(TypeError, match="the factory must be callable"):
+        register_scorer("not_callable", "x")
