@@ -210,8 +210,8 @@ def run_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
     if cfg.rollout.sampler != "rtpo":
         return chain_iteration(parts, cfg, it)
     t0 = time.perf_counter()
-    episodes, table, adv, stats = rtpo_iteration(parts.policy, parts.optimizer, cfg, parts.store, it)
-    return IterationResult(episodes, table, adv, stats, {}, {"rollout+update": time.perf_counter() - t0})
+    episodes, table, adv, stats, audited = rtpo_iteration(parts.policy, parts.optimizer, cfg, parts.store, it)
+    return IterationResult(episodes, table, adv, stats, {}, {"rollout+update": time.perf_counter() - t0}, audited)
 
 
 def iteration_metrics(out: IterationResult) -> dict[str, float]:

@@ -237,14 +237,14 @@ def _collect_on_ranks(policy: Policy, cfg: Config, cc: CollectConfig, iteration:
 
 
 def rtpo_iteration(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config, store: TurnStore,
-                   iteration: int) -> tuple[list[Episode], TurnTable, np.ndarray, list]:
+                   iteration: int) -> tuple[list[Episode], TurnTable, np.ndarray, list, dict[str, float]]:
     """One RTPO iteration (``rollout.sampler: rtpo``, ALGORITHMS.md §9.2): after each reverse-turn
     round (``agentrl.rollout.reverse``) its episodes are stored, credited with the configured
     estimator and trained on (in its ``update_order``), and the policy version is bumped
     before the next, earlier branch point is sampled. Each branching turn's advantage is
-    written once (in its own round). Returns (episodes, table, advantages, UpdateStats) of
-    the whole iteration."""
-    stats, written = [], {}
+    written once (in its own round). Returns (episodes, table, advantages, UpdateStats, the credit
+    audit's metrics summed over the rounds) of the whole iteration."""
+    stats, written, audited = [], {}, {}
     est = cfg.algorithm.estimator
 
     def update_fn(rnd: RtpoRound) -> None:
@@ -258,10 +258,13 @@ def rtpo_iteration(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config
         store.set_advantages(cfg.run.name, table.turn_id[mine], adv[mine], iteration=iteration + 1, estimator=est)
         written.update(zip(table.turn_id[mine].tolist(), adv[mine].tolist()))
         with engine_asleep(policy.engine):  # a colocated engine frees the device for the update
-            stats.extend(update_policy(policy, optimizer, cfg, table, adv, list(rnd.episodes), iteration)[0])
+            steps, _, audit = update_policy(policy, optimizer, cfg, table, adv, list(rnd.episodes), iteration)
+        stats.extend(steps)
+        for key, value in audit.items():  # audit/rows, audit/tokens, audit/seconds over the rounds
+            audited[key] = audited.get(key, 0.0) + value
         sync_weights(policy)  # the next round samples with the updated weights
 
     episodes = run_rtpo_iteration(policy.engine, policy.renderer, collect_config(cfg, iteration), cfg.rollout.tree,
                                   update_fn, iteration=iteration)
     table = store.table(run_id=cfg.run.name, episode_ids=[e.episode_id for e in episodes])
-    return episodes, table, np.array([written.get(int(t), 0.0) for t in table.turn_id]), stats
+    return episodes, table, np.array([written.get(int(t), 0.0) for t in table.turn_id]), stats, audited

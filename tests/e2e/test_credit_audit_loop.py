@@ -116,6 +116,20 @@ MUTATIONS = {  # name: (run, module attribute to wrap, wrapper, message)
 }
 
 
+def test_rtpo_rounds_are_audited(tiny_dir, tmp_path):
+    from agentrl.train import train
+
+    sys.path.insert(0, str(TREES))
+    import trees_fake_envs as fake
+
+    fake.register_dense()  # shaping reward: siblings differ, so each round trains
+    cfg = _cfg(tiny_dir, tmp_path, name="rtpo", iterations=1, run__eval_every=0, rollout__sampler="rtpo",
+               rollout__group_size=2, algorithm__estimator="rtpo", env__id=fake.DENSE_ID)
+    result = train(cfg, resume=False)
+    (line,) = [json.loads(x) for x in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert result.state.optimizer_steps >= 2 and line["audit/tokens"] > 0 and line["audit/rows"] >= 2
+
+
 @pytest.mark.parametrize("name", list(MUTATIONS))
 def test_a_placement_mutation_stops_the_run(name, tiny_dir, tmp_path, monkeypatch):
     import importlib
