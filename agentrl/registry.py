@@ -33,7 +33,7 @@ class Registry(Generic[T]):
     Args:
         kind: what is registered (used in error messages), e.g. ``"estimator"``.
     Raises:
-        ValueError: on ``register`` of a name that is already taken.
+        ValueError: on ``register`` of a name that is already taken, or that is not a non-empty str.
         KeyError: on ``get`` / ``unregister`` of an unknown name, listing the closest and all valid names.
     """
 
@@ -42,6 +42,9 @@ class Registry(Generic[T]):
         self._items: dict[str, T] = {}
 
     def register(self, name: str, obj: T) -> T:
+        """Add ``obj`` as ``name``; returns ``obj``. ValueError: taken, or not a non-empty str."""
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"a {self.kind} name must be a non-empty string, got {name!r}")
         if name in self._items:
             raise ValueError(f"{self.kind} {name!r} is already registered; pick another name")
         self._items[name] = obj

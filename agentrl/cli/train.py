@@ -118,8 +118,11 @@ def _print_config(console, cfg) -> None:
     from agentrl.train.checks import estimator_docstring
 
     # the help wraps at word boundaries; a word longer than its column folds, never ends in "…"
-    table = Table(Column("key", no_wrap=True), Column("value", overflow="fold"), Column("what it is", overflow="fold"),
-                  box=None, pad_edge=False, show_lines=False)
-    for k in describe_config(cfg, estimator_doc=estimator_docstring):  # Text: never read as rich markup
+    rows = describe_config(cfg, estimator_doc=estimator_docstring)
+    # a key folds only where the terminal is too narrow for it (< 40 % of the width), so no column vanishes
+    key_width = min(max(len(k.key) for k in rows), max(10, int(console.width * 0.4)))
+    table = Table(Column("key", width=key_width, overflow="fold"), Column("value", overflow="fold"),
+                  Column("what it is", overflow="fold"), box=None, pad_edge=False, show_lines=False)
+    for k in rows:  # Text: stored values and docs are never read as rich markup
         table.add_row(Text(k.key), Text(k.value), Text(k.doc))
     console.print(table)

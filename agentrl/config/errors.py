@@ -6,6 +6,8 @@ import it without importing each other.
 
 from __future__ import annotations
 
+import math
+
 __all__ = ["ConfigError", "check", "check_min"]
 
 
@@ -25,8 +27,11 @@ def check_min(key: str, value: object, minimum: float, note: str = "", *, strict
     is at least ``minimum`` (above it when ``strict``: ``> MIN``), or is None and ``null_ok``."""
     if value is None and null_ok:
         return
-    if value is not None and (value > minimum if strict else value >= minimum):  # type: ignore[operator]
+    finite = not (isinstance(value, float) and math.isinf(value))  # .inf passes >=, nan fails it
+    if value is not None and finite and (value > minimum if strict else value >= minimum):  # type: ignore[operator]
         return
     op = ">" if strict else ">="
+    if not finite:
+        raise ConfigError(f"{key} must be a finite number {op} {minimum}, got {value!r}")
     raise ConfigError(f"{key} must be {op} {minimum}{' or null' if null_ok else ''}{f' ({note})' if note else ''}, "
                       f"got {'null' if value is None else repr(value)}")

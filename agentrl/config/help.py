@@ -129,7 +129,7 @@ KEY_HELP: dict[str, str] = {
     "update.lr": "policy learning rate (AdamW)",
     "update.weight_decay": "AdamW weight decay (the critic's too)",
     "update.grad_clip": "gradient norm clip (0 = off)",
-    "update.kl_coef": "weight of the KL penalty to the frozen reference model (0 = no reference)",
+    "update.kl_coef": "weight of the KL penalty to a frozen reference model; the trainer loads none yet, so it must be 0",
     "update.kl_estimator": "KL estimator of the penalty: k1, k2 or k3",
     "update.entropy_coef": "weight of the entropy bonus (0 = off)",
     "update.aggregation": "how token losses are averaged, so how much a turn and an episode weigh: "

@@ -121,6 +121,8 @@ class Declarations:
         for key, value in (("store_query", store_query), ("action_format", action_format)):
             if value is not None and not (isinstance(value, str) and value):
                 raise TypeError(f"estimator {name!r}: {key}= takes a non-empty name, got {value!r}")
+        if scorers is None:
+            raise TypeError(f"estimator {name!r}: scorers= takes a tuple of scorer names (() for none), got None")
         if isinstance(scorers, str):
             raise TypeError(f"estimator {name!r}: scorers= takes a tuple of scorer names, got the string {scorers!r}; "
                             f"write scorers=({scorers!r},)")

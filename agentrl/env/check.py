@@ -35,7 +35,7 @@ import numpy as np
 
 from agentrl.env.contract import (ACTION_EXACT, INFO_ADMISSIBLE, INFO_ANCHOR, INFO_INSTRUCTIONS, INFO_TASK, INFO_VALID,
                                   INFO_WALKTHROUGH, INFO_WON, META_ACTION_NORMALIZE, RESET_INFO_KEYS,
-                                  STEP_INFO_KEYS, normalize_action)
+                                  STEP_INFO_KEYS, DataMissingError, MissingExtraError, normalize_action)
 from agentrl.env.registry import action_normalization, env_metadata, make
 from agentrl.env.spaces import UnicodeText
 
@@ -50,6 +50,25 @@ RULES = ("spaces are UnicodeText", "reset/step types and info keys", "terminated
 
 class EnvCheckError(AssertionError):
     """A text env broke the TextEnv contract; the message names the env and the rule."""
+
+
+class EnvBuildError(ValueError):
+    """The env could not be built (``gymnasium.make`` or the env's constructor raised): a set-up
+    error (missing constructor keywords, a module that fails on import), not a broken rule."""
+
+
+def _build(env_id: str, kwargs: dict) -> gymnasium.Env:
+    """``make(env_id, **kwargs)``; EnvBuildError naming the env and the cause for anything but a
+    missing extra or missing data (those keep their own messages)."""
+    try:
+        return make(env_id, **kwargs)
+    except (MissingExtraError, DataMissingError, KeyError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - a user's constructor may raise anything
+        cause = exc.__cause__ or exc
+        raise EnvBuildError(f"{env_id} could not be built with {kwargs or 'no keywords'}: {type(cause).__name__}: "
+                            f"{cause}; if it needs constructor keywords, pass them (agentrl envs check --env-kwarg "
+                            "KEY=VALUE)") from exc
 
 
 @dataclass(frozen=True)
@@ -77,17 +96,31 @@ def check_env(env_id: str, *, seed: int = 0, max_steps: int = 30, **env_kwargs: 
         seed: reset seed of the checked episodes and of the random action choice.
         max_steps: cap on steps of the random-action episode.
     Returns: a CheckReport.
-    Raises: EnvCheckError on the first broken rule; KeyError for an unknown id;
-        MissingExtraError when the env's optional dependency is absent.
+    Raises: EnvCheckError on the first broken rule (an env method that raises included);
+        EnvBuildError when the env cannot be built (constructor keywords, a failing import);
+        KeyError for an unknown id; MissingExtraError when the env's optional dependency is
+        absent; DataMissingError when its data is.
     """
     kwargs = {**check_kwargs(env_id), **env_kwargs}
     try:
         normalize = action_normalization(env_id)
     except ValueError as exc:
         raise EnvCheckError(str(exc)) from None
-    factory: Callable[[], gymnasium.Env] = lambda: make(env_id, **kwargs)  # noqa: E731
+    factory: Callable[[], gymnasium.Env] = lambda: _build(env_id, kwargs)  # noqa: E731
     env = factory()
     c = _Checker(env_id, normalize)
+    try:
+        return _run_checks(c, env, env_id, seed, max_steps, factory)
+    except (EnvCheckError, EnvBuildError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - an env method raising is a contract failure, named as such
+        raise EnvCheckError(f"{env_id}: the env raised {type(exc).__name__}: {exc} (reset/step/close must not raise "
+                            "on valid use; an invalid action is answered with feedback)") from exc
+
+
+def _run_checks(c: "_Checker", env: gymnasium.Env, env_id: str, seed: int, max_steps: int,
+                factory: Callable[[], gymnasium.Env]) -> CheckReport:
+    """The rule checks of ``check_env`` on a built ``env`` (closed at the end, twice)."""
     try:
         c.check_spaces(env)
         walk_won = c.play_walkthrough(env, seed)

@@ -66,7 +66,8 @@ def check_config(cfg: Config) -> Config:
             (keyword, split, missing data: ``agentrl.env.preflight``); an unknown loss;
             ``group_by_version`` with an estimator whose groups are not task groups; HiPER
             without ``policy.action_format: hiper``; a declared step scorer or store query
-            nobody registered; and what ``validate_config`` raises.
+            nobody registered; an unparsable ``policy.action_format``; ``update.kl_coef`` > 0 (no
+            reference model is loaded by the trainer); and what ``validate_config`` raises.
     """
     cfg = validate_config(cfg)
     _validate_env_id(cfg.env.id)
@@ -78,6 +79,10 @@ def check_config(cfg: Config) -> Config:
     _validate_group_by_version(algorithm.estimator, algorithm.group_by_version)
     _validate_action_format(algorithm.estimator, cfg.policy.action_format)
     _validate_declarations(algorithm.estimator)
+    if cfg.update.kl_coef > 0:  # the trainer loads no frozen reference: refused here, not after the first rollout
+        raise ConfigError(f"update.kl_coef={cfg.update.kl_coef} asks for a KL penalty to a frozen reference model, which "
+                          "the trainer does not load yet (the update step supports it given reference logprobs: "
+                          "agentrl.update.step.update); set update.kl_coef: 0")
     return dataclasses.replace(cfg, algorithm=algorithm)
 
 
@@ -177,10 +182,23 @@ def _validate_group_by_version(name: str, on: bool) -> None:
 
 
 def _validate_action_format(name: str, action_format: str) -> None:
-    """An estimator that declares an action format (``register_estimator(action_format=...)``; HiPER:
-    ``hiper``, whose tags fill its columns and spans) needs the agent loop to write and parse that
-    format: ``policy.action_format`` must be it (ConfigError naming both and the fix)."""
+    """``policy.action_format`` must parse (``agentrl.rollout.parsing.parse_format``), and an estimator
+    that declares an action format (``register_estimator(action_format=...)``; HiPER: ``hiper``, whose
+    tags fill its columns and spans) needs the agent loop to write and parse that format:
+    ``policy.action_format`` must be it (ConfigError naming both and the fix)."""
+    from agentrl.rollout.parsing import parse_format
+
+    try:
+        parse_format(action_format)
+    except ValueError as exc:
+        raise ConfigError(f"policy.action_format: {exc}") from None
     needed = get_estimator(name).declares.action_format
+    if needed is not None:
+        try:
+            parse_format(needed)
+        except ValueError as exc:
+            raise ConfigError(f"algorithm.estimator {name!r} declares an action format the agent loop does not know "
+                              f"({exc}); fix its register_estimator(action_format=...)") from None
     if needed is not None and action_format != needed:
         raise ConfigError(f"algorithm.estimator {name!r} reads what the {needed!r} action format parses from every "
                           f"turn (e.g. HiPER's <switch>/<subgoal>/<action> tags), but policy.action_format is "

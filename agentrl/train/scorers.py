@@ -129,7 +129,16 @@ def make_scorers(cfg: Config, policy: "Policy") -> list[StepScorer]:
 
     Raises:
         KeyError: the estimator names a scorer nobody registered (lists the registered ones).
+        TypeError: a factory returned something that is not a ``StepScorer``.
     """
     spec = get_estimator(cfg.algorithm.estimator)
     ctx = ScorerContext(cfg, policy, spec)
-    return [get_scorer(name)(ctx) for name in spec.declares.scorers]
+    built = []
+    for name in spec.declares.scorers:
+        scorer = get_scorer(name)(ctx)
+        missing = [m for m in ("score", "learn", "save", "load") if not callable(getattr(scorer, m, None))]
+        if missing:
+            raise TypeError(f"step scorer {name!r}: its factory returned {type(scorer).__name__}, which lacks "
+                            f"{missing}; return an object with score, learn, save and load (StepScorer)")
+        built.append(scorer)
+    return built

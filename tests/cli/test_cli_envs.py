@@ -142,7 +142,40 @@ def test_envs_check_takes_constructor_keywords_and_names_a_missing_one(capsys):
     assert main(["envs", "check", "agentrl/Remote-v0"]) == 2
     err = capsys.readouterr().err
     assert "could not be built with no keywords" in err and "base_url" in err and "--env-kwarg KEY=VALUE" in err
+    assert main(["envs", "check", TOY, "--seed", "-1"]) == 2
+    assert "--seed must be >= 0" in capsys.readouterr().err
     assert main(["envs", "check", TOY, "--env-kwarg", "min_rooms=2", "--env-kwarg", "max_rooms=3"]) == 0
     assert f"ok {TOY}: 1 seed(s) from 0" in capsys.readouterr().out
     assert main(["envs", "check", TOY, "--env-kwarg", "min_rooms"]) == 2
     assert "is not KEY=VALUE" in capsys.readouterr().err
+
+
+class _RaisingResetEnv(gymnasium.Env):
+    """reset raises: a contract failure (exit 1) named as the env raising, never a set-up error."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self) -> None:
+        from agentrl.env import text_spaces
+
+        self.observation_space, self.action_space = text_spaces()
+
+    def reset(self, *, seed=None, options=None):
+        return None + 1  # a TypeError inside the env's own code
+
+
+def _failing_constructor(**kwargs):
+    raise RuntimeError("module import boom")
+
+
+def test_envs_check_tells_a_raising_env_from_one_it_cannot_build(capsys):
+    raising, unbuildable = "agentrl-test/CliRaisingReset-v0", "agentrl-test/CliUnbuildable-v0"
+    if raising not in gymnasium.registry:
+        gymnasium.register(id=raising, entry_point=_RaisingResetEnv)
+        gymnasium.register(id=unbuildable, entry_point=_failing_constructor)
+    assert main(["envs", "check", raising]) == 1
+    out = capsys.readouterr().out
+    assert f"FAIL {raising} (seed 0)" in out and "the env raised TypeError" in out and "--env-kwarg" not in out
+    assert main(["envs", "check", unbuildable]) == 2
+    err = capsys.readouterr().err
+    assert f"{unbuildable} could not be built with no keywords: RuntimeError: module import boom" in err

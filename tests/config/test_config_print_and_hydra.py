@@ -101,3 +101,17 @@ def test_cli_print_config_trains_nothing(tmp_path, capsys) -> None:
     with pytest.raises(SystemExit):
         main(["train", str(TOY), "--print-config", "run.iterations"])
     assert "'run.iterations' is not an override: write key.sub=value" in capsys.readouterr().err
+
+
+def test_cli_print_config_keeps_every_column_on_a_narrow_terminal() -> None:
+    import io
+
+    from rich.console import Console
+
+    from agentrl.cli.train import _print_config
+
+    buf = io.StringIO()
+    _print_config(Console(file=buf, width=40), load_config(TOY))
+    lines = buf.getvalue().splitlines()
+    assert lines[0].split() == ["key", "value", "what", "it", "is"]  # no column dropped
+    assert "agentrl/To" in lines[1] and "registered" in lines[1]  # env.id's value and help start on its row
