@@ -58,3 +58,31 @@ def test_system_prompt_default_matches_the_renderer_and_reaches_the_loop():
     assert SYSTEM_PROMPT == prompt.DEFAULT_SYSTEM_PROMPT and SYSTEM_PROMPT_PLACEHOLDERS == prompt.PLACEHOLDERS
     assert loop_config(_cfg()).system_prompt == SYSTEM_PROMPT
     assert loop_config(_cfg("policy.system_prompt='{env_instructions}'")).system_prompt == "{env_instructions}"
+
+
+@pytest.mark.parametrize("overrides, match", [
+    (["update.kl_coef=0.1"], r"update.kl_coef=0.1 asks for a KL penalty to a frozen reference model.*set update.kl_coef: 0"),
+    (["policy.action_constraint=none", "policy.action_format=regex:("], r"policy.action_format: action format 'regex:\('"),
+    (["policy.action_constraint=none", "policy.action_format=nonsense"], r"policy.action_format: unknown action format"),
+    (["update.lr=.inf"], r"update.lr must be a finite number > 0, got inf"),
+])
+def test_the_checked_config_refuses_what_would_fail_after_a_rollout(overrides, match, tmp_path):
+    from agentrl.train.checks import checked_config_from_dict
+
+    with pytest.raises(ConfigError, match=match):
+        checked_config_from_dict({"run": {"out_dir": str(tmp_path)}, "env": {"id": "agentrl/Toy-v0"}}, overrides)
+
+
+def test_a_declared_action_format_must_be_one_the_loop_knows(tmp_path):
+    import numpy as np
+
+    from agentrl.credit import register_estimator, unregister_estimator
+    from agentrl.train.checks import checked_config_from_dict
+
+    register_estimator("fmt_nonsense", action_format="nonsense")(lambda table: np.zeros(len(table)))
+    try:
+        with pytest.raises(ConfigError, match="declares an action format the agent loop does not know"):
+            checked_config_from_dict({"run": {"out_dir": str(tmp_path)}, "env": {"id": "agentrl/Toy-v0"},
+                                      "algorithm": {"estimator": "fmt_nonsense"}})
+    finally:
+        unregister_estimator("fmt_nonsense")
