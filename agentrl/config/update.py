@@ -31,7 +31,9 @@ class UpdateConfig:
     ``seq-mean-token-sum-norm`` (Dr.GRPO, arXiv 2503.20783: token sums / ``sum_norm_tokens``,
     defaulting to ``policy.max_tokens``; weight ∝ tokens, N× per episode) |
     ``episode-mean-token-mean`` (every episode the same; inside it every token the same).
-    ``kl_coef`` > 0 adds a KL penalty to the frozen reference (``k1`` | ``k2`` | ``k3``).
+    ``kl_coef`` > 0 adds a KL penalty to the frozen reference (``k1`` | ``k2`` | ``k3``) in
+    ``agentrl.update.step.update``; the trainer loads no reference model yet, so ``agentrl.train``
+    refuses it when the config is checked.
     ``pack`` puts prefix-consistent turns of one episode into one sequence. ``share_prefix``
     runs identical rows of a micro-batch once and the prompt prefix that all its rows share once
     per micro-batch (``agentrl.update.shared_prefix``: turns of one task; the same logprobs and
