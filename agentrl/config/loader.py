@@ -80,8 +80,13 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
         inner = [a for a in args if a is not type(None)]
         return _convert(value, inner[0], key) if len(inner) == 1 else value
     if origin is Literal:
+        if isinstance(value, bool) and not any(isinstance(a, bool) for a in args):
+            # YAML 1.1 reads unquoted on/off/yes/no as booleans: take the choice the user wrote
+            spelled = [a for a in (("on", "yes", "true") if value else ("off", "no", "false")) if a in args]
+            value = spelled[0] if len(spelled) == 1 else value
+        quote = "; YAML reads an unquoted on/off/yes/no/true/false as a boolean: quote it" if isinstance(value, bool) else ""
         _check(value in args, f"{key}: {value!r} is not allowed; choose one of {', '.join(map(repr, args))}"
-               + _hint(value, args))
+               + _hint(value, args) + quote)
         return value
     if dataclasses.is_dataclass(tp):
         return _build(tp, value, key)

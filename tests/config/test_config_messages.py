@@ -86,3 +86,13 @@ def test_a_declared_action_format_must_be_one_the_loop_knows(tmp_path):
                                       "algorithm": {"estimator": "fmt_nonsense"}})
     finally:
         unregister_estimator("fmt_nonsense")
+
+
+def test_unquoted_on_off_reach_the_enum_keys_that_spell_them(tmp_path):
+    # YAML 1.1 reads on/off as booleans; update.master_weights' choices are auto | on | off
+    assert _cfg("update.master_weights=off").update.master_weights == "off"
+    path = tmp_path / "c.yaml"
+    path.write_text("env: {id: agentrl/Toy-v0}\nupdate: {master_weights: off}\n")
+    assert load_config(path).update.master_weights == "off"
+    with pytest.raises(ConfigError, match=r"rollout.on_weight_update: False is not allowed.*quote it"):
+        _cfg("rollout.on_weight_update=no")
