@@ -38,6 +38,10 @@ from agentrl.rollout.engines.interface import (EngineSpec, EngineWorkerError, Wo
 from agentrl.rollout.engines.worker import EngineWorker, receiver_device, worker_environment
 from agentrl.types import Episode
 
+#: Seconds a failed broadcast waits for a killed worker to show as dead (its sockets close first).
+DEATH_GRACE_S = 2.0
+
+
 def _serve(conn, spec: EngineSpec, address, rank: int, layout) -> None:
     """Worker process loop: set the environment, build the engine, join the weight group at
     ``address`` as ``rank`` and load the first push, then serve ("collect", cc) | ("stream",
@@ -318,6 +322,11 @@ class ProcessEngineWorkers:
         try:
             self._sender.push(state, version)
         except Exception as exc:
+            # a killed worker's sockets close before its exit can be waited for: give the dead one a
+            # moment to show as dead, so the broadcast is not blamed on live workers (a test's race)
+            deadline = time.monotonic() + DEATH_GRACE_S
+            while all(p.is_alive() for p in self._procs) and time.monotonic() < deadline:
+                time.sleep(0.05)
             with self._lock:  # (a restart by the dispatcher thread meanwhile re-formed the group already)
                 for i in [i for i in range(self.n) if not self._procs[i].is_alive()]:
                     self._restart(i, seen=self._procs[i])
