@@ -22,7 +22,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("rollout", help="play episodes of an env with a policy and store them",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("env_id", metavar="ID", help="registered env id, e.g. agentrl/Toy-v0 (see `agentrl envs list`)")
-    p.add_argument("--policy", default="random", help="random | walkthrough | an LLM policy name (default: random)")
+    p.add_argument("--policy", default="random", help="random | walkthrough | noisy_walkthrough (the walkthrough with 25 %% random slips) | an LLM policy name (default: random)")
     p.add_argument("--episodes", type=int, default=8, help="total episodes, a multiple of --group (default: 8)")
     p.add_argument("--group", type=int, default=1, help="episodes per group; a group shares one env seed (default: 1)")
     p.add_argument("--store", required=True, help="SQLite turn store file (created if missing)")

@@ -40,6 +40,10 @@ to ``UnicodeText()`` and:
   (e.g. ALFWorld's ``{"expert": True}``, which plans once per game); the walkthrough
   policy builds the env with them.
 
+- Expert from the current state (optional, the expert-Q credit check ``agentrl.env.expert``): a
+  method ``expert_plan() -> list[str]`` (the expert's actions from the current state) and
+  ``metadata["agentrl.expert_kwargs"]`` (constructor kwargs it needs).
+
 Envs register with ``gymnasium.register(id="agentrl/Name-vN", entry_point="pkg.mod:Cls")``
 in ``envs/__init__.py``; bump ``-vN`` when reward, observation format or prompt template
 changes.

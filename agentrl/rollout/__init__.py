@@ -19,7 +19,7 @@ from agentrl.rollout.request import RolloutRequest, Runner
 __all__ = ["LLM_RUNNER", "SCRIPTED_POLICIES", "RolloutRequest", "Runner", "get_runner"]
 
 #: Policies that need no model (``agentrl.rollout.scripted``).
-SCRIPTED_POLICIES = ("random", "walkthrough")
+SCRIPTED_POLICIES = ("random", "walkthrough", "noisy_walkthrough")
 
 #: Module and function that run LLM policies (any other policy name); added by the LLM rollout.
 LLM_RUNNER = ("agentrl.rollout.llm_runner", "run_llm_rollout")

@@ -24,7 +24,7 @@ class RolloutRequest:
 
     Attributes:
         env_id: registered env id, e.g. ``"agentrl/Toy-v0"``.
-        policy: ``"random"``, ``"walkthrough"`` or an LLM policy name (e.g. a model id).
+        policy: ``"random"``, ``"walkthrough"``, ``"noisy_walkthrough"`` or an LLM policy name (e.g. a model id).
         episodes: total number of episodes (a multiple of ``group``).
         group: episodes per group (G ≥ 1).
         seed: base seed of env seeds and policy randomness.

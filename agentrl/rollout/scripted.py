@@ -1,7 +1,8 @@
 """Model-free policies and their rollout loop over an ``EnvPool``.
 
 ``RandomPolicy`` samples uniformly from ``info["admissible_actions"]`` with its own seeded
-generator; ``WalkthroughPolicy`` follows ``info["walkthrough"]`` from reset. ``run_scripted``
+generator; ``WalkthroughPolicy`` follows ``info["walkthrough"]`` from reset;
+``NoisyWalkthroughPolicy`` follows it with random slips (mixed outcomes). ``run_scripted``
 plays a ``RolloutRequest`` with them: turns carry no tokens (``prompt_ids``/``completion_ids``
 empty), so these episodes are for testing envs, the store and the estimators, and for
 baselines (random success rate, walkthrough upper bound).
@@ -21,6 +22,10 @@ from agentrl.env.contract import (INFO_ADMISSIBLE, INFO_ANCHOR, INFO_ENV_ERROR, 
 from agentrl.rollout.jobs import LazyQueue
 from agentrl.rollout.request import RolloutRequest
 from agentrl.types import Episode, EpisodeStatus, Turn
+
+
+#: slip probability of the ``noisy_walkthrough`` policy
+NOISY_EPSILON = 0.25
 
 
 class RandomPolicy:
@@ -67,13 +72,46 @@ class WalkthroughPolicy:
         return self.plan.popleft() if self.plan else None
 
 
-def make_policy(name: str, reset_info: dict, seed: int, episode_id: int) -> RandomPolicy | WalkthroughPolicy:
-    """The policy object for one episode (random: seeded by ``(seed, episode_id)``)."""
+class NoisyWalkthroughPolicy:
+    """The walkthrough with slips: each turn, with probability ``epsilon`` a uniformly random
+    admissible action instead of the next planned one (the plan waits; a slip that moved the
+    agent can make the rest of the plan fail). Outcomes are mixed by construction, with known
+    good and bad turns: the batches the expert-Q credit check (``agentrl.env.expert``) needs
+    where an untrained LLM never wins.
+
+    Args:
+        reset_info: the reset ``info``; must hold ``walkthrough``.
+        seed: seed of the slips' ``np.random.Generator``.
+        epsilon: slip probability in [0, 1].
+    Raises:
+        ValueError: no walkthrough, or ``epsilon`` outside [0, 1].
+    """
+
+    def __init__(self, reset_info: dict, seed: int | tuple[int, ...], epsilon: float = NOISY_EPSILON) -> None:
+        if not 0.0 <= epsilon <= 1.0:
+            raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
+        self.plan, self.random, self.epsilon = WalkthroughPolicy(reset_info), RandomPolicy(seed), float(epsilon)
+
+    def act(self, obs: str, info: dict) -> str | None:
+        """A random admissible action with probability ``epsilon`` (when the env lists some),
+        else the next planned one; ``None`` when the plan is used up."""
+        if not self.plan.plan:
+            return None
+        if info.get(INFO_ADMISSIBLE) and self.random.rng.random() < self.epsilon:
+            return self.random.act(obs, info)
+        return self.plan.act(obs, info)
+
+
+def make_policy(name: str, reset_info: dict, seed: int,
+                episode_id: int) -> RandomPolicy | WalkthroughPolicy | NoisyWalkthroughPolicy:
+    """The policy object for one episode (random and slips: seeded by ``(seed, episode_id)``)."""
     if name == "random":
         return RandomPolicy((seed, episode_id))
     if name == "walkthrough":
         return WalkthroughPolicy(reset_info)
-    raise ValueError(f"unknown scripted policy {name!r}; use 'random' or 'walkthrough'")
+    if name == "noisy_walkthrough":
+        return NoisyWalkthroughPolicy(reset_info, (seed, episode_id))
+    raise ValueError(f"unknown scripted policy {name!r}; use 'random', 'walkthrough' or 'noisy_walkthrough'")
 
 
 @dataclass
@@ -81,7 +119,7 @@ class _Live:
     """An episode being played in one slot."""
 
     episode: Episode
-    policy: RandomPolicy | WalkthroughPolicy
+    policy: RandomPolicy | WalkthroughPolicy | NoisyWalkthroughPolicy
     obs: str
     info: dict
 
@@ -96,7 +134,7 @@ def env_kwargs_for(policy: str, env_id: str, kwargs: Mapping) -> dict:
     """The env constructor kwargs scripted ``policy`` plays under: for ``walkthrough``, the
     env's declared ``metadata["agentrl.walkthrough_kwargs"]`` (e.g. ALFWorld's
     ``{"expert": True}``) under the caller's ``kwargs``; else ``kwargs`` unchanged."""
-    if policy != "walkthrough":
+    if policy not in ("walkthrough", "noisy_walkthrough"):
         return dict(kwargs)
     from agentrl.env.registry import env_metadata
 

@@ -75,7 +75,8 @@ class ALFWorldEnv(gymnasium.Env):
     # splits and the expert kwargs: pre-flight and the walkthrough policy read them (contract)
     # data_name: `agentrl data prepare alfworld` installs the game files for every run (agentrl.env.data_home)
     metadata = {"render_modes": [], "agentrl.data_name": "alfworld", "agentrl.action_normalize": "whitespace",
-                "agentrl.splits": tuple(alf_data.SPLITS), "agentrl.walkthrough_kwargs": {"expert": True}}
+                "agentrl.splits": tuple(alf_data.SPLITS), "agentrl.walkthrough_kwargs": {"expert": True},
+                "agentrl.expert_kwargs": {}}
 
     @classmethod
     def check_data(cls, split: str = "train", data_dir: str | os.PathLike | None = None,
@@ -190,6 +191,17 @@ class ALFWorldEnv(gymnasium.Env):
         info[INFO_MILESTONE] = self._match_milestone(action)
         info[INFO_N_MILESTONES] = len(self._milestones)
         return str(state.feedback), float(won), terminated, truncated, info
+
+    def expert_plan(self) -> list[str]:
+        """The Fast Downward planner's commands from the *current* state (≈0.1–4 s a call, never
+        used in rollouts), in the played wording; for the expert check (``agentrl.env.expert``).
+        ``[]`` once the episode is over or when the planner finds no plan."""
+        if self._done:
+            return []
+        inner = self._engine
+        while not hasattr(inner, "_pddl_state") and hasattr(inner, "_wrapped"):
+            inner = inner._wrapped
+        return [str(c) for c in (inner._pddl_state.replan(inner._entity_infos) or [])]
 
     def _match_milestone(self, action: str) -> bool:
         """True when ``action`` completes the next walkthrough milestone (module docstring)."""

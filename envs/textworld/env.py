@@ -71,6 +71,9 @@ class TextWorldEnv(gymnasium.Env):
         n_tasks: number of games in the split's task pool (≥ 1).
         max_turns: agent turns before truncation.
         cache_dir: game cache root (default ``$AGENTRL_CACHE/textworld``).
+        expert: request TextWorld's ``policy_commands`` (the quest's winning commands from the
+            current state) on every step, for ``expert_plan`` (``agentrl.env.expert``); off in
+            rollouts.
     Raises:
         MissingExtraError: textworld is not installed (``pip install 'agentrl[textworld]'``).
         ValueError: unknown family/split, bad params, n_tasks < 1, max_turns < 1.
@@ -78,7 +81,7 @@ class TextWorldEnv(gymnasium.Env):
 
     # text-game commands: the loop collapses whitespace before step (matching normalises again)
     metadata = {"render_modes": [], "agentrl.check_kwargs": {"n_tasks": 2}, "agentrl.action_normalize": "whitespace",
-                "agentrl.splits": tuple(SPLIT_SEED_BASE)}
+                "agentrl.splits": tuple(SPLIT_SEED_BASE), "agentrl.expert_kwargs": {"expert": True}}
 
     @classmethod
     def list_tasks(cls, split: str = "train", family: str = "custom", params: Mapping[str, ParamValue] | None = None,
@@ -92,7 +95,7 @@ class TextWorldEnv(gymnasium.Env):
 
     def __init__(self, family: str = "custom", params: Mapping[str, ParamValue] | None = None,
                  split: str = "train", n_tasks: int = 64, max_turns: int = 50,
-                 cache_dir: str | Path | None = None) -> None:
+                 cache_dir: str | Path | None = None, expert: bool = False) -> None:
         self._tw = require_module("textworld", "textworld")
         if n_tasks < 1 or max_turns < 1:
             raise ValueError(f"n_tasks and max_turns must be >= 1, got {n_tasks}, {max_turns}")
@@ -105,7 +108,10 @@ class TextWorldEnv(gymnasium.Env):
         self.n_tasks, self.max_turns = n_tasks, max_turns
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self._infos = self._tw.EnvInfos(admissible_commands=True, won=True, lost=True, score=True,
-                                        max_score=True, objective=True, extras=["walkthrough"])
+                                        max_score=True, objective=True, extras=["walkthrough"],
+                                        policy_commands=bool(expert))
+        self.expert = bool(expert)
+        self._policy: list[str] = []
         self._game: Path | None = None
         self._env = None
         self._done = True
@@ -155,6 +161,7 @@ class TextWorldEnv(gymnasium.Env):
         self._won = self._lost = False
         self._admissible = list(gs.admissible_commands)
         self._admissible_set = {normalize_command(a) for a in self._admissible}
+        self._policy = list(gs.policy_commands or []) if self.expert else []
         obs = clean_feedback(gs.feedback)
         info = {INFO_ANCHOR: obs, INFO_ADMISSIBLE: self._admissible, INFO_WON: bool(gs.won),
                 "lost": bool(gs.lost), INFO_TASK: spec.key, "task_index": int(index),
@@ -177,6 +184,7 @@ class TextWorldEnv(gymnasium.Env):
             self._score, won, lost = gs.score, bool(gs.won), bool(gs.lost)
             self._admissible = list(gs.admissible_commands)
             self._admissible_set = {normalize_command(a) for a in self._admissible}
+            self._policy = list(gs.policy_commands or []) if self.expert else []
             self._done = bool(done) or won or lost
         self._turns += 1
         terminated = self._done
@@ -186,6 +194,18 @@ class TextWorldEnv(gymnasium.Env):
         info = {INFO_ANCHOR: obs, INFO_ADMISSIBLE: self._admissible, INFO_WON: won, "lost": lost,
                 INFO_VALID: valid, "score": self._score}
         return obs, reward, terminated, truncated, info
+
+    def expert_plan(self) -> list[str]:
+        """The quest's winning commands from the current state (TextWorld's ``policy_commands``),
+        for the expert check (``agentrl.env.expert``); ``[]`` once the game is over.
+
+        Raises:
+            RuntimeError: the env was built without ``expert=True``.
+        """
+        if not self.expert:
+            raise RuntimeError("TextWorldEnv.expert_plan needs the env built with expert=True "
+                               "(metadata['agentrl.expert_kwargs'])")
+        return [] if self._done else list(self._policy)
 
     def close(self) -> None:
         if self._env is not None:

@@ -58,7 +58,8 @@ class WebShopEnv(gymnasium.Env):
     # exact: a few option values hold double spaces ("8.4 ounce  |  250 ml"); their click[...]
     # must arrive as listed (step strips and lower-cases the action itself)
     metadata = {"render_modes": [], "agentrl.data_name": "webshop", "agentrl.check_kwargs": {},
-                "agentrl.action_normalize": "exact", "agentrl.splits": tuple(GOAL_SPLITS)}
+                "agentrl.action_normalize": "exact", "agentrl.splits": tuple(GOAL_SPLITS),
+                "agentrl.expert_kwargs": {}}
 
     @classmethod
     def check_data(cls, data_dir: str | os.PathLike[str] | None = None, goal_mode: str = "synthetic",
@@ -161,6 +162,25 @@ class WebShopEnv(gymnasium.Env):
         if result.purchase is not None:
             info["reward_info"] = asdict(result.purchase)
         return obs, float(reward), terminated, truncated, info
+
+    def expert_plan(self) -> list[str]:
+        """The expert from the current page (``agentrl.env.expert``), ``[]`` once bought: on the
+        target's item page, its goal option values not selected yet, then Buy Now; on a results
+        page listing the target, click it, then the same; anywhere else ``click[back to search]``
+        (unless the page has the search bar) and the goal's oracle actions (``oracle_actions``:
+        search the target's title, open it, its options, Buy Now)."""
+        s = self.session
+        if s is None or s.page.kind == "done":
+            return []
+        goal, target = s.goal, s.goal.asin.lower()
+        offered = {v for _, values in self.world.catalogue.get(goal.asin).options for v in values}
+        options = [f"click[{v}]" for v in goal.option_values if v in offered and v not in s.options.values()]
+        if s.page.kind == "item" and (s.asin or "").lower() == target:
+            return [*options, "click[buy now]"]
+        if s.page.kind == "results" and target in s.page.clickables:
+            return [f"click[{target}]", *[f"click[{v}]" for v in goal.option_values if v in offered], "click[buy now]"]
+        plan = oracle_actions(goal, self.world.catalogue, self.world.engine)
+        return plan if s.page.has_search_bar else ["click[back to search]", *plan]
 
     def close(self) -> None:
         """Idempotent; the shared world stays cached for other instances."""

@@ -1,6 +1,6 @@
 """The credit audit through the whole loop (issue 49; tiny model, fp32, toy env): runs chosen
 pairwise over the sampler (chains, Tree-GRPO trees, RTPO rounds, engine workers, ``max_staleness``
-1) and the batch layout (padded, chains packed, token packs with a shared prefix) train with the
+1, an external harness through the recording proxy) and the batch layout (padded, chains packed, token packs with a shared prefix) train with the
 audit on (the default), and each iteration's ``audit/tokens`` is exactly the trained tokens of
 the turns whose advantage was stored that iteration (every trained token checked once). A
 placement mutation in the padding/mask, packing, sharding or selection code stops the run with
@@ -64,6 +64,31 @@ def test_every_trained_token_is_audited(name, tiny_dir, tmp_path):
         assert line.get("audit/tokens", 0.0) == expected.get(it, 0), (it, line)
         if expected.get(it):
             assert line["audit/rows"] >= 1 and 0 < line["audit/seconds"]
+
+
+@pytest.mark.parametrize("layout", ["padded", "packed"])
+def test_harness_turns_through_the_proxy_are_audited(layout, tiny_dir, tmp_path):
+    """examples/harness_toy.yaml with tests/e2e/audit_harness_agent.py (admissible actions picked by
+    the model's reply, so outcomes differ): an external agent plays through the recording proxy;
+    every token its recorded turns train is audited (its segments, forks and retries are the proxy's, not the
+    collector's), padded and packed."""
+    from agentrl.config import load_config
+    from agentrl.train import train
+
+    root = Path(__file__).resolve().parents[2]
+    cfg = load_config(root / "examples" / "harness_toy.yaml", [
+        f"policy.model={tiny_dir}", f"run.out_dir={tmp_path}", "run.iterations=2", "log.console=false",
+        "rollout.groups_per_iteration=2", "rollout.group_size=4", "env.max_turns=8",
+        *(["update.pack=true", "update.micro_batch=2"] if layout == "packed" else []),
+        f"rollout.harness.command=['{{python}}', '{Path(__file__).parent / 'audit_harness_agent.py'}', '8']"])
+    assert cfg.update.audit is True
+    result = train(cfg, resume=False)
+    lines = [json.loads(x) for x in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
+    with TurnStore(result.store_path, readonly=True) as store:
+        expected = _trained_tokens(store, result.run_id, cfg.update.epochs)
+    assert expected, "no iteration trained: the run shows nothing"
+    for line in lines:
+        assert line.get("audit/tokens", 0.0) == expected.get(line["step"], 0), line
 
 
 def _advantage_on_a_prompt_token(real):
