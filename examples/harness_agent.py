@@ -51,24 +51,19 @@ def ask(client: OpenAI, messages: list[dict], max_tokens: int, stream: bool) -> 
     return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--max-turns", type=int, default=8)
-    ap.add_argument("--max-tokens", type=int, default=32)
-    ap.add_argument("--stream", action="store_true")
-    args = ap.parse_args()
-
+def play(client: OpenAI, max_turns: int, max_tokens: int, stream: bool = False, choose=None) -> None:
+    """Play one episode of the env the harness contract names, logging each action;
+    ``choose(reply, info) -> action`` picks the command (default: ``parse_action(reply)``)."""
     from agentrl.env import make  # any gymnasium text env works; agentrl's registry has the ids
 
     env = make(os.environ["AGENTRL_ENV_ID"], **json.loads(os.environ.get("AGENTRL_ENV_KWARGS", "{}")))
     obs, info = env.reset(seed=int(os.environ.get("AGENTRL_SEED", "0")))
-    client = OpenAI(max_retries=0)  # base URL and key from the environment
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": show(obs, info)}]
     log_path = os.environ.get("AGENTRL_ACTION_LOG")
     with open(log_path or os.devnull, "a", encoding="utf-8") as log:
-        for _ in range(args.max_turns):
-            reply = ask(client, messages, args.max_tokens, args.stream)
-            action = parse_action(reply)
+        for _ in range(max_turns):
+            reply = ask(client, messages, max_tokens, stream)
+            action = choose(reply, info) if choose is not None else parse_action(reply)
             log.write(json.dumps({"action": action}) + "\n")
             log.flush()
             obs, reward, terminated, truncated, info = env.step(action)
@@ -76,6 +71,15 @@ def main() -> int:
                 break
             messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": show(obs, info)}]
     env.close()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--max-turns", type=int, default=8)
+    ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--stream", action="store_true")
+    args = ap.parse_args()
+    play(OpenAI(max_retries=0), args.max_turns, args.max_tokens, args.stream)  # base URL and key from the environment
     return 0
 
 

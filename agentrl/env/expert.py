@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agentrl.env.contract import INFO_ANCHOR
+from agentrl.env.contract import INFO_ANCHOR, INFO_WON
 
 #: class ``metadata`` key: constructor kwargs under which ``expert_plan()`` works.
 META_EXPERT_KWARGS = "agentrl.expert_kwargs"
@@ -143,7 +143,7 @@ def play_expert(env, gamma: float, max_expert_steps: int) -> Continuation:
         _, r, term, trunc, info = env.step(plan.pop(0))
         value += gamma ** steps * float(r)
         steps += 1
-        won = won or bool(info.get("won", False))
+        won = won or bool(info.get(INFO_WON, False))
         if term or trunc:
             return Continuation(value, steps, won, True)
     return Continuation(value, steps, won, False)

@@ -2,43 +2,29 @@
 proxy, except that the command it sends is the env's walkthrough step, or, when the CRC-32 of
 the model's reply is 0 mod 3, an admissible action picked by it (a slip; a tiny random model
 never writes a valid command itself), so a group's episodes differ in outcome and their turns
-get advantages to audit."""
+get advantages to audit. ``audit_harness_agent.py MAX_TURNS``."""
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 import zlib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 
-from harness_agent import SYSTEM, ask, show  # noqa: E402
+from harness_agent import OpenAI, play  # noqa: E402
 
 
 def main() -> int:
-    from openai import OpenAI
+    plan: list[str] | None = None
 
-    from agentrl.env import make
+    def choose(reply: str, info: dict) -> str:
+        nonlocal plan
+        plan = list(info["walkthrough"]) if plan is None else plan  # the reset info comes first
+        acts, h = info["admissible_actions"], zlib.crc32(reply.encode("utf-8"))
+        return acts[(h // 3) % len(acts)] if h % 3 == 0 or not plan else plan.pop(0)
 
-    env = make(os.environ["AGENTRL_ENV_ID"], **json.loads(os.environ.get("AGENTRL_ENV_KWARGS", "{}")))
-    obs, info = env.reset(seed=int(os.environ.get("AGENTRL_SEED", "0")))
-    client = OpenAI(max_retries=0)
-    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": show(obs, info)}]
-    plan = list(info["walkthrough"])
-    with open(os.environ.get("AGENTRL_ACTION_LOG") or os.devnull, "a", encoding="utf-8") as log:
-        for _ in range(int(sys.argv[1]) if len(sys.argv) > 1 else 3):
-            reply = ask(client, messages, 8, False)
-            acts, h = info["admissible_actions"], zlib.crc32(reply.encode("utf-8"))
-            action = acts[(h // 3) % len(acts)] if h % 3 == 0 or not plan else plan.pop(0)
-            log.write(json.dumps({"action": action}) + "\n")
-            log.flush()
-            obs, _, terminated, truncated, info = env.step(action)
-            if terminated or truncated:
-                break
-            messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": show(obs, info)}]
-    env.close()
+    play(OpenAI(max_retries=0), int(sys.argv[1]) if len(sys.argv) > 1 else 3, 8, choose=choose)
     return 0
 
 

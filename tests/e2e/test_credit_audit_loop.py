@@ -54,10 +54,14 @@ def test_every_trained_token_is_audited(name, tiny_dir, tmp_path):
 
     cfg = _cfg(tiny_dir, tmp_path, name="audit", iterations=2, run__eval_every=0, **RUNS[name])
     assert cfg.update.audit is True  # on by default
-    result = train(cfg, resume=False)
+    _assert_every_token_audited(train(cfg, resume=False), cfg.update.epochs)
+
+
+def _assert_every_token_audited(result, epochs: int) -> None:
+    """Each iteration's ``audit/tokens`` equals the trained tokens of the turns it stored advantages for."""
     lines = [json.loads(x) for x in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
     with TurnStore(result.store_path, readonly=True) as store:
-        expected = _trained_tokens(store, result.run_id, cfg.update.epochs)
+        expected = _trained_tokens(store, result.run_id, epochs)
     assert expected, "no iteration trained: the run shows nothing"
     for line in lines:
         it = line["step"]
@@ -68,9 +72,9 @@ def test_every_trained_token_is_audited(name, tiny_dir, tmp_path):
 
 @pytest.mark.parametrize("layout", ["padded", "packed"])
 def test_harness_turns_through_the_proxy_are_audited(layout, tiny_dir, tmp_path):
-    """examples/harness_toy.yaml with tests/e2e/audit_harness_agent.py (admissible actions picked by
-    the model's reply, so outcomes differ): an external agent plays through the recording proxy;
-    every token its recorded turns train is audited (its segments, forks and retries are the proxy's, not the
+    """examples/harness_toy.yaml with tests/e2e/audit_harness_agent.py (the walkthrough with slips
+    picked by the model's reply, so outcomes differ): an external agent plays through the recording
+    proxy; every token its recorded turns train is audited (its segments are the proxy's, not the
     collector's), padded and packed."""
     from agentrl.config import load_config
     from agentrl.train import train
@@ -82,13 +86,7 @@ def test_harness_turns_through_the_proxy_are_audited(layout, tiny_dir, tmp_path)
         *(["update.pack=true", "update.micro_batch=2"] if layout == "packed" else []),
         f"rollout.harness.command=['{{python}}', '{Path(__file__).parent / 'audit_harness_agent.py'}', '8']"])
     assert cfg.update.audit is True
-    result = train(cfg, resume=False)
-    lines = [json.loads(x) for x in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
-    with TurnStore(result.store_path, readonly=True) as store:
-        expected = _trained_tokens(store, result.run_id, cfg.update.epochs)
-    assert expected, "no iteration trained: the run shows nothing"
-    for line in lines:
-        assert line.get("audit/tokens", 0.0) == expected.get(line["step"], 0), line
+    _assert_every_token_audited(train(cfg, resume=False), cfg.update.epochs)
 
 
 def _advantage_on_a_prompt_token(real):
