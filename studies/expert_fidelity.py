@@ -153,7 +153,7 @@ def _policy(cell: Cell, run_dir: Path):
         main_cfg = load_checked_config("examples/gigpo_textworld.yaml", [f"policy.dtype={dtype}", "run.name=main",
                                                                          f"run.out_dir={run_dir}", "run.eval_before=false",
                                                                          "run.eval_every=0"])
-        ckpt = run_dir / "main" / "checkpoints" / "iter_4"
+        ckpt = run_dir / "main" / "checkpoints" / f"iter_{main_cfg.run.iterations:06d}"
         if not ckpt.is_dir():
             train(main_cfg, resume=True)
     return cfg, load_eval_policy(cfg, ckpt)
