@@ -10,15 +10,18 @@ state), the ALFWorld Fast Downward planner re-run from the current state, WebSho
 search]`` then its oracle actions (search the target's title, open it, its options, Buy Now) —
 except on the target's item page (its missing options, Buy Now) or a results page listing it.
 
-Per cell (env × policy): a **warm-up batch** (turn-PPO's tabular critic and 3SPO's state statistics
-are fitted on it: W = 1 batch) and a **scored batch** of ``groups`` × ``group`` episodes sampled by
-SmolLM2 through the real rollout path (the env's example config: window context, constrained
-decoding over the admissible actions, temperature 1; ``policy: main`` reads a GiGPO checkpoint
-trained by the README's main-job config in the cell's run folder), final-layer hidden states kept
-(BiPACE). Every registered estimator whose inputs the batch carries is read on the scored batch:
-Tree-GRPO and RTPO score tree rollouts and HiPER needs its own action format, so they are left out
-here. Metrics over the scored turns of ok episodes (``expert_metrics``), with 95 % bootstrap
-intervals over task groups; GRPO is the floor. The expert continuations are cached in the run
+Per chain cell (env × policy): a **warm-up batch** (turn-PPO's tabular critic and 3SPO's state
+statistics are fitted on it: W = 1 batch) and a **scored batch** of ``groups`` × ``group`` episodes
+sampled by SmolLM2 through the real rollout path (the env's example config: window context,
+constrained decoding over the admissible actions, temperature 1; ``policy: main`` reads a GiGPO
+checkpoint trained by the README's main-job config in the cell's run folder), final-layer hidden
+states kept (BiPACE), or by the scripted noisy walkthrough. Every registered chain estimator whose
+inputs the batch carries is read on the scored batch. Tree-GRPO and RTPO are read on their own
+samplers (``sampler: tree`` / ``rtpo``, ``studies/expert_batches.py``; a branch's expert values
+come from its whole root-to-leaf path; RTPO at a fixed policy, scored on its branching turns, the
+only ones it gives a value); HiPER needs its own action format and is left out. Metrics over the
+scored turns of ok episodes (``expert_metrics``), with 95 % bootstrap intervals over task groups;
+GRPO is the floor. The expert continuations are cached in the run
 folder (``expert_cache.json``): an interrupted cell resumes without re-playing them.
 
 Usage: ``python -m studies.runner --study expert_fidelity --left`` (every cell without a result) or
@@ -29,13 +32,13 @@ metric), ``--by-metric`` a table per metric (estimator × cell).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from pathlib import Path
 
 import numpy as np
 
+from studies.expert_batches import collect_batch, expert_table, load_policy
 from studies.runner import ROOT, Cell, Study, finished
 
 GAMMA = 0.95
@@ -55,26 +58,41 @@ POLICIES = ("untrained", "main", "noisy_walkthrough")
 #: estimator kwargs: the maze study's settings where a term assumes ALFWorld's reward 10
 KWARGS = {"g2po": {"success_reward": 1.0}, "graphgpo": {"goal_value": 1.0, "gamma": GAMMA},
           "beacon": {"milestone_reward": 1.0}, "gigpo": {"gamma": GAMMA}}
-LEFT_OUT = {"tree_grpo": "tree rollouts", "rtpo": "tree rollouts", "hiper": "its own action format"}
+LEFT_OUT = {"tree_grpo": "its own sampler (tree cell)", "rtpo": "its own sampler (rtpo cell)",
+            "hiper": "its own action format"}
+#: the estimator read on a tree sampler's batches (they branch: the chain estimators refuse them)
+SAMPLER_ESTIMATOR = {"tree": "tree_grpo", "rtpo": "rtpo"}
+#: the tree samplers' settings (examples/gigpo_textworld.yaml otherwise): 8 tasks, as the maze study
+TREE_OVERRIDES = {"tree": ["rollout.sampler=tree", "algorithm.estimator=tree_grpo", "algorithm.kwargs={}",
+                           "rollout.tree.trees=4", "rollout.tree.rounds=1", "rollout.tree.branches=2"],
+                  "rtpo": ["rollout.sampler=rtpo", "algorithm.estimator=rtpo", "algorithm.kwargs={}",
+                           "rollout.tree.siblings=3", "rollout.tree.branch_points=2", "rollout.tree.stride=1"]}
 METRICS = ("corr", "spearman", "sign_agree", "sign_acc_hurting", "failed_credit")
 
 
-def make_cell(env: str, policy: str, seed: int = 0) -> Cell:
-    """One cell: ``env`` (a key of ``ENVS``) sampled by ``policy`` (one of ``POLICIES``); an LLM
-    policy on WebShop samples fewer groups (``webshop_llm``: its prompts are long)."""
-    sizes = ENVS["webshop_llm"] if env == "webshop" and policy != "noisy_walkthrough" else ENVS[env]
-    return Cell("expert_fidelity", f"{env}-{policy}-s{seed}", {"env": env, "policy": policy, "gamma": GAMMA,
-                                                               **sizes}, seed)
+def make_cell(env: str, policy: str, seed: int = 0, sampler: str = "chains") -> Cell:
+    """One cell: ``env`` (a key of ``ENVS``) sampled by ``policy`` (one of ``POLICIES``) with
+    ``sampler`` (chains, or Tree-GRPO's ``tree`` / RTPO's ``rtpo``: 8 tasks × 4 trees or bases); an
+    LLM policy on WebShop samples fewer groups (``webshop_llm``: its prompts are long)."""
+    sizes = dict(ENVS["webshop_llm"] if env == "webshop" and policy != "noisy_walkthrough" else ENVS[env])
+    tag = ""
+    if sampler != "chains":
+        sizes.update(groups=8, group=4, overrides=[*sizes["overrides"], *TREE_OVERRIDES[sampler]])
+        tag = f"-{sampler}"
+    return Cell("expert_fidelity", f"{env}-{policy}{tag}-s{seed}", {"env": env, "policy": policy, "gamma": GAMMA,
+                                                                    "sampler": sampler, **sizes}, seed)
 
 
 def grid() -> list[Cell]:
     """TextWorld-CU1 under SmolLM2 after the main job, as packaged and the noisy walkthrough;
     WebShop under SmolLM2 as packaged (its outcome mix, measured) and the noisy walkthrough; ALFWorld
     under the noisy walkthrough (SmolLM2 as packaged wins no game in 20 turns, and a planner call
-    per visited state makes its 640 turns ~45 min for an all-fail batch)."""
+    per visited state makes its 640 turns ~45 min for an all-fail batch); Tree-GRPO and RTPO on
+    their own samplers, TextWorld-CU1 under SmolLM2 as packaged."""
     return [make_cell("textworld_cu1", "main"), make_cell("textworld_cu1", "untrained"),
             make_cell("textworld_cu1", "noisy_walkthrough"), make_cell("webshop", "noisy_walkthrough"),
-            make_cell("alfworld", "noisy_walkthrough"), make_cell("webshop", "untrained")]
+            make_cell("alfworld", "noisy_walkthrough"), make_cell("webshop", "untrained"),
+            make_cell("textworld_cu1", "untrained", sampler="tree"), make_cell("textworld_cu1", "untrained", sampler="rtpo")]
 
 
 def _rank(x: np.ndarray) -> np.ndarray:
@@ -132,92 +150,6 @@ def bootstrap(group: np.ndarray, fn, n_boot: int = 1000, seed: int = 0) -> dict[
     return out
 
 
-def _policy(cell: Cell, run_dir: Path):
-    """(config, policy) of the cell: the env's example config with its overrides, the packaged
-    SmolLM2 (bf16 where the CPU has AVX-512-BF16/AMX, else fp32), and for ``main`` the checkpoint
-    of the README's main job (trained here once, then reused)."""
-    from agentrl.eval import load_eval_policy
-    from agentrl.train.checks import load_checked_config
-    from studies.learning import auto_dtype
-
-    c = cell.config
-    dtype = auto_dtype()
-    cfg = load_checked_config(c["config"], [*c["overrides"], f"policy.dtype={dtype}", f"run.out_dir={run_dir}",
-                                            "run.name=sampler", "rollout.num_workers=1"])
-    if c["policy"] == "noisy_walkthrough":
-        return cfg, None
-    ckpt = None
-    if c["policy"] == "main":
-        from agentrl.train import train
-
-        main_cfg = load_checked_config("examples/gigpo_textworld.yaml", [f"policy.dtype={dtype}", "run.name=main",
-                                                                         f"run.out_dir={run_dir}", "run.eval_before=false",
-                                                                         "run.eval_every=0"])
-        ckpt = run_dir / "main" / "checkpoints" / f"iter_{main_cfg.run.iterations:06d}"
-        if not ckpt.is_dir():
-            train(main_cfg, resume=True)
-    return cfg, load_eval_policy(cfg, ckpt)
-
-
-def _collect(cfg, policy, store, run_id: str, n_groups: int, group: int, seed: int):
-    from agentrl.eval import env_kwargs, loop_config
-
-    if policy is None:  # the scripted noisy walkthrough
-        from agentrl.rollout import RolloutRequest
-        from agentrl.rollout.scripted import run_scripted
-
-        episodes = []
-        run_scripted(RolloutRequest(cfg.env.id, "noisy_walkthrough", n_groups * group, group, seed, cfg.env.max_turns,
-                                    env_kwargs(cfg, "train"), num_slots=min(8, n_groups * group), num_workers=1),
-                     episodes.append)
-        for ep in episodes:
-            ep.run_id = run_id
-            for t in ep.turns:
-                t.run_id = run_id
-        store.add_episodes(sorted(episodes, key=lambda e: e.episode_id), run_id=run_id)
-        return episodes
-    from agentrl.llm.base import SamplingParams
-    from agentrl.rollout.collector import CollectConfig, collect
-
-    cc = CollectConfig(env_id=cfg.env.id, n_groups=n_groups, group_size=group, seed=seed, loop=loop_config(cfg),
-                       sampling=SamplingParams(temperature=1.0, max_tokens=cfg.policy.max_tokens, seed=seed),
-                       env_kwargs=env_kwargs(cfg, "train"), num_slots=min(16, n_groups * group), num_workers=1,
-                       run_id=run_id, progress=False, return_hidden=True)
-    episodes = collect(policy.engine, policy.renderer, cc)
-    store.add_episodes(episodes, run_id=run_id)
-    return episodes
-
-
-def _expert_table(cfg, episodes, c: dict, cache) -> dict:
-    """Per episode id: ``ExpertValues`` (``agentrl.env.expert``) of its turns."""
-    import gymnasium as gym
-
-    from agentrl.env.expert import META_EXPERT_KWARGS, expert_values
-    from agentrl.env.registry import env_metadata
-    from agentrl.eval import env_kwargs
-
-    kw = {**env_kwargs(cfg, "train"), **dict(env_metadata(cfg.env.id).get(META_EXPERT_KWARGS) or {}),
-          "max_turns": cfg.env.max_turns + c["max_expert_steps"] + 1}
-    env = gym.make(cfg.env.id, **kw).unwrapped
-    key = json.dumps([cfg.env.id, kw], sort_keys=True, default=str)
-    out = {}
-    try:
-        for i, ep in enumerate(episodes):
-            if ep.status.value != "ok":
-                continue
-            turns = ep.turns
-            out[ep.episode_id] = expert_values(
-                env, [t.action for t in turns], seed=ep.seed, rewards=[t.reward for t in turns],
-                anchors=[t.anchor_obs for t in turns], terminated=bool(turns and turns[-1].terminated),
-                gamma=c["gamma"], max_expert_steps=c["max_expert_steps"], cache=cache, env_key=key)
-            if i % 8 == 7:
-                cache.save()
-    finally:
-        env.close()
-        cache.save()
-    return out
-
-
 def _estimates(table, warm_table) -> dict[str, np.ndarray]:
     """float64[N] advantages of every registered estimator the batch can feed (``LEFT_OUT`` not)."""
     from dataclasses import replace
@@ -243,23 +175,25 @@ def _estimates(table, warm_table) -> dict[str, np.ndarray]:
 
 
 def _run(cell: Cell, run_dir: Path) -> dict:
+    from agentrl.credit import compute_advantages
     from agentrl.env.expert import ExpertCache
     from agentrl.store import TurnStore
 
     c, t0 = cell.config, time.perf_counter()
-    cfg, policy = _policy(cell, run_dir)
+    cfg, policy = load_policy(cell, run_dir)
     store = TurnStore(run_dir / "batches.sqlite")
-    runs = set(store.runs())
+    runs, sampler = set(store.runs()), c.get("sampler", "chains")
     batches = {}
-    for name, seed in (("warm", 1000 + cell.seed), ("scored", cell.seed)):
+    # chains: a warm-up batch for the learned parts (W = 1); tree samplers: their own estimator only
+    for name, seed in ((("warm", 1000 + cell.seed),) if sampler == "chains" else ()) + (("scored", cell.seed),):
         batches[name] = store.table(name) if name in runs else None
         if batches[name] is None or not len(batches[name]):
-            _collect(cfg, policy, store, name, c["groups"], c["group"], seed)
+            collect_batch(cfg, policy, store, name, c["groups"], c["group"], seed, sampler)
             batches[name] = store.table(name)
     t_roll = time.perf_counter() - t0
     episodes = store.load_episodes("scored")
     cache = ExpertCache(run_dir / "expert_cache.json")
-    values = _expert_table(cfg, episodes, c, cache)
+    values = expert_table(cfg, episodes, c, cache)
     t_exp = time.perf_counter() - t0 - t_roll
     table = batches["scored"]
     a_exp = np.zeros(len(table))
@@ -269,14 +203,17 @@ def _run(cell: Cell, run_dir: Path) -> dict:
             a_exp[i], use[i] = values[e].a[t], True
     won_ep = {e.episode_id: bool(e.success) for e in episodes}
     won = np.array([won_ep[e] for e in table.episode.tolist()])
-    ests = _estimates(table, batches["warm"])
+    ests = _estimates(table, batches["warm"]) if sampler == "chains" else {
+        SAMPLER_ESTIMATOR[sampler]: compute_advantages(table, SAMPLER_ESTIMATOR[sampler])}
+    if sampler == "rtpo":  # RTPO gives a value to its branching turns only (credit/rtpo.py): score those
+        use &= np.asarray(table.branch) >= 0
     rows = np.flatnonzero(use)
     res = {}
     for name, adv in ests.items():
         fn = (lambda r, adv=adv: expert_metrics(adv[rows][r], a_exp[rows][r], won[rows][r]))
         res[name] = {"point": fn(np.arange(rows.size)), "ci": bootstrap(table.group[rows], fn)}
     ep_won = [won_ep[e] for e in values]
-    return {"env": c["env"], "env_id": cfg.env.id, "policy": c["policy"], "gamma": c["gamma"],
+    return {"env": c["env"], "env_id": cfg.env.id, "policy": c["policy"], "sampler": sampler, "gamma": c["gamma"],
             "max_turns": cfg.env.max_turns, "max_expert_steps": c["max_expert_steps"],
             "episodes": len(values), "turns": int(rows.size), "success": float(np.mean(ep_won)) if ep_won else 0.0,
             "mixed_groups": int(sum(len({won_ep[e] for e in np.unique(table.episode[table.group == g])}) > 1
@@ -308,8 +245,9 @@ def summary(root: Path = ROOT) -> str:
                      f"expert: {EXPERT_LABEL[r['env']]} (≤ {r['max_expert_steps']} steps), γ {r['gamma']}. "
                      f"{r['turns']} turns of {r['episodes']} episodes ({r['groups']} groups, {r['mixed_groups']} with "
                      f"mixed outcomes), success {r['success']:.0%}; A^E < 0 on {r['a_exp']['hurting']} turns; "
-                     f"replay mismatches {r['replay_mismatch']}; warm-up W = 1 batch (turn-PPO's tabular critic, "
-                     f"3SPO's statistics)\n")
+                     f"replay mismatches {r['replay_mismatch']}; "
+                     + ("warm-up W = 1 batch (turn-PPO's tabular critic, 3SPO's statistics)\n"
+                        if r.get("sampler", "chains") == "chains" else f"sampler {r['sampler']}\n"))
         lines.append("| estimator | " + " | ".join(METRICS) + " |")
         lines.append("|---" * (len(METRICS) + 1) + "|")
         for name, m in r["estimators"].items():
@@ -326,9 +264,9 @@ def _fmt(m: dict, k: str) -> str:
 
 def by_metric(root: Path = ROOT, metrics: tuple[str, ...] = ("corr", "sign_acc_hurting", "failed_credit")) -> str:
     """One Markdown table per metric: estimator × cell (env, policy), point [95 % interval]."""
-    recs = [rec["row"] for rec in finished(root, "expert_fidelity")]
     order = {c.key: i for i, c in enumerate(grid())}
-    recs.sort(key=lambda r: order.get(f"{r['env']}-{r['policy']}-s0", 99))
+    recs = [rec["row"] for rec in sorted(finished(root, "expert_fidelity"), key=lambda rec: order.get(rec["key"], 99))
+            if rec["row"].get("sampler", "chains") == "chains"]
     names = sorted({n for r in recs for n in r["estimators"]})
     head = " | ".join(f"{r['env']} · {r['policy']} ({r['turns']} turns)" for r in recs)
     out = []
@@ -336,6 +274,20 @@ def by_metric(root: Path = ROOT, metrics: tuple[str, ...] = ("corr", "sign_acc_h
         out += [f"\n**{k}**\n", f"| estimator | {head} |", "|---" * (len(recs) + 1) + "|"]
         out += [f"| {n} | " + " | ".join(_fmt(r["estimators"][n], k) if n in r["estimators"] else "n/a" for r in recs)
                 + " |" for n in names]
+    return "\n".join(out)
+
+
+def tree_table(root: Path = ROOT) -> str:
+    """Tree-GRPO and RTPO on their own samplers: one row per cell, every metric."""
+    out = ["| estimator · cell | turns scored (episodes, success) | " + " | ".join(METRICS) + " |",
+           "|---" * (len(METRICS) + 2) + "|"]
+    for rec in finished(root, "expert_fidelity"):
+        r = rec["row"]
+        if r.get("sampler", "chains") == "chains":
+            continue
+        for name, m in r["estimators"].items():
+            out.append(f"| {name} · {r['env']} {r['policy']} {r['sampler']} | {r['turns']} ({r['episodes']}, "
+                       f"{r['success']:.0%}) | " + " | ".join(_fmt(m, k) for k in METRICS) + " |")
     return "\n".join(out)
 
 
@@ -351,6 +303,7 @@ def main(argv: list[str] | None = None) -> None:
         print(summary())
     if args.by_metric:
         print(by_metric())
+        print("\n" + tree_table())
 
 
 if __name__ == "__main__":

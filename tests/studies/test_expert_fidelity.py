@@ -58,3 +58,23 @@ def test_a_webshop_cell_end_to_end_and_resumed(tmp_path):
     assert len(cache) == row["continuations"] > 0
     again = _run(cell, tmp_path / "run")  # resumes: the stored batches and the cached continuations
     assert again["seconds_expert"] >= 0 and again["estimators"] == row["estimators"]
+
+
+def test_a_branch_is_scored_on_its_whole_root_to_leaf_path():
+    from agentrl.types import Episode, Turn
+    from studies.expert_batches import _paths
+
+    def ep(eid, t0, acts, parent=None):
+        turns = [Turn(run_id="r", episode_id=eid, group_id=0, t=t0 + i, observation=f"o{t0 + i}",
+                      anchor_obs=f"{eid}:{t0 + i}", action=a, action_valid=True, reward=float(i), info={}) for i, a in enumerate(acts)]
+        if parent is not None:
+            turns[0].info["tree_parent"] = list(parent)
+        return Episode(episode_id=eid, group_id=0, env_id="x", task_id="t", seed=3, turns=turns)
+
+    root = ep(0, 0, ["a", "b", "c"])
+    branch = ep(1, 2, ["x", "y"], parent=(0, 1))  # continues after the root's turn 1
+    twig = ep(2, 3, ["z"], parent=(1, 2))  # continues after the branch's first turn (t = 2)
+    paths = _paths([twig, branch, root])  # any order
+    assert paths[0][0] == ["a", "b", "c"]
+    assert paths[1] == (["a", "b", "x", "y"], [0.0, 1.0, 0.0, 1.0], ["0:0", "0:1", "1:2", "1:3"])
+    assert paths[2][0] == ["a", "b", "x", "z"]
