@@ -62,7 +62,7 @@ LEFT_OUT = {"tree_grpo": "its own sampler (tree cell)", "rtpo": "its own sampler
             "hiper": "its own action format"}
 #: the estimator read on a tree sampler's batches (they branch: the chain estimators refuse them)
 SAMPLER_ESTIMATOR = {"tree": "tree_grpo", "rtpo": "rtpo"}
-#: the tree samplers' settings (examples/gigpo_textworld.yaml otherwise): 8 tasks, as the maze study
+#: the tree samplers' settings (examples/gigpo_textworld.yaml otherwise), 16 tasks as the chain cells
 TREE_OVERRIDES = {"tree": ["rollout.sampler=tree", "algorithm.estimator=tree_grpo", "algorithm.kwargs={}",
                            "rollout.tree.trees=4", "rollout.tree.rounds=1", "rollout.tree.branches=2"],
                   "rtpo": ["rollout.sampler=rtpo", "algorithm.estimator=rtpo", "algorithm.kwargs={}",
@@ -72,12 +72,12 @@ METRICS = ("corr", "spearman", "sign_agree", "sign_acc_hurting", "failed_credit"
 
 def make_cell(env: str, policy: str, seed: int = 0, sampler: str = "chains") -> Cell:
     """One cell: ``env`` (a key of ``ENVS``) sampled by ``policy`` (one of ``POLICIES``) with
-    ``sampler`` (chains, or Tree-GRPO's ``tree`` / RTPO's ``rtpo``: 8 tasks × 4 trees or bases); an
+    ``sampler`` (chains, or Tree-GRPO's ``tree`` / RTPO's ``rtpo``: 16 tasks × 4 trees or bases); an
     LLM policy on WebShop samples fewer groups (``webshop_llm``: its prompts are long)."""
     sizes = dict(ENVS["webshop_llm"] if env == "webshop" and policy != "noisy_walkthrough" else ENVS[env])
     tag = ""
     if sampler != "chains":
-        sizes.update(groups=8, group=4, overrides=[*sizes["overrides"], *TREE_OVERRIDES[sampler]])
+        sizes.update(groups=16, group=4, overrides=[*sizes["overrides"], *TREE_OVERRIDES[sampler]])
         tag = f"-{sampler}"
     return Cell("expert_fidelity", f"{env}-{policy}{tag}-s{seed}", {"env": env, "policy": policy, "gamma": GAMMA,
                                                                     "sampler": sampler, **sizes}, seed)
