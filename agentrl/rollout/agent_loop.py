@@ -331,7 +331,8 @@ class EpisodeDriver:
             self.done = True
         else:
             self.fail(EpisodeStatus.ABORTED, f"first prompt ({self._prompt.size} tokens) fills the context "
-                                             f"({self.max_context}); use a longer-context model")
+                                             f"({self.max_context}); shorten policy.system_prompt or the task "
+                                             f"text, or use a longer-context model")
         return True
 
     def fail(self, status: EpisodeStatus, error: str) -> None:

@@ -7,6 +7,7 @@ optimizer steps over them (``update_policy``), data-parallel or not.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -155,14 +156,30 @@ def expectations(turns: list[Turn], keys: list[int], advantages: np.ndarray | li
     return out
 
 
-def skipped_update_reason(table: TurnTable | None, advantages: np.ndarray | None) -> str:
-    """Why ``plan_update`` found no row to train on (a phrase for the log line): no episode,
+def failure_summary(episodes: list[Episode]) -> str:
+    """``"8 aborted: <the most common reason>"``-style phrase of the failed episodes' statuses and
+    their most common error ("" when none failed)."""
+    failed = [e for e in episodes if e.status != EpisodeStatus.OK]
+    if not failed:
+        return ""
+    by_status = Counter(e.status.value for e in failed)
+    reason, n = Counter(e.error or "no reason recorded" for e in failed).most_common(1)[0]
+    counts = ", ".join(f"{k} {v}" for k, v in by_status.most_common())
+    return f"{counts} of {len(episodes)}; most common reason ({n}): {reason}"
+
+
+def skipped_update_reason(table: TurnTable | None, advantages: np.ndarray | None,
+                          episodes: list[Episode] | None = None) -> str:
+    """Why ``plan_update`` found no row to train on (a phrase for the log line): no episode (or
+    none with a turn: the failed ones' statuses and most common reason, ``failure_summary``),
     every episode failed, no turn with tokens, or every advantage 0 (no contrast inside any
     group: e.g. all episodes of each group scored the same)."""
+    failures = failure_summary(list(episodes or []))
     if table is None or len(table) == 0:
-        return "no episode was collected"
+        return f"no episode has a turn ({failures})" if failures else "no episode was collected"
     if not table.episode_ok.any():
-        return f"every episode failed ({len(np.unique(table.episode))} episode(s); see their status in the store)"
+        return (f"every episode failed ({len(np.unique(table.episode))} episode(s); see their status in the store"
+                + (f"; {failures})" if failures else ")"))
     if not (table.episode_ok & table.trainable).any():
         return "no finished turn carries token ids to train on"
     groups = len(np.unique(table.group[table.episode_ok & table.trainable]))
@@ -194,7 +211,7 @@ def update_policy(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config,
     if plan is None:
         if main:
             log.warning("iteration %d: no update, %s; the policy is unchanged", iteration + 1,
-                        skipped_update_reason(table, advantages))
+                        skipped_update_reason(table, advantages, episodes))
         return [], None, {}
     batch = plan.inputs.build()
     if main:

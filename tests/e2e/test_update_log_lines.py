@@ -54,3 +54,34 @@ def test_skipped_update_reasons():
     assert skipped_update_reason(failed, np.zeros(2)).startswith("every episode failed (2 episode(s)")
     textonly = TurnTable(**base, episode_ok=[True, True], trainable=[False, False])
     assert skipped_update_reason(textonly, np.zeros(2)) == "no finished turn carries token ids to train on"
+
+
+def test_failed_episodes_say_why_in_the_skipped_update_line():
+    from agentrl.train.plan import failure_summary
+    from agentrl.types import Episode, EpisodeStatus
+
+    eps = [Episode(episode_id=i, group_id=0, env_id="x", task_id="t", seed=0) for i in range(4)]
+    for e in eps[:3]:
+        e.status, e.error = EpisodeStatus.ABORTED, "first prompt (9000 tokens) fills the context (2048)"
+    eps[2].error = "other"
+    assert failure_summary(eps) == ("aborted 3 of 4; most common reason (2): first prompt (9000 tokens) fills the "
+                                    "context (2048)")
+    assert failure_summary(eps[3:]) == ""
+    assert skipped_update_reason(None, None, eps[:3]).startswith("no episode has a turn (aborted 3 of 3;")
+
+
+def test_a_system_prompt_longer_than_the_context_is_named_in_the_log(tiny_dir, tmp_path, caplog):
+    """Every episode aborts at its first prompt: the run says so and why, instead of 'no episode
+    was collected' (adversarial pass of issue 48)."""
+    from dataclasses import replace
+
+    from agentrl.train import train
+
+    cfg = _cfg(tiny_dir, tmp_path, 1, 6, "grpo", 1)
+    cfg = replace(cfg, policy=replace(cfg.policy, system_prompt="word " * 4000))
+    with caplog.at_level(logging.INFO, logger="agentrl"):
+        result = train(cfg, resume=False)
+    line = next(r.getMessage() for r in caplog.records if "no update" in r.getMessage())
+    assert re.search(r"no episode has a turn \(aborted 8 of 8; most common reason \(8\): first prompt \(\d+ tokens\) "
+                     r"fills the context \(\d+\); shorten policy.system_prompt", line), line
+    assert result.state.optimizer_steps == 0
