@@ -15,7 +15,7 @@ from pathlib import Path
 
 from studies.runner import Cell
 
-SAMPLERS = ("chains", "tree", "rtpo")
+SAMPLERS = ("chains", "hiper", "tree", "rtpo")  #: hiper: chains in HiPER's tagged format (the config says)
 
 
 def load_policy(cell: Cell, run_dir: Path):
@@ -71,7 +71,7 @@ def collect_batch(cfg, policy, store, run_id: str, n_groups: int, group: int, se
         raise ValueError(f"unknown sampler {sampler!r}; choose one of {SAMPLERS}")
     if policy is None:
         if sampler != "chains":
-            raise ValueError("the scripted noisy walkthrough samples chains only")
+            raise ValueError("the scripted noisy walkthrough samples plain chains only")
         return _scripted(cfg, store, run_id, n_groups, group, seed)
     from agentrl.eval import env_kwargs, loop_config
     from agentrl.llm.base import SamplingParams
@@ -81,8 +81,8 @@ def collect_batch(cfg, policy, store, run_id: str, n_groups: int, group: int, se
     cc = CollectConfig(env_id=cfg.env.id, n_groups=n_groups, group_size=group, seed=seed, loop=loop_config(cfg),
                        sampling=SamplingParams(temperature=1.0, max_tokens=cfg.policy.max_tokens, seed=seed),
                        env_kwargs=env_kwargs(cfg, "train"), num_slots=min(16, n_groups * group), num_workers=1,
-                       run_id=run_id, progress=False, return_hidden=sampler == "chains")
-    if sampler == "chains":
+                       run_id=run_id, progress=False, return_hidden=sampler in ("chains", "hiper"))
+    if sampler in ("chains", "hiper"):
         store.add_episodes(collect(policy.engine, policy.renderer, cc), run_id=run_id)
     elif sampler == "tree":
         from agentrl.rollout.tree import sample_trees

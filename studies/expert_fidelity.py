@@ -57,11 +57,22 @@ ENVS = {
 POLICIES = ("untrained", "main", "noisy_walkthrough")
 #: estimator kwargs: the maze study's settings where a term assumes ALFWorld's reward 10
 KWARGS = {"g2po": {"success_reward": 1.0}, "graphgpo": {"goal_value": 1.0, "gamma": GAMMA},
-          "beacon": {"milestone_reward": 1.0}, "gigpo": {"gamma": GAMMA}}
+          "beacon": {"milestone_reward": 1.0}, "gigpo": {"gamma": GAMMA},
+          # examples/hiper_junction.yaml: the released ALFWorld script's values, penalties scaled to reward 1
+          "hiper": {"gamma": 1.0, "lam_turn": 1.0, "lam_seg": 0.95, "keep_penalty": -0.03,
+                    "keep_penalty_mode": "normalized", "keep_consistency_penalty": -0.03,
+                    "keep_consistency_requires_both": True, "c_inv": 0.1, "bootstrap_truncated": True,
+                    "norm_adv": True, "use_term": True}}
 LEFT_OUT = {"tree_grpo": "its own sampler (tree cell)", "rtpo": "its own sampler (rtpo cell)",
-            "hiper": "its own action format"}
+            "hiper": "its own action format (hiper cell)"}
 #: the estimator read on a tree sampler's batches (they branch: the chain estimators refuse them)
 SAMPLER_ESTIMATOR = {"tree": "tree_grpo", "rtpo": "rtpo"}
+CHAIN_SAMPLERS = ("chains", "hiper")
+#: HiPER's sampler: chains in its tagged format (switch, subgoal, action; constrained to the
+#: admissible commands in every switch × subgoal form), as examples/hiper_junction.yaml
+HIPER_OVERRIDES = ["policy.action_format=hiper", "policy.max_tokens=48", "algorithm.estimator=hiper",
+                   "algorithm.kwargs={}", "update.share_prefix=false",
+                   'policy.hiper_subgoals=["find the object the task names", "do what the task asks with it"]']
 #: the tree samplers' settings (examples/gigpo_textworld.yaml otherwise), 16 tasks as the chain cells
 TREE_OVERRIDES = {"tree": ["rollout.sampler=tree", "algorithm.estimator=tree_grpo", "algorithm.kwargs={}",
                            "rollout.tree.trees=4", "rollout.tree.rounds=1", "rollout.tree.branches=2"],
@@ -76,7 +87,10 @@ def make_cell(env: str, policy: str, seed: int = 0, sampler: str = "chains") -> 
     LLM policy on WebShop samples fewer groups (``webshop_llm``: its prompts are long)."""
     sizes = dict(ENVS["webshop_llm"] if env == "webshop" and policy != "noisy_walkthrough" else ENVS[env])
     tag = ""
-    if sampler != "chains":
+    if sampler == "hiper":
+        sizes.update(groups=8, overrides=[*sizes["overrides"], *HIPER_OVERRIDES])
+        tag = "-hiper"
+    elif sampler != "chains":
         sizes.update(groups=16, group=4, overrides=[*sizes["overrides"], *TREE_OVERRIDES[sampler]])
         tag = f"-{sampler}"
     return Cell("expert_fidelity", f"{env}-{policy}{tag}-s{seed}", {"env": env, "policy": policy, "gamma": GAMMA,
@@ -92,7 +106,8 @@ def grid() -> list[Cell]:
     return [make_cell("textworld_cu1", "main"), make_cell("textworld_cu1", "untrained"),
             make_cell("textworld_cu1", "noisy_walkthrough"), make_cell("webshop", "noisy_walkthrough"),
             make_cell("alfworld", "noisy_walkthrough"), make_cell("webshop", "untrained"),
-            make_cell("textworld_cu1", "untrained", sampler="tree"), make_cell("textworld_cu1", "untrained", sampler="rtpo")]
+            make_cell("textworld_cu1", "untrained", sampler="tree"), make_cell("textworld_cu1", "untrained", sampler="rtpo"),
+            make_cell("textworld_cu1", "untrained", sampler="hiper")]
 
 
 def _rank(x: np.ndarray) -> np.ndarray:
@@ -170,8 +185,12 @@ def _estimates(table, warm_table) -> dict[str, np.ndarray]:
     full = replace(table, value=_critic_values([_Mapped], table), state_stats=counts.column(table))
     from agentrl.credit import get_estimator
 
-    return {n: compute_advantages(full, n, **KWARGS.get(n, {})) for n in list_estimators()
-            if n not in LEFT_OUT and not ("hidden" in get_estimator(n).requires and table.hidden is None)}
+    names = [n for n in list_estimators()
+             if n not in LEFT_OUT and not ("hidden" in get_estimator(n).requires and table.hidden is None)]
+    if table.switch is not None:  # a HiPER-format batch: its tags are columns; the tabular critic as its three heads
+        full = replace(full, value_low=full.value, value_high=full.value, value_term=full.value)
+        names.append("hiper")
+    return {n: compute_advantages(full, n, **KWARGS.get(n, {})) for n in names}
 
 
 def _run(cell: Cell, run_dir: Path) -> dict:
@@ -185,7 +204,7 @@ def _run(cell: Cell, run_dir: Path) -> dict:
     runs, sampler = set(store.runs()), c.get("sampler", "chains")
     batches = {}
     # chains: a warm-up batch for the learned parts (W = 1); tree samplers: their own estimator only
-    for name, seed in ((("warm", 1000 + cell.seed),) if sampler == "chains" else ()) + (("scored", cell.seed),):
+    for name, seed in ((("warm", 1000 + cell.seed),) if sampler in CHAIN_SAMPLERS else ()) + (("scored", cell.seed),):
         batches[name] = store.table(name) if name in runs else None
         if batches[name] is None or not len(batches[name]):
             collect_batch(cfg, policy, store, name, c["groups"], c["group"], seed, sampler)
@@ -203,7 +222,7 @@ def _run(cell: Cell, run_dir: Path) -> dict:
             a_exp[i], use[i] = values[e].a[t], True
     won_ep = {e.episode_id: bool(e.success) for e in episodes}
     won = np.array([won_ep[e] for e in table.episode.tolist()])
-    ests = _estimates(table, batches["warm"]) if sampler == "chains" else {
+    ests = _estimates(table, batches["warm"]) if sampler in CHAIN_SAMPLERS else {
         SAMPLER_ESTIMATOR[sampler]: compute_advantages(table, SAMPLER_ESTIMATOR[sampler])}
     if sampler == "rtpo":  # RTPO gives a value to its branching turns only (credit/rtpo.py): score those
         use &= np.asarray(table.branch) >= 0
@@ -241,13 +260,14 @@ def summary(root: Path = ROOT) -> str:
     order = {c.key: i for i, c in enumerate(grid())}
     for rec in sorted(finished(root, "expert_fidelity"), key=lambda rec: order.get(rec["key"], 99)):
         r = rec["row"]
-        lines.append(f"\n**{r['env_id']}** (max_turns {r['max_turns']}), sampled by {POLICY_LABEL[r['policy']]}; "
+        fmt = " in HiPER's tagged format (switch, subgoal, action)" if r.get("sampler") == "hiper" else ""
+        lines.append(f"\n**{r['env_id']}** (max_turns {r['max_turns']}), sampled by {POLICY_LABEL[r['policy']]}{fmt}; "
                      f"expert: {EXPERT_LABEL[r['env']]} (≤ {r['max_expert_steps']} steps), γ {r['gamma']}. "
                      f"{r['turns']} turns of {r['episodes']} episodes ({r['groups']} groups, {r['mixed_groups']} with "
                      f"mixed outcomes), success {r['success']:.0%}; A^E < 0 on {r['a_exp']['hurting']} turns; "
                      f"replay mismatches {r['replay_mismatch']}; "
                      + ("warm-up W = 1 batch (turn-PPO's tabular critic, 3SPO's statistics)\n"
-                        if r.get("sampler", "chains") == "chains" else f"sampler {r['sampler']}\n"))
+                        if r.get("sampler", "chains") in CHAIN_SAMPLERS else f"sampler {r['sampler']}\n"))
         lines.append("| estimator | " + " | ".join(METRICS) + " |")
         lines.append("|---" * (len(METRICS) + 1) + "|")
         for name, m in r["estimators"].items():
@@ -266,9 +286,10 @@ def by_metric(root: Path = ROOT, metrics: tuple[str, ...] = ("corr", "sign_acc_h
     """One Markdown table per metric: estimator × cell (env, policy), point [95 % interval]."""
     order = {c.key: i for i, c in enumerate(grid())}
     recs = [rec["row"] for rec in sorted(finished(root, "expert_fidelity"), key=lambda rec: order.get(rec["key"], 99))
-            if rec["row"].get("sampler", "chains") == "chains"]
+            if rec["row"].get("sampler", "chains") in CHAIN_SAMPLERS]
     names = sorted({n for r in recs for n in r["estimators"]})
-    head = " | ".join(f"{r['env']} · {r['policy']} ({r['turns']} turns)" for r in recs)
+    head = " | ".join(f"{r['env']} · {r['policy']}{' · hiper format' if r.get('sampler') == 'hiper' else ''} "
+                      f"({r['turns']} turns)" for r in recs)
     out = []
     for k in metrics:
         out += [f"\n**{k}**\n", f"| estimator | {head} |", "|---" * (len(recs) + 1) + "|"]
@@ -283,7 +304,7 @@ def tree_table(root: Path = ROOT) -> str:
            "|---" * (len(METRICS) + 2) + "|"]
     for rec in finished(root, "expert_fidelity"):
         r = rec["row"]
-        if r.get("sampler", "chains") == "chains":
+        if r.get("sampler", "chains") in CHAIN_SAMPLERS:
             continue
         for name, m in r["estimators"].items():
             out.append(f"| {name} · {r['env']} {r['policy']} {r['sampler']} | {r['turns']} ({r['episodes']}, "

@@ -78,3 +78,16 @@ def test_a_branch_is_scored_on_its_whole_root_to_leaf_path():
     assert paths[0][0] == ["a", "b", "c"]
     assert paths[1] == (["a", "b", "x", "y"], [0.0, 1.0, 0.0, 1.0], ["0:0", "0:1", "1:2", "1:3"])
     assert paths[2][0] == ["a", "b", "x", "z"]
+
+
+@pytest.mark.parametrize("sampler, estimator", [("hiper", "hiper"), ("tree", "tree_grpo"), ("rtpo", "rtpo")])
+def test_the_own_sampler_cells_load_as_checked_configs(sampler, estimator):
+    from agentrl.train.checks import load_checked_config
+    from studies.expert_fidelity import grid
+
+    cell = make_cell("textworld_cu1", "untrained", sampler=sampler)
+    assert cell in grid() and cell.key == f"textworld_cu1-untrained-{sampler}-s0"
+    cfg = load_checked_config(cell.config["config"], cell.config["overrides"])  # the binding rules hold
+    assert cfg.algorithm.estimator == estimator
+    assert (cfg.policy.action_format == "hiper") == (sampler == "hiper")
+    assert cfg.rollout.sampler == {"hiper": "chain"}.get(sampler, sampler)
