@@ -100,7 +100,7 @@ def make_cell(env: str, policy: str, seed: int = 0, sampler: str = "chains") -> 
 def grid() -> list[Cell]:
     """TextWorld-CU1 under SmolLM2 after the main job, as packaged and the noisy walkthrough;
     WebShop under SmolLM2 as packaged (its outcome mix, measured) and the noisy walkthrough; ALFWorld
-    under the noisy walkthrough (SmolLM2 as packaged wins no game in 20 turns, and a planner call
+    under the noisy walkthrough (SmolLM2 as packaged won 0 of 16 games in 20 turns, and a planner call
     per visited state makes its 640 turns ~45 min for an all-fail batch); Tree-GRPO and RTPO on
     their own samplers, TextWorld-CU1 under SmolLM2 as packaged."""
     return [make_cell("textworld_cu1", "main"), make_cell("textworld_cu1", "untrained"),
