@@ -11,6 +11,7 @@ root-to-leaf path (its parents' actions, then its own).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from studies.runner import Cell
@@ -124,17 +125,18 @@ def expert_table(cfg, episodes, c: dict, cache) -> dict:
     import gymnasium as gym
 
     from agentrl.env.expert import META_EXPERT_KWARGS, expert_values
+    from agentrl.types import EpisodeStatus
     from agentrl.env.registry import env_metadata
     from agentrl.eval import env_kwargs
 
     kw = {**env_kwargs(cfg, "train"), **dict(env_metadata(cfg.env.id).get(META_EXPERT_KWARGS) or {}),
           "max_turns": cfg.env.max_turns + c["max_expert_steps"] + 1}
     env = gym.make(cfg.env.id, **kw).unwrapped
-    key = json_key(cfg.env.id, kw)
+    key = json.dumps([cfg.env.id, kw], sort_keys=True, default=str)  # names the env in the cache
     paths, out = _paths(episodes), {}
     try:
         for i, ep in enumerate(episodes):
-            if ep.status.value != "ok" or not ep.turns:
+            if ep.status != EpisodeStatus.OK or not ep.turns:
                 continue
             actions, rewards, anchors = paths[ep.episode_id]
             out[ep.episode_id] = expert_values(
@@ -147,9 +149,3 @@ def expert_table(cfg, episodes, c: dict, cache) -> dict:
         cache.save()
     return out
 
-
-def json_key(env_id: str, kwargs: dict) -> str:
-    """The cache's name of an env and its kwargs (canonical JSON)."""
-    import json
-
-    return json.dumps([env_id, kwargs], sort_keys=True, default=str)

@@ -181,39 +181,40 @@ def expert_values(env, actions: Sequence[str], *, seed: int | None,
         if seq is not None and len(seq) != T:
             raise ValueError(f"{name} has {len(seq)} entries for {T} actions")
     t0, cache = time.perf_counter(), cache if cache is not None else ExpertCache()
-    conts: list[Continuation | None] = [None] * (T + 1)
     replayed = np.zeros(T)
     mismatch, computed = 0, 0
 
     def restore(t: int) -> None:
+        """Reset and replay a_0 … a_{t−1}; the whole episode's replay (t = T) is the determinism
+        check and gives the rewards Q uses."""
         nonlocal mismatch
         obs, info = env.reset(seed=seed, options=dict(options) if options else None)
         for k in range(t):
-            check = t == T
-            if check and anchors is not None and str(info.get(INFO_ANCHOR, obs)) != str(anchors[k]):
+            if t == T and anchors is not None and str(info.get(INFO_ANCHOR, obs)) != str(anchors[k]):
                 mismatch += 1
             obs, r, _, _, info = env.step(actions[k])
-            if check:
+            if t == T:
                 replayed[k] = float(r)
                 mismatch += rewards is not None and float(r) != float(rewards[k])
 
-    # the whole episode is replayed once (the determinism check, and the rewards Q uses); the
-    # expert plays on from s_T unless the last turn terminated
-    for t in range(T, -1, -1):
+    def continuation(t: int) -> Continuation:
+        """The expert's play from s_t (the env is at s_t), from the cache when it holds it."""
+        nonlocal computed
         key = state_key(env_key, seed, options, actions[:t], gamma, max_expert_steps)
-        if t == T and terminated:
-            conts[t] = Continuation(0.0, 0, False, True)
-        if t < T and key in cache.entries:
-            conts[t] = cache.entries[key]
-        if conts[t] is not None and t < T:
-            continue
-        restore(t)
-        if conts[t] is None:
-            if key not in cache.entries:
-                cache.entries[key] = play_expert(env, gamma, max_expert_steps)
-                computed += 1
-            conts[t] = cache.entries[key]
-    v = np.array([c.value for c in conts], np.float64)  # type: ignore[union-attr]
+        if key not in cache.entries:
+            cache.entries[key] = play_expert(env, gamma, max_expert_steps)
+            computed += 1
+        return cache.entries[key]
+
+    restore(T)  # always: the check; the expert plays on from s_T unless the last turn terminated
+    conts = {T: Continuation(0.0, 0, False, True) if terminated else continuation(T)}
+    for t in range(T - 1, -1, -1):
+        key = state_key(env_key, seed, options, actions[:t], gamma, max_expert_steps)
+        if key not in cache.entries:  # a state no episode reached before: restore it
+            restore(t)
+        conts[t] = continuation(t)
+    conts_list = [conts[t] for t in range(T + 1)]
+    v = np.array([c.value for c in conts_list], np.float64)
     q = replayed + gamma * v[1:]
-    return ExpertValues(v, q, q - v[:-1], np.array([c.steps for c in conts], np.int64),  # type: ignore[union-attr]
-                        np.array([c.won for c in conts], bool), mismatch, computed, time.perf_counter() - t0)
+    return ExpertValues(v, q, q - v[:-1], np.array([c.steps for c in conts_list], np.int64),
+                        np.array([c.won for c in conts_list], bool), mismatch, computed, time.perf_counter() - t0)

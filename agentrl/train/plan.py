@@ -157,8 +157,8 @@ def expectations(turns: list[Turn], keys: list[int], advantages: np.ndarray | li
 
 
 def failure_summary(episodes: list[Episode]) -> str:
-    """``"8 aborted: <the most common reason>"``-style phrase of the failed episodes' statuses and
-    their most common error ("" when none failed)."""
+    """``"aborted 8 of 8; most common reason (8): <error>"``: the failed episodes' statuses, counted,
+    and their most common error ("" when none failed)."""
     failed = [e for e in episodes if e.status != EpisodeStatus.OK]
     if not failed:
         return ""
