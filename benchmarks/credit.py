@@ -6,7 +6,8 @@ and 4× that) with realistic anchor repetition: each group has a small state spa
 a forward bias, loops, a shared ``"Nothing happens."`` anchor, ~50 % success (reward 10 on the
 last turn), ~5 % invalid actions, hidden states close for equal anchors, critic values, RTPO
 branch ids, Tree-GRPO chains and BEACON milestones (~15 % of turns and every winning one; 4 per task),
-3SPO's prior per-state statistics, HiPER's switch / subgoal tags and three critic values;
+3SPO's prior per-state statistics, HiPER's switch / subgoal tags and three critic values, OPRL's
+PRM log-ratios and StepOPSD's token gaps;
 anchors are ALFWorld-like observation texts ("You arrive at
 cabinet 3. On the cabinet 3, you see a mug 1, and a spoon 2."; near-duplicates included).
 
@@ -108,7 +109,19 @@ def realistic_table(n_groups: int, n_eps: int = 8, turns: int = 12, seed: int = 
         anchor_vocab=tuple(f"obs {i}" for i in range(int(max(anchor.max(), nxt.max())) + 1)),
         state_stats=prior_state_stats(anchor[perm], nxt[perm], seed),
         **hiper_columns(t[perm], seed),
+        scores=score_columns(n, seed),
     )
+
+
+def score_columns(n: int, seed: int, max_tokens: int = 8) -> dict[str, np.ndarray]:
+    """The step scorers' columns (§17.3, §18.3) for ``n`` rows: OPRL's ``prm_logratio`` (float64[N], nats) and
+    StepOPSD's ``gap`` (float64[N, 8]: 1..8 scored action tokens per turn, NaN-padded, a fifth of the turns not
+    scored); own generator, so the other columns stay as before."""
+    rng = np.random.default_rng(seed + 3)
+    gap = rng.normal(scale=0.5, size=(n, max_tokens))
+    width = np.where(rng.random(n) < 0.2, 0, rng.integers(1, max_tokens + 1, n))
+    gap[np.arange(max_tokens)[None, :] >= width[:, None]] = np.nan
+    return {"prm_logratio": rng.normal(scale=3.0, size=n), "gap": gap}
 
 
 def hiper_columns(t: np.ndarray, seed: int) -> dict[str, np.ndarray]:

@@ -23,7 +23,8 @@ reward), and GraphGPO γ 0.95
 the previous batch, updated with step 0.5; at the fidelity batch, fitted on one extra batch).
 HiPER (no tags in the maze): one segment per episode, the turn critic as its three heads, keep
 penalties 0. Tree-GRPO and RTPO score tree rollouts; on these chain batches (one tree per episode, no branch
-groups) they are reported as they come out.
+groups) they are reported as they come out. Estimators whose columns come from a model-based step
+scorer (OPRL's PRM, StepOPSD's hindsight teacher; ``LEFT_OUT``) are left out of both modes for now.
 
 **LLM mode** (``--policy smollm2``; ``studies/llm_maze.py``): the fidelity table on batches
 sampled by the packaged SmolLM2 through the real rollout path (Markov prompt, constrained
@@ -70,8 +71,16 @@ ENV_ID = "agentrl/JunctionMaze-v0"
 ORACLE = "oracle"
 KWARGS = {"g2po": {"success_reward": 1.0}, "graphgpo": {"goal_value": 1.0, "gamma": 0.95},
           "beacon": {"milestone_reward": 1.0}, "hiper": {"keep_penalty": 0.0, "keep_consistency_penalty": 0.0}}
+#: estimators the study does not score, with the reason (their columns come from a model-based step scorer)
+LEFT_OUT = {"oprl": "its step rewards come from a trained PRM (step scorer prm), not scored here yet",
+            "stepopsd": "its token gaps come from a hindsight teacher (step scorer hindsight), not scored here yet"}
 METRICS = ("corr", "sign_acc", "failed_credit", "noise_share", "informative_share", "sign_vs_grpo")
 _ENVS: dict[tuple, gym.Env] = {}
+
+
+def study_estimators() -> list[str]:
+    """The registered estimators this study scores: every one but ``LEFT_OUT``, in registry order."""
+    return [n for n in list_estimators() if n not in LEFT_OUT]
 
 
 def maze_kwargs(args: argparse.Namespace) -> dict[str, int]:
@@ -157,7 +166,7 @@ def onward(batch) -> np.ndarray:
 def run_seed(job: tuple[int, int, argparse.Namespace]) -> dict:
     """Fidelity at the initial policy and every arm's learning curve for one (K, seed)."""
     k, seed, args = job
-    arms = list(getattr(args, "arms", None) or list_estimators()) + [ORACLE]
+    arms = list(getattr(args, "arms", None) or study_estimators()) + [ORACLE]
     t0 = time.process_time()
     policy, critic = TabularPolicy(lr=args.lr, cue_prior=args.cue_prior, noop_logit=args.noop_logit), TabularCritic()
     graphs = mazes(k, seed, 0, args.tasks, maze_kwargs(args))
@@ -277,7 +286,7 @@ def run_llm(args: argparse.Namespace) -> dict:
                 row, counts = {}, StateCounts()
                 for other in mapped[:i] + mapped[i + 1:]:  # 3SPO's statistics: the other batches, as the critic
                     counts.fit(other.table)
-                for name in list_estimators() + [ORACLE]:
+                for name in study_estimators() + [ORACLE]:
                     a = mb.a_true if name == ORACLE else compute_advantages(with_counts(name, table, counts), name,
                                                                             **KWARGS.get(name, {}))
                     row[name] = fidelity(a, mb.a_true, mb.kind, mb.onward, mb.won)
@@ -305,9 +314,9 @@ def run_llm(args: argparse.Namespace) -> dict:
                        "loop": "window, window_k 0, action_format whole, action_constraint admissible",
                        "critic": "turn-PPO tabular critic cross-fitted on the other seeds' batches",
                        "torch_threads": 1},
-            "estimator_kwargs": KWARGS, "date": time.strftime("%Y-%m-%d"), "host": platform.node(),
-            "torch": torch.__version__, "forwards": tables.forwards, "wall_s": time.time() - t0,
-            "load": [load0, os.getloadavg()[0]], "by_k": by_k}
+            "estimator_kwargs": KWARGS, "left_out": LEFT_OUT, "date": time.strftime("%Y-%m-%d"),
+            "host": platform.node(), "torch": torch.__version__, "forwards": tables.forwards,
+            "wall_s": time.time() - t0, "load": [load0, os.getloadavg()[0]], "by_k": by_k}
 
 
 def llm_summary(data: dict) -> str:
@@ -340,8 +349,8 @@ def main() -> None:
     ap.add_argument("--n-hinted", type=int, default=None, help="the env's n_hinted (default: the env's)")
     ap.add_argument("--noop-logit", type=float, default=-3.0, help="initial logit of look/wait")
     ap.add_argument("--arms", nargs="+", default=None,
-                    help="tabular mode: estimators to run (default: every registered one; grpo is needed for the "
-                         "paired differences; the oracle always runs)")
+                    help="tabular mode: estimators to run (default: every registered one but LEFT_OUT; grpo is needed "
+                         "for the paired differences; the oracle always runs)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", default=None, help="default results/credit_fidelity.json (tabular), "
                     "results/credit_fidelity_llm.json (--policy smollm2)")
@@ -377,8 +386,8 @@ def main() -> None:
     data = {"config": {k: v for k, v in vars(args).items() if k not in ("out", "summary", "model", "dtype", "store",
                                                                          "tag", "estimator_kwargs")},
             "env_kwargs": maze_kwargs(args) or "defaults of agentrl/JunctionMaze-v0 (n_exits 2, n_cues 24, n_hinted 20)",
-            "estimator_kwargs": KWARGS, "date": time.strftime("%Y-%m-%d"), "host": platform.node(),
-            "wall_s": time.time() - t0, "cpu_s_per_seed": float(np.mean([r["cpu_s"] for r in results])),
+            "estimator_kwargs": KWARGS, "left_out": LEFT_OUT, "date": time.strftime("%Y-%m-%d"),
+            "host": platform.node(), "wall_s": time.time() - t0, "cpu_s_per_seed": float(np.mean([r["cpu_s"] for r in results])),
             "load": [load0, os.getloadavg()[0]], "by_k": aggregate(results, args.ks)}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(data, indent=1, default=float))

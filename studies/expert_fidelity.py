@@ -19,7 +19,8 @@ states kept (BiPACE), or by the scripted noisy walkthrough. Every registered cha
 inputs the batch carries is read on the scored batch. Tree-GRPO and RTPO are read on their own
 samplers (``sampler: tree`` / ``rtpo``, ``studies/expert_batches.py``; a branch's expert values
 come from its whole root-to-leaf path; RTPO at a fixed policy, scored on its branching turns, the
-only ones it gives a value); HiPER needs its own action format and is left out. Metrics over the
+only ones it gives a value); HiPER needs its own action format and is left out, and so are OPRL and
+StepOPSD, whose columns come from model-based step scorers (a PRM, a hindsight teacher). Metrics over the
 scored turns of ok episodes (``expert_metrics``), with 95 % bootstrap intervals over task groups;
 GRPO is the floor. The expert continuations are cached in the run
 folder (``expert_cache.json``): an interrupted cell resumes without re-playing them.
@@ -64,7 +65,10 @@ KWARGS = {"g2po": {"success_reward": 1.0}, "graphgpo": {"goal_value": 1.0, "gamm
                     "keep_consistency_requires_both": True, "c_inv": 0.1, "bootstrap_truncated": True,
                     "norm_adv": True, "use_term": True}}
 LEFT_OUT = {"tree_grpo": "its own sampler (tree cell)", "rtpo": "its own sampler (rtpo cell)",
-            "hiper": "its own action format (hiper cell)"}
+            "hiper": "its own action format (hiper cell)",
+            # columns a model-based step scorer fills during training (ALGORITHMS.md §17.3, §18.3): not yet here
+            "oprl": "its step rewards come from a trained PRM (step scorer prm), not scored here yet",
+            "stepopsd": "its token gaps come from a hindsight teacher (step scorer hindsight), not scored here yet"}
 #: the estimator read on a tree sampler's batches (they branch: the chain estimators refuse them)
 SAMPLER_ESTIMATOR = {"tree": "tree_grpo", "rtpo": "rtpo"}
 CHAIN_SAMPLERS = ("chains", "hiper")

@@ -116,6 +116,10 @@ KEY_HELP: dict[str, str] = {
     # algorithm
     "algorithm.estimator": "credit estimator, a registered name (grpo, gigpo, turn_ppo, ...)",
     "algorithm.kwargs": "the estimator's keyword hyperparameters (each listed with its default in effect)",
+    "algorithm.scorers": "options of the step scorers the estimator declares, per scorer (prm: {prm_lr: 0}; "
+                         "hindsight: {teacher_refresh: 10}), defaults in effect",
+    "algorithm.schedule": "linear schedules of algorithm.kwargs: {name: {to: value, iterations: n}} "
+                          "(e.g. {lambda_mix: {to: 0.0, iterations: 50}})",
     "algorithm.group_by_version": "compute group statistics per policy version (asynchronous runs)",
     # update
     "update.loss": "registered policy loss: ppo_clip or gspo",

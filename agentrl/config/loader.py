@@ -136,6 +136,19 @@ def _build(cls: type, raw: Any, prefix: str) -> Any:
     return cls(**kwargs)  # __post_init__ range checks raise ConfigError
 
 
+def build_options(cls: type, raw: Any, prefix: str) -> Any:
+    """The frozen dataclass ``cls`` built from the mapping ``raw`` (None = every default) the way
+    config sections are: unknown keys refused with the closest valid one, values converted to the
+    field types, ``cls.__post_init__``'s range checks. ``prefix``: the dotted key for messages
+    (``algorithm.scorers.prm``). Used for options that registries above L0 declare (a step
+    scorer's).
+
+    Raises:
+        ConfigError: not a mapping, an unknown key, a value of the wrong type or out of range.
+    """
+    return _build(cls, raw, prefix)
+
+
 def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
     """Return a deep copy of ``raw`` with each override applied, in order.
 

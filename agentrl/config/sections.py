@@ -339,11 +339,21 @@ class AlgorithmConfig:
     computes every group statistic per policy version (comparison groups split by the version
     that started each episode, so an asynchronous run's baseline never mixes versions;
     ``agentrl.credit.versions``; estimators whose groups are task groups, not tree_grpo, rtpo or
-    turn_ppo)."""
+    turn_ppo).
+
+    ``scorers``: options of the step scorers the estimator declares, one mapping per scorer name
+    (OPRL's ``prm``: ``{prm_lr: 0}``; StepOPSD's ``hindsight``: ``{teacher_refresh: 10}``), checked
+    against the options each scorer registered, every default filled in
+    (``agentrl.train.scorers``). ``schedule``: per-hyperparameter schedules of ``kwargs``, e.g.
+    ``{lambda_mix: {to: 0.0, iterations: 50}}``: linear from the ``kwargs`` value at iteration 0
+    to ``to`` at ``iterations``, constant after (``agentrl.config.schedule``); the trainer and the
+    scorers read the value in effect, never the estimator's name."""
 
     estimator: str = "grpo"
     kwargs: dict[str, Any] = field(default_factory=dict)
     group_by_version: bool = False
+    scorers: dict[str, Any] = field(default_factory=dict)
+    schedule: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,12 @@ Tables (all keyed by ``run_key``, the integer alias of a run id):
   logprobs and hidden states), ``info`` is JSON text, ``reward`` is NULL when unscored.
 - ``advantages(run_key, turn_id, iteration, estimator, value)``: written by the trainer.
 - ``metrics(run_key, iteration, name, value)``: per-iteration scalars.
+- ``turn_scores(run_key, turn_id, iteration, name, ndim, value)``: the step scorers' columns the
+  estimator read (OPRL's ``prm_logratio``, StepOPSD's ``gap``), one little-endian float64 BLOB per
+  turn (a row of a 2-D column without its trailing NaN padding), so the viewer can explain the
+  stored advantages (``agentrl.store.scores``). Created by ``CREATE TABLE IF NOT EXISTS`` on every
+  writable open like the indexes (a store written before it existed gets it from its next writer;
+  readers treat a missing table as no scores), so the schema version is unchanged.
 - ``iteration`` is **1-based**, as everywhere in agentrl (console, ``metrics.jsonl``'s ``step``,
   TensorBoard, W&B, ``checkpoints/iter_<k>``): iteration k is the k-th training iteration, its
   rollout sampled with policy version k − 1 and its checkpoint holds the weights after it;
@@ -93,6 +99,9 @@ CREATE TABLE IF NOT EXISTS metrics (
     run_key INTEGER NOT NULL, iteration INTEGER NOT NULL, name TEXT NOT NULL,
     value REAL NOT NULL, PRIMARY KEY (run_key, iteration, name));
 CREATE INDEX IF NOT EXISTS view_advantages_by_iteration ON advantages (run_key, iteration, estimator, value);
+CREATE TABLE IF NOT EXISTS turn_scores (
+    run_key INTEGER NOT NULL, turn_id INTEGER NOT NULL, iteration INTEGER NOT NULL, name TEXT NOT NULL,
+    ndim INTEGER NOT NULL, value BLOB NOT NULL, PRIMARY KEY (run_key, turn_id, iteration, name));
 """
 
 

@@ -22,6 +22,7 @@ from agentrl.store.codec import TURN_COLUMNS, row_turn
 from agentrl.store.codec import turn_rows as _turn_rows
 from agentrl.store.records import AdvantageRecord, EpisodeRecord, MetricRecord
 from agentrl.store.schema import TURN_BITS, StoreError, connect, recorded_tokenizer, tokenizer_key
+from agentrl.store.scores import insert_scores
 from agentrl.store.table import build_table
 from agentrl.types import Episode, EpisodeStatus, Turn, TurnTable
 
@@ -275,6 +276,14 @@ class TurnStore:
             except sqlite3.IntegrityError as exc:
                 raise ValueError(f"advantages of run {run_id!r} iteration {iteration} estimator {estimator!r} are "
                                  f"already stored; pass overwrite=True to replace them") from exc
+
+    def set_scores(self, run_id: str, turn_ids: Sequence[int], scores: Mapping[str, np.ndarray], iteration: int) -> None:
+        """Keep the step scorers' columns (``TurnTable.scores``: float64[N] or [N, L]) of ``turn_ids``
+        at ``iteration`` beside their advantages (``agentrl.store.scores``; replaces the same key).
+        Raises ValueError for a column of another leading length."""
+        key, _ = self._run_key(run_id)
+        with self._write() as db:
+            insert_scores(db, key, np.asarray(turn_ids, dtype=np.int64).reshape(-1), scores, iteration)
 
     def add_metrics(self, run_id: str, iteration: int, values: Mapping[str, float]) -> None:
         """Store per-iteration scalars (replacing the same ``(iteration, name)``). Non-finite

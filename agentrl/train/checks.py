@@ -22,7 +22,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentrl.config import Config, ConfigError, _plain, config_from_dict, load_config, validate_config
+from agentrl.config import AlgorithmConfig, Config, ConfigError, _plain, config_from_dict, load_config, validate_config
+from agentrl.config.schedule import check_schedule
 from agentrl.credit import validate_estimator_kwargs
 from agentrl.credit.registry import check_group_by_version, get_estimator, tree_estimators
 from agentrl.env import preflight, validate_id
@@ -75,6 +76,7 @@ def check_config(cfg: Config) -> Config:
     _validate_loss(cfg.update.loss)
     algorithm = cfg.algorithm
     algorithm = dataclasses.replace(algorithm, kwargs=_resolve_estimator_kwargs(algorithm.estimator, algorithm.kwargs))
+    algorithm = _resolve_scorers_and_schedule(algorithm)
     _validate_tree_estimator(algorithm.estimator, cfg.rollout.sampler)
     _validate_group_by_version(algorithm.estimator, algorithm.group_by_version)
     _validate_action_format(algorithm.estimator, cfg.policy.action_format)
@@ -203,6 +205,19 @@ def _validate_action_format(name: str, action_format: str) -> None:
         raise ConfigError(f"algorithm.estimator {name!r} reads what the {needed!r} action format parses from every "
                           f"turn (e.g. HiPER's <switch>/<subgoal>/<action> tags), but policy.action_format is "
                           f"{action_format!r}; set policy.action_format: {needed}")
+
+
+def _resolve_scorers_and_schedule(algorithm: AlgorithmConfig) -> AlgorithmConfig:
+    """``algorithm.scorers`` (the declared scorers' options, defaults filled in) and
+    ``algorithm.schedule`` (numeric keywords of the estimator) checked (ConfigError)."""
+    from agentrl.train.scorers import resolve_scorer_options
+
+    try:
+        scorers = resolve_scorer_options(algorithm.estimator, algorithm.scorers)
+    except KeyError:  # an unknown estimator: _resolve_estimator_kwargs has said so already
+        scorers = dict(algorithm.scorers)
+    schedule = check_schedule(algorithm.schedule, algorithm.kwargs, algorithm.estimator)
+    return dataclasses.replace(algorithm, scorers=scorers, schedule=schedule)
 
 
 def _validate_declarations(name: str) -> None:

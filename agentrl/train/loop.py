@@ -42,6 +42,7 @@ from agentrl.train.colocate import engine_asleep
 from agentrl.train.launches import Launch
 from agentrl.train.run_dir import RunLock, prepare_run_dir, set_aside_interrupted
 from agentrl.train.plan import update_policy
+from agentrl.config.schedule import scheduled_kwargs
 from agentrl.train.scorers import StepScorer, make_scorers
 from agentrl.train.steps import (collect_iteration, open_engines, open_pool, open_stream, rolls_out_on_ranks,
                                  rtpo_iteration)
@@ -190,9 +191,11 @@ def chain_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
         if query is not None:  # e.g. 3SPO: the earlier iterations' per-state counts
             table = get_store_query(query)(parts.store, cfg.run.name, table, it + 1)
         adv = compute_advantages(table, cfg.algorithm.estimator, group_by_version=cfg.algorithm.group_by_version,
-                                 **cfg.algorithm.kwargs)
+                                 **scheduled_kwargs(cfg.algorithm.kwargs, cfg.algorithm.schedule, it))
         parts.store.set_advantages(cfg.run.name, table.turn_id, adv, iteration=it + 1,  # 1-based, as everywhere
                                    estimator=cfg.algorithm.estimator)
+        if table.scores:  # the scorers' columns beside them: the viewer reruns the estimator's breakdown
+            parts.store.set_scores(cfg.run.name, table.turn_id, table.scores, iteration=it + 1)
     t2 = time.perf_counter()
     with engine_asleep(parts.policy.engine):  # a colocated engine frees the device for the update
         stats, corr, audited = update_policy(parts.policy, parts.optimizer, cfg, table, adv, episodes, it, dp=parts.dp)

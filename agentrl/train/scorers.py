@@ -9,20 +9,27 @@ step, if any). Each scorer is saved into every checkpoint folder and restored on
 trainer never names an estimator or a scorer: it serves the declaration.
 
 Built in: ``"critic"`` (the turn-level critic of turn-PPO and HiPER, ``agentrl.train.critic``).
+Built in as well: ``"prm"`` (OPRL's implicit process reward model, ``agentrl.train.prm``) and
+``"hindsight"`` (StepOPSD's hindsight teacher, ``agentrl.train.hindsight``).
 Your own: ``register_scorer("name", factory)`` with ``factory(ctx: ScorerContext) -> StepScorer``,
 then ``@register_estimator(..., scorers=("name",), requires=("my_column",))`` on an estimator
-that reads ``table.scores["my_column"]`` (``examples/custom_scorer.py``).
+that reads ``table.scores["my_column"]`` (``examples/custom_scorer.py``). A scorer with options
+registers a frozen dataclass (``register_scorer(name, factory, options=MyOptions)``); the config's
+``algorithm.scorers.<name>`` mapping is checked against it when the config is checked (every
+default filled in) and the factory gets the built options as ``ctx.options``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 import numpy as np
 
-from agentrl.config import Config, ConfigError
+from agentrl.config import Config, ConfigError, _plain
+from agentrl.config.loader import build_options
 from agentrl.credit import EstimatorSpec, get_estimator
 from agentrl.registry import Registry
 from agentrl.types import Episode, TurnTable
@@ -31,7 +38,7 @@ if TYPE_CHECKING:  # the registry stays importable without torch (agentrl.train.
     from agentrl.llm.policy import Policy
 
 __all__ = ["StepScorer", "ScorerContext", "register_scorer", "unregister_scorer", "get_scorer", "list_scorers",
-           "make_scorers", "check_declared_scorers"]
+           "make_scorers", "check_declared_scorers", "resolve_scorer_options"]
 
 
 class StepScorer(Protocol):
@@ -57,11 +64,13 @@ class StepScorer(Protocol):
 class ScorerContext:
     """What a scorer factory gets: the run's resolved ``cfg``, the trained ``policy`` (its model,
     renderer and pad id) and the ``estimator``'s spec (its declarations and hyperparameters are
-    ``estimator.declares`` and ``cfg.algorithm.kwargs``)."""
+    ``estimator.declares`` and ``cfg.algorithm.kwargs``); ``options``: the scorer's options built
+    from ``cfg.algorithm.scorers[<name>]`` (None for a scorer that registered none)."""
 
     cfg: Config
     policy: "Policy"
     estimator: EstimatorSpec
+    options: Any = None
 
 
 ScorerFactory = Callable[[ScorerContext], StepScorer]
@@ -73,21 +82,43 @@ def _critic(ctx: ScorerContext) -> StepScorer:
     return CriticScorer.build(ctx)
 
 
+def _prm(ctx: ScorerContext) -> StepScorer:
+    """The built-in ``prm`` (OPRL, ``agentrl.train.prm.PRMScorer``; torch, imported when built)."""
+    from agentrl.train.prm import PRMScorer
+
+    return PRMScorer.build(ctx)
+
+
+def _hindsight(ctx: ScorerContext) -> StepScorer:
+    """The built-in ``hindsight`` (StepOPSD, ``agentrl.train.hindsight.HindsightScorer``)."""
+    from agentrl.train.hindsight import HindsightScorer
+
+    return HindsightScorer.build(ctx)
+
+
 _SCORERS: Registry[ScorerFactory] = Registry("step scorer")
-_SCORERS.register("critic", _critic)
+_OPTIONS: dict[str, type] = {}
 
 
-def register_scorer(name: str, factory: ScorerFactory) -> ScorerFactory:
+def register_scorer(name: str, factory: ScorerFactory, options: type | None = None) -> ScorerFactory:
     """Register a step scorer ``factory`` under ``name`` (an estimator's ``scorers=`` names it);
-    returns ``factory``.
+    returns ``factory``. ``options``: a frozen dataclass of the scorer's options (defaults for
+    every field; range checks in ``__post_init__`` raising ``ConfigError``), built from the config's
+    ``algorithm.scorers[name]``; None: the scorer takes none.
 
     Raises:
-        ValueError: ``name`` is already registered. TypeError: ``factory`` is not callable.
+        ValueError: ``name`` is already registered. TypeError: ``factory`` is not callable, or
+            ``options`` is not a dataclass type.
     """
     if not callable(factory):
         raise TypeError(f"step scorer {name!r}: the factory must be callable as factory(ScorerContext) -> scorer, "
                         f"got {type(factory).__name__}")
-    return _SCORERS.register(name, factory)
+    if options is not None and not (isinstance(options, type) and dataclasses.is_dataclass(options)):
+        raise TypeError(f"step scorer {name!r}: options must be a dataclass type, got {options!r}")
+    out = _SCORERS.register(name, factory)
+    if options is not None:
+        _OPTIONS[name] = options
+    return out
 
 
 def unregister_scorer(name: str) -> ScorerFactory:
@@ -96,7 +127,20 @@ def unregister_scorer(name: str) -> ScorerFactory:
     Raises:
         KeyError: unknown name (lists the registered ones).
     """
-    return _SCORERS.unregister(name)
+    factory = _SCORERS.unregister(name)
+    _OPTIONS.pop(name, None)
+    return factory
+
+
+def _register_builtins() -> None:
+    from agentrl.train.scorer_options import HindsightOptions, PRMOptions
+
+    register_scorer("critic", _critic)
+    register_scorer("prm", _prm, options=PRMOptions)
+    register_scorer("hindsight", _hindsight, options=HindsightOptions)
+
+
+_register_builtins()
 
 
 def get_scorer(name: str) -> ScorerFactory:
@@ -123,6 +167,38 @@ def check_declared_scorers(estimator: str) -> None:
                           "register_scorer before the run starts")
 
 
+def resolve_scorer_options(estimator: str, raw: Mapping[str, Any]) -> dict[str, dict]:
+    """``algorithm.scorers`` checked against the options of the scorers ``estimator`` declares and
+    returned with every default filled in (plain dicts; a declared scorer with options always
+    gets its entry, so config.yaml records the values in effect — PITFALLS P4).
+
+    Raises:
+        ConfigError: an entry for a scorer the estimator does not declare or that takes no
+            options; an unknown option, a wrong type or a value out of range.
+    """
+    declared = get_estimator(estimator).declares.scorers
+    raw = dict(raw or {})
+    for name in raw:
+        if name not in declared or name not in _OPTIONS:
+            takes = [s for s in declared if s in _OPTIONS]
+            raise ConfigError(f"algorithm.scorers.{name}: estimator {estimator!r} declares no step scorer {name!r} that "
+                              f"takes options (its scorers with options: {', '.join(takes) or 'none'})")
+    return {name: _plain(build_options(_OPTIONS[name], raw.get(name), f"algorithm.scorers.{name}"))
+            for name in declared if name in _OPTIONS}
+
+
+def scorer_options(cfg: Config, name: str) -> Any:
+    """The built options of scorer ``name`` from ``cfg.algorithm.scorers`` (None when it takes none).
+
+    Raises:
+        ConfigError: as ``resolve_scorer_options``.
+    """
+    cls = _OPTIONS.get(name)
+    if cls is None:
+        return None
+    return build_options(cls, dict(cfg.algorithm.scorers or {}).get(name), f"algorithm.scorers.{name}")
+
+
 def make_scorers(cfg: Config, policy: "Policy") -> list[StepScorer]:
     """The step scorers ``cfg.algorithm.estimator`` declares, built in declaration order ([] for
     an estimator that declares none).
@@ -132,10 +208,9 @@ def make_scorers(cfg: Config, policy: "Policy") -> list[StepScorer]:
         TypeError: a factory returned something that is not a ``StepScorer``.
     """
     spec = get_estimator(cfg.algorithm.estimator)
-    ctx = ScorerContext(cfg, policy, spec)
     built = []
     for name in spec.declares.scorers:
-        scorer = get_scorer(name)(ctx)
+        scorer = get_scorer(name)(ScorerContext(cfg, policy, spec, scorer_options(cfg, name)))
         missing = [m for m in ("score", "learn", "save", "load") if not callable(getattr(scorer, m, None))]
         if missing:
             raise TypeError(f"step scorer {name!r}: its factory returned {type(scorer).__name__}, which lacks "

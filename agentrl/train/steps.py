@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from agentrl.config import Config, ConfigError
+from agentrl.config.schedule import scheduled_kwargs
 from agentrl.credit import check_success_reward, compute_advantages
 from agentrl.distributed import DistContext
 from agentrl.eval import env_kwargs, loop_config
@@ -251,7 +252,7 @@ def rtpo_iteration(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config
         add_linked(store, list(rnd.new_episodes), run_id=cfg.run.name)
         check_success_reward(est, cfg.algorithm.kwargs, rnd.new_episodes)
         table = store.table(run_id=cfg.run.name, episode_ids=[e.episode_id for e in rnd.episodes])
-        adv = compute_advantages(table, est, **cfg.algorithm.kwargs)
+        adv = compute_advantages(table, est, **scheduled_kwargs(cfg.algorithm.kwargs, cfg.algorithm.schedule, iteration))
         new = np.isin(table.turn_id, [t.turn_id for e in rnd.new_episodes for t in e.turns])
         branch = table.branch if table.branch is not None else np.full(len(table), -1)
         mine = np.isin(branch, rnd.branch_ids) | (new & (branch < 0))

@@ -143,20 +143,68 @@ def group_table(conn: sqlite3.Connection, key: int, run_id: str, group_id: int):
                                         "AND group_id = ?)", (key, group_id))
 
 
-def _with_state_stats(conn: sqlite3.Connection, key: int, table, estimator: str):
-    """``table`` with 3SPO's ``state_stats`` read from the store at the iteration its advantages were
-    stored at (``agentrl.store.state_stats``). Raises ValueError when none is stored."""
-    import dataclasses
+def _advantage_iteration(conn: sqlite3.Connection, key: int, table, estimator: str, what: str) -> int:
+    """The (1-based) iteration at which ``estimator``'s advantages of ``table``'s turns were stored.
+    Raises ValueError (naming ``what`` needed it) when none is stored."""
     import json
-
-    from agentrl.store.state_stats import query_state_stats, state_stats_column
 
     row = conn.execute("SELECT min(iteration) FROM advantages WHERE run_key = ? AND estimator = ? AND turn_id IN "
                        "(SELECT value FROM json_each(?))", (key, estimator, json.dumps(table.turn_id.tolist()))).fetchone()
     if row is None or row[0] is None:
-        raise ValueError("no advantage of these turns is stored, so the iteration of their state statistics is unknown")
-    stats = query_state_stats(conn, key, int(row[0]), table.anchor_vocab)
-    return dataclasses.replace(table, state_stats=state_stats_column(table, stats))
+        raise ValueError(f"no advantage of these turns is stored, so the iteration of their {what} is unknown")
+    return int(row[0])
+
+
+def _with_state_stats(conn: sqlite3.Connection, key: int, table, estimator: str):
+    """``table`` with 3SPO's ``state_stats`` read from the store at the iteration its advantages were
+    stored at (``agentrl.store.state_stats``). Raises ValueError when none is stored."""
+    import dataclasses
+
+    from agentrl.store.state_stats import query_state_stats, state_stats_column
+
+    it = _advantage_iteration(conn, key, table, estimator, "state statistics")
+    return dataclasses.replace(table, state_stats=state_stats_column(table, query_state_stats(conn, key, it,
+                                                                                             table.anchor_vocab)))
+
+
+def _with_scores(conn: sqlite3.Connection, key: int, table, estimator: str, names: list[str]):
+    """``table`` with the step scorers' columns ``names`` (OPRL's ``prm_logratio``, StepOPSD's ``gap``)
+    as the trainer stored them beside the advantages (``agentrl.store.scores``). Raises ValueError when
+    the store holds none for these turns."""
+    import dataclasses
+
+    from agentrl.store.scores import read_scores
+
+    it = _advantage_iteration(conn, key, table, estimator, "scorer columns")
+    try:
+        stored = [r[0] for r in conn.execute("SELECT DISTINCT name FROM turn_scores WHERE run_key = ? AND "
+                                             "iteration = ?", (key, it))]
+    except sqlite3.OperationalError:  # a store written before the table existed
+        stored = []
+    got = read_scores(conn, key, table.turn_id, it, sorted(set(stored) | set(names)))  # optional columns too
+    missing = [n for n in names if n not in got]
+    if missing:
+        raise ValueError(f"the store holds no {missing} for these turns (written by a trainer that did not keep the "
+                         "step scorers' columns)")
+    return dataclasses.replace(table, scores={**table.scores, **got})
+
+
+def _scheduled(store_path: Path, kwargs: dict, conn: sqlite3.Connection, key: int, table, estimator: str) -> dict:
+    """``kwargs`` at the iteration of the stored advantages under the run's ``algorithm.schedule``
+    (e.g. StepOPSD's decaying ``lambda_mix``); unchanged without one."""
+    import yaml
+
+    from agentrl.config.schedule import scheduled_kwargs
+
+    cfg_file = Path(store_path).parent / "config.yaml"
+    try:
+        schedule = ((yaml.safe_load(cfg_file.read_text(encoding="utf-8")) or {}).get("algorithm") or {}).get("schedule")
+    except (yaml.YAMLError, OSError, AttributeError):
+        return kwargs
+    if not isinstance(schedule, dict) or not schedule or any(k not in kwargs for k in schedule):
+        return kwargs
+    it = _advantage_iteration(conn, key, table, estimator, "scheduled hyperparameters")
+    return scheduled_kwargs(kwargs, schedule, it - 1)  # stored 1-based; the trainer scheduled at it - 1
 
 
 def _num(v: float) -> float | None:
@@ -193,6 +241,11 @@ def explain_group(conn: sqlite3.Connection, store_path: Path, run_id: str, key: 
     try:
         if "state_stats" in spec.requires:  # 3SPO: the earlier iterations' statistics, as the trainer read them
             table = _with_state_stats(conn, key, table, estimator)
+        scored = [c for c in spec.requires if c not in table.scores and not hasattr(table, c)]
+        if scored:  # a step scorer's columns (OPRL, StepOPSD), as the trainer stored them
+            table = _with_scores(conn, key, table, estimator, scored)
+        if kwargs:
+            kwargs = _scheduled(store_path, kwargs, conn, key, table, estimator)
         b = explain_advantages(table, estimator, **kwargs)
     except (ValueError, TypeError, KeyError, LookupError, RuntimeError) as exc:
         return GroupExplanation(estimator, kwargs, source, f"no breakdown: {exc}")

@@ -386,6 +386,63 @@ def threespo(tb, alpha=50.0, xi=10.0, zeta=0.1, omega_k=0.1, mode="mean_norm", c
     return [step[i] + episode_advantage_w * ep[i] for i in _rows(tb)]
 
 
+def _loo(contrib: list[float], value: float, keep_singleton: bool) -> float:
+    """RLOO (§17.4 ``rloo``): m/(m − 1)·(value − mean); m = 1 keeps the value or gives 0; a tie has mean = that value."""
+    m = len(contrib)
+    if m == 0:
+        return 0.0
+    if m == 1:
+        return value if keep_singleton else 0.0
+    mean = contrib[0] if all(v == contrib[0] for v in contrib) else sum(contrib) / m
+    return m / (m - 1) * (value - mean)
+
+
+def oprl(tb, beta=0.05, step_advantage_w=1.0, mode="mean_std_norm", stats_over="steps", batch_scale=True,
+         process_only=False, c_inv=0.1, eps=EPS):
+    """ALGORITHMS.md §17.4 one row at a time: r = β·ℓ over the eligible rows, divided by their largest |r| + 1e-6;
+    A_S = GN of r̃ over the task group (step singleton rule); A_E = EPI, or the RLOO forms."""
+    elig = [_elig(tb, i) for i in _rows(tb)]
+    r = [beta * float(tb.scores["prm_logratio"][i]) if elig[i] else 0.0 for i in _rows(tb)]
+    if batch_scale:
+        peak = max((abs(r[i]) for i in _rows(tb) if elig[i]), default=0.0)
+        r = [v / (peak + 1e-6) for v in r]
+    steps = defaultdict(list)
+    for i in _rows(tb):
+        if elig[i]:
+            steps[int(tb.group[i])].append(r[i])
+    if mode == "rloo":
+        sc = score(tb, c_inv)
+        first = {e: next((i for i in rs if elig[i]), None) for e, rs in episodes(tb).items()}
+        firsts = defaultdict(list)
+        for i in first.values():
+            if i is not None:
+                firsts[int(tb.group[i])].append(sc[i])
+        a_e = [_loo(firsts[int(tb.group[i])], sc[i], True) if elig[i] else 0.0 for i in _rows(tb)]
+        a_s = [_loo(steps[int(tb.group[i])], r[i], False) if elig[i] else 0.0 for i in _rows(tb)]
+    else:
+        a_e = epi(tb, c_inv, mode, stats_over)
+        a_s = [gn(steps[int(tb.group[i])], r[i], mode, False) if elig[i] else 0.0 for i in _rows(tb)]
+    return a_s if process_only else [a_e[i] + step_advantage_w * a_s[i] for i in _rows(tb)]
+
+
+def stepopsd(tb, lambda_mix=0.2, alpha_clip=0.05, granularity="step", mode="mean_std_norm", stats_over="steps",
+             c_inv=0.1, eps=EPS):
+    """ALGORITHMS.md §18.4 one row at a time: the GRPO advantage times (1 − λ + λ·W), W the mean over the row's
+    scored (non-NaN) gaps of clip(2σ(sign(A)·Δ), 1 ± α_clip), 1 without one."""
+    def two_sigma(z: float) -> float:
+        return 2.0 / (1.0 + math.exp(-z)) if z >= 0 else 2.0 * math.exp(z) / (1.0 + math.exp(z))
+
+    a = grpo(tb, mode, stats_over, c_inv)
+    out = []
+    for i in _rows(tb):
+        s = (a[i] > 0) - (a[i] < 0)
+        ws = [min(max(two_sigma(s * g if s else 0.0), 1 - alpha_clip), 1 + alpha_clip)
+              for g in tb.scores["gap"][i] if not math.isnan(g)]
+        big_w = sum(ws) / len(ws) if ws else 1.0
+        out.append(a[i] * (1 - lambda_mix + lambda_mix * big_w))
+    return out
+
+
 REFERENCE = {
     "grpo": grpo,
     "grpo_mean": lambda tb, **kw: grpo(tb, mode="mean_norm", **kw),
@@ -401,4 +458,6 @@ REFERENCE = {
     "turn_ppo": turn_ppo,
     "threespo": threespo,
     "hiper": hiper_reference.hiper,
+    "oprl": oprl,
+    "stepopsd": stepopsd,
 }

@@ -42,6 +42,26 @@ def random_state_stats(anchor: np.ndarray, nxt: np.ndarray, n_states: int, seed:
     return np.stack([n[anchor], ns[anchor], n[nxt], ns[nxt], np.full(anchor.size, t)], axis=1)
 
 
+def iteration0_scores(n: int) -> dict[str, np.ndarray]:
+    """The step scorers' columns of a first iteration (ALGORITHMS.md §17.6, §18.3): OPRL's PRM is the
+    initial policy, so every ``prm_logratio`` is 0; StepOPSD's teacher scored no token (``gap`` all NaN)."""
+    return {"prm_logratio": np.zeros(n), "gap": np.full((n, 1), np.nan)}
+
+
+def random_scores(ok: np.ndarray, seed: int, max_tokens: int = 4) -> dict[str, np.ndarray]:
+    """Random OPRL / StepOPSD score columns (§17.3, §18.3) from their own generator: ``prm_logratio``
+    float64[N] (some exact 0 and repeated values, 0 on rows of failed episodes) and ``gap`` float64[N, L]
+    (0..``max_tokens`` gaps per row, left-aligned, NaN-padded; some all-NaN rows, some 0 and ±inf gaps)."""
+    rng = np.random.default_rng(seed)
+    n = ok.size
+    ell = np.round(rng.normal(scale=4.0, size=n), 1) * (rng.random(n) > 0.15)
+    gap = rng.normal(scale=1.5, size=(n, max_tokens))
+    gap[rng.random((n, max_tokens)) < 0.05] = 0.0
+    gap[rng.random((n, max_tokens)) < 0.02] = np.inf
+    gap[np.arange(max_tokens)[None, :] >= rng.integers(0, max_tokens + 1, size=n)[:, None]] = np.nan
+    return {"prm_logratio": np.where(ok, ell, 0.0), "gap": gap}
+
+
 def make_table(
     rows: list[tuple],
     *,
@@ -65,6 +85,7 @@ def make_table(
     n = len(rows)
     extra.setdefault("milestone", np.zeros(n, bool))  # BEACON's column, always filled by the store (no milestone)
     extra.setdefault("state_stats", np.tile(NO_PRIOR, (n, 1)))  # 3SPO: first iteration, no earlier episodes
+    extra.setdefault("scores", iteration0_scores(n))  # OPRL / StepOPSD: the scorers at iteration 0
     return TurnTable(
         group=intern_strings([r[0] for r in rows]),
         episode=traj,
@@ -143,6 +164,7 @@ def random_table(rng: np.random.Generator, *, n_groups: int | None = None, hidde
         anchor_vocab=tuple(f"state {i} " + "x" * i for i in range(n_states)),
         state_stats=random_state_stats(take("anchor", np.int64), take("next", np.int64), n_states, n * 7 + n_states),
         **random_hiper_columns(n, n * 11 + n_states),
+        scores=random_scores(take("ok", bool), n * 13 + n_states),
     )
 
 

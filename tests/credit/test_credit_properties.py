@@ -13,6 +13,9 @@ from agentrl.types import TurnTable
 EPS = 1e-6
 STEP_ESTIMATORS = ["grpo", "grpo_mean", "dr_grpo", "gigpo", "hgpo", "g2po", "graphgpo", "bipace", "beacon"]
 STEP_ESTIMATORS += ["threespo"]
+# OPRL (§17) and StepOPSD (§18) read step scorers' columns; make_table fills them as at iteration 0 (every
+# prm_logratio 0, no gap scored), random tables with random values (credit_tables.random_scores)
+STEP_ESTIMATORS += ["oprl", "stepopsd"]
 
 
 def test_every_registered_estimator_is_covered():
@@ -71,6 +74,8 @@ SINGLETON = {  # one group holding one 1-step episode with reward 3 (§1.4)
     "g2po": 3 / (1 + EPS), "graphgpo": 3 / (1 + EPS), "bipace": 3 / (1 + EPS),
     "beacon": 3.0,  # mean_norm by default (§15.4); its segment singleton gives 0
     "threespo": 0.0,  # step-level singleton; no episode term by default (§16.3)
+    "oprl": 3 / (1 + EPS),  # the episode term keeps the value; a single step row gives A_S = 0 (§17.6)
+    "stepopsd": 3 / (1 + EPS),  # GRPO's value, no gap scored: W = 1 (§18.4)
 }
 
 
@@ -130,6 +135,10 @@ def test_requires_metadata():
     assert get_estimator("gigpo").requires == ()
     assert get_estimator("threespo").requires == ("state_stats",)
     assert get_estimator("hiper").requires == ("switch", "subgoal_key", "value_low", "value_high")
+    assert get_estimator("oprl").requires == ("prm_logratio",)
+    assert get_estimator("oprl").declares.scorers == ("prm",)
+    assert get_estimator("stepopsd").requires == ("gap",)
+    assert get_estimator("stepopsd").declares.scorers == ("hindsight",)
 
 
 def test_empty_table_gives_empty_output():

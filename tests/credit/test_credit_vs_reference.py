@@ -48,6 +48,14 @@ CONFIGS = [
     ("hiper", {"bootstrap_truncated": False, "norm_adv": False, "keep_penalty_mode": "fixed", "gamma": 0.9,
                "lam_turn": 0.7, "lam_seg": 0.5, "keep_consistency_requires_both": False}),
     ("hiper", {"use_term": False, "bootstrap": "next_state", "keep_penalty": -3.5, "c_inv": 0.0}),
+    ("oprl", {}),
+    ("oprl", {"mode": "mean_norm", "step_advantage_w": 0.4, "batch_scale": False, "beta": 0.3}),
+    ("oprl", {"mode": "rloo"}),
+    ("oprl", {"mode": "rloo", "process_only": True, "c_inv": 0.0}),
+    ("oprl", {"stats_over": "trajectories", "process_only": True}),
+    ("stepopsd", {}),
+    ("stepopsd", {"lambda_mix": 1.0, "alpha_clip": 0.5, "mode": "mean_norm"}),
+    ("stepopsd", {"lambda_mix": 0.7, "alpha_clip": 1.0, "stats_over": "trajectories", "granularity": "token"}),
 ]
 
 

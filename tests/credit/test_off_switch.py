@@ -4,7 +4,7 @@ no-op when it is on.
 
 The pairs (ALGORITHMS.md §§2–16; each derived from the estimator's own formula):
 
-* GiGPO, G2PO, BiPACE, BEACON ``A = A_ep + ω·A_step``, GraphGPO ``A = w_step·A_step + w_ep·A_ep``:
+* GiGPO, G2PO, BiPACE, BEACON, OPRL ``A = A_ep + ω·A_step``, GraphGPO ``A = w_step·A_step + w_ep·A_ep``:
   ω = 0 (``step_advantage_w``) gives the episode term, i.e. GRPO with the same ``mode``,
   ``stats_over``, ``c_inv`` and ``eps`` (``0.0·x`` is ±0 and ``a + ±0 == a``: exact).
 * BEACON ``milestone_reward`` R_ms = 0 *and* ``c_inv`` = 0: every step reward is 0, so the segment
@@ -15,6 +15,8 @@ The pairs (ALGORITHMS.md §§2–16; each derived from the estimator's own formu
   step reward is the novelty + ½·reward of a run without state statistics (first iteration).
 * 3SPO and GraphGPO ``episode_advantage_w`` = w: the added term is exactly w × GRPO
   (``test_episode_weight_adds_exactly_w_times_grpo``), so w = 0 leaves the base estimator.
+* StepOPSD ``lambda_mix`` λ = 0: ``Ã = A·(1 − 0 + 0·W) = A·1.0``, GRPO with the same ``mode``,
+  ``stats_over``, ``c_inv`` and ``eps``.
 * turn-PPO λ = 0: ``A = δ``, the one-step TD error (reference below, a plain loop).
 * HiPER: ``use_term`` off → adv_low + adv_high of the three-level HAE; ``keep_penalty`` 0 → the
   keep term is gone whichever its mode; ``keep_consistency_penalty`` 0 → the subgoal texts no
@@ -35,7 +37,7 @@ from typing import Callable
 
 import numpy as np
 import pytest
-from credit_tables import BATCH12, make_table, random_hiper_columns, random_state_stats, random_table
+from credit_tables import BATCH12, make_table, random_hiper_columns, random_scores, random_state_stats, random_table
 
 from agentrl.credit import compute_advantages
 from agentrl.credit.hiper import hiper_hae
@@ -45,12 +47,13 @@ Fn = Callable[[TurnTable], TurnTable]
 
 
 def _critic_columns(tb: TurnTable, seed: int) -> TurnTable:
-    """``tb`` with turn-PPO's and HiPER's columns and 3SPO's prior statistics (from their own generators)."""
+    """``tb`` with turn-PPO's and HiPER's columns, 3SPO's prior statistics and OPRL's / StepOPSD's score
+    columns (from their own generators)."""
     n = len(tb)
     rng = np.random.default_rng(seed)
     stats = random_state_stats(tb.anchor_key, tb.next_anchor_key, len(tb.anchor_vocab), seed + 2)
     return dataclasses.replace(tb, value=rng.normal(size=n), bootstrap_value=rng.normal(size=n), state_stats=stats,
-                               **random_hiper_columns(n, seed + 1))
+                               scores=random_scores(tb.episode_ok, seed + 3), **random_hiper_columns(n, seed + 1))
 
 
 def _batch12(failed: bool) -> TurnTable:
@@ -189,6 +192,13 @@ PAIRS: list[Pair] = [
     *_ep("bipace", 1.0, mode="mean_std_norm"),
     *_ep("graphgpo", 1.0, mode="mean_std_norm"),  # episode_advantage_w stays 1
     *_ep("beacon", 10.0, mode="mean_norm"),
+    *_ep("oprl", 1.0, mode="mean_std_norm"),
+    Pair("stepopsd-lambda0", "stepopsd", dict(lambda_mix=0.0), simpler("grpo"),
+         [({"lambda_mix": 1.0, "alpha_clip": 0.5}, _same)]),
+    Pair("stepopsd-lambda0-mean_norm-trajectories", "stepopsd",
+         dict(lambda_mix=0.0, alpha_clip=0.5, mode="mean_norm", stats_over="trajectories", c_inv=0.3, eps=1e-3),
+         simpler("grpo", mode="mean_norm", stats_over="trajectories", c_inv=0.3, eps=1e-3),
+         [({"lambda_mix": 0.2}, _same)]),
     Pair("beacon-milestone_reward0-c_inv0", "beacon", dict(milestone_reward=0.0, c_inv=0.0),
          simpler("grpo", mode="mean_norm", c_inv=0.0), [({"milestone_reward": 10.0}, _same)]),
     Pair("beacon-no-milestones-c_inv0", "beacon", dict(c_inv=0.0), simpler("grpo", mode="mean_norm", c_inv=0.0),
@@ -218,7 +228,7 @@ PAIRS: list[Pair] = [
     *[Pair(f"{name}-c_inv0", name, dict(c_inv=0.0), simpler(name, _all_valid, c_inv=C_INV_ON),
            [({"c_inv": C_INV_ON}, _same)])
       for name in ("grpo", "grpo_mean", "dr_grpo", "gigpo", "hgpo", "bipace", "graphgpo", "beacon", "threespo",
-                   "hiper", "turn_ppo")],
+                   "hiper", "turn_ppo", "oprl", "stepopsd")],
     Pair("g2po-invalid-penalties0", "g2po", dict(c_inv=0.0, sibling_invalid_penalty=0.0),
          simpler("g2po", _all_valid, c_inv=C_INV_ON, sibling_invalid_penalty=C_INV_ON),
          [({"c_inv": C_INV_ON}, _same), ({"sibling_invalid_penalty": C_INV_ON}, _same)]),
