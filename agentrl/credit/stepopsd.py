@@ -19,11 +19,11 @@ token j::
 so 1 − λα ≤ Ã_i/A_i ≤ 1 + λα, and λ = 0 gives GRPO's output byte for byte. The per-token variant
 (``granularity="token"``, D-18b) gives Ã_ij = A_i·(1 − λ + λ·w_ij) on the scored tokens and Ã_i on
 the others; its mean over the scored tokens is Ã_i. The λ schedule lives in the config.
-The update trains the step form (one advantage per row). The per-token numbers are computed by
-``stepopsd_advantages`` and laid out per completion token by ``span_token_advantages`` (the
-``SpanAdvantages`` signature), which the registration does not declare yet: that needs the
-scored tokens' range in ``Turn.info["gap_span"]`` from the hindsight scorer, and the update to pass
-the table the advantages were computed on (``split_by_version`` with ``group_by_version``).
+The update trains what ``granularity`` says: the estimator declares its token layout
+(``span_token_advantages``, one span, the whole completion): ``step`` puts Ã on every completion token,
+``token`` puts Ã_ij on the scored tokens — the completion range the hindsight scorer keeps in the
+optional ``scores["gap_span"]`` column, float64[N, 2] ``[start, end)`` (absent or NaN: the whole
+completion) — and Ã on the row's other completion tokens.
 
 Data layout: the spec's CSR pair (``gap_values`` float64[M], ``gap_offsets`` int64[N+1]) is stored
 as one padded matrix ``scores["gap"]``, float64[N, L] (L ≥ 1): row i's gaps left-aligned, NaN after
@@ -46,15 +46,17 @@ import numpy as np
 from agentrl.credit import _segments as S
 from agentrl.credit import breakdown as B
 from agentrl.credit.grpo import _parts as grpo_parts
+from agentrl.credit.declarations import SpanAdvantages
 from agentrl.credit.registry import register_estimator, validate_estimator_kwargs
 from agentrl.types import Turn, TurnTable
 
 #: The score column the ``hindsight`` step scorer fills (float64[N, L], NaN-padded).
 COLUMN = "gap"
 GRANULARITIES = ("step", "token")
-#: ``Turn.info`` key of the scored segment's completion-token range ``[start, end)`` (the hindsight
-#: scorer writes it; absent = the whole completion). Only the per-token variant reads it.
-SPAN_KEY = "gap_span"
+#: Optional score column: each row's scored completion-token range ``[start, end)`` (float64[N, 2], NaN
+#: where not scored; the hindsight scorer writes it). Only the per-token variant reads it; absent = the
+#: whole completion.
+SPAN_COLUMN = "gap_span"
 RANGES = {"lambda_mix": (0.0, 1.0), "alpha_clip": (0.0, 1.0)}
 
 
@@ -183,18 +185,17 @@ def stepopsd_advantages(table: TurnTable, *, lambda_mix: float = 0.2, alpha_clip
 
 def span_token_advantages(table: TurnTable, rows: np.ndarray, turns: list[Turn], kwargs: Mapping,
                           ) -> tuple[list[np.ndarray], list[None]]:
-    """Per-token advantages of the trained ``rows`` (D-18b), in the signature of
-    ``agentrl.credit.declarations.TokenAdvantages`` (not declared yet: see the module docstring).
+    """Per-token advantages of the trained ``rows`` (D-18b; the estimator's ``SpanAdvantages``).
 
     ``granularity="step"``: every completion token carries the row's Ã. ``"token"``: the scored
-    segment, ``Turn.info["gap_span"] = [start, end)`` (absent: the whole completion), carries Ã_ij
-    token by token and the row's other completion tokens carry Ã; a row without scored tokens
-    carries Ã everywhere. Every completion token trains.
+    segment, ``scores["gap_span"][row] = [start, end)`` (absent or NaN: the whole completion),
+    carries Ã_ij token by token and the row's other completion tokens carry Ã; a row without scored
+    tokens carries Ã everywhere. Every completion token trains.
 
     Args:
-        table: the iteration's TurnTable with ``scores["gap"]``.
+        table: the iteration's TurnTable with ``scores["gap"]`` (and optionally ``"gap_span"``).
         rows: int64[R] trained table rows; ``turns``: their ``Turn`` objects, in the same order.
-        kwargs: the estimator's hyperparameters (``cfg.algorithm.kwargs``; defaults filled in here).
+        kwargs: the estimator's hyperparameters in effect (defaults filled in here).
     Returns:
         (R float64[C_i] advantages, R × None masks), for ``build_batch``.
     Raises:
@@ -203,18 +204,19 @@ def span_token_advantages(table: TurnTable, rows: np.ndarray, turns: list[Turn],
     """
     kw = validate_estimator_kwargs("stepopsd", dict(kwargs))
     res = stepopsd_advantages(table, **kw)
+    spans = table.scores.get(SPAN_COLUMN)
     advs = []
     for row, turn in zip(np.asarray(rows, dtype=np.int64), turns):
         c = int(turn.completion_ids.size)
         adv = np.full(c, res.step[row])
         tok = res.token[row]
         if kw["granularity"] == "token" and tok.size:
-            span = turn.info.get(SPAN_KEY)
+            span = None if spans is None or np.isnan(spans[row]).any() else spans[row]
             start, end = (0, c) if span is None else (int(span[0]), int(span[1]))
             if end - start != tok.size or not 0 <= start <= end <= c:
                 raise ValueError(f"stepopsd: turn {turn.turn_id} (episode {turn.episode_id}, t={turn.t}) has "
                                  f"{tok.size} token gaps but its scored segment is [{start}, {end}) of {c} "
-                                 f"completion tokens; the hindsight scorer must write Turn.info[{SPAN_KEY!r}]")
+                                 f"completion tokens; the hindsight scorer must write scores[{SPAN_COLUMN!r}]")
             adv[start:end] = tok
         advs.append(adv)
     return advs, [None] * len(advs)
@@ -237,7 +239,7 @@ def _breakdown(table: TurnTable, *, lambda_mix: float, alpha_clip: float, granul
 
 
 @register_estimator("stepopsd", requires=(COLUMN,), scorers=("hindsight",), ranges=RANGES, breakdown=_breakdown,
-                    choices={"granularity": GRANULARITIES, "mode": S.MODES, "stats_over": S.STATS_OVER})
+                    spans=SpanAdvantages(("completion",), span_token_advantages), choices={"granularity": GRANULARITIES, "mode": S.MODES, "stats_over": S.STATS_OVER})
 def stepopsd(
     table: TurnTable,
     *,
@@ -256,9 +258,9 @@ def stepopsd(
             NaN after them, all NaN = not scored; filled by the ``hindsight`` step scorer).
         lambda_mix: λ, the current mixing weight (the config's schedule decays it; 0 = GRPO).
         alpha_clip: α_clip, the token weights' clip range 1 ± α_clip.
-        granularity: ``"step"`` or ``"token"``: how a row's credit is spread over its tokens
-            (``stepopsd_advantages``, ``span_token_advantages``); the per-row output, and so what the
-            update trains for now, is the step form either way.
+        granularity: ``"step"`` or ``"token"``: how the update spreads a row's credit over its
+            completion tokens (``span_token_advantages``); the per-row output (stored, logged) is the
+            step form Ã either way, the mean of the token form over the scored tokens.
         mode, stats_over, c_inv, eps: GRPO's (§2).
     Returns:
         float64[N]; 0 for failed-episode and non-trainable rows (A = 0 there).

@@ -27,8 +27,10 @@ scored segment, for the ``stepopsd`` estimator to reweight GRPO's advantage with
   ``c_inv``) is non-zero; while λ (``lambda_mix`` after ``algorithm.schedule``) is 0, none (no
   teacher forward at all).
 
-The column: ``table.scores["gap"]`` float64[N, L], row i's Δ left-aligned and NaN after them; an
-all-NaN row was not scored (the estimator gives it W = 1). 1 no-grad teacher forward per scored row.
+The columns: ``table.scores["gap"]`` float64[N, L], row i's Δ left-aligned and NaN after them (an
+all-NaN row was not scored: the estimator gives it W = 1), and ``scores["gap_span"]`` float64[N, 2],
+the scored tokens' completion range ``[start, end)`` (NaN where not scored; the token granularity
+lays Δ's weights there). 1 no-grad teacher forward per scored row.
 """
 
 from __future__ import annotations
@@ -50,9 +52,12 @@ from agentrl.train.adapters import (POLICY_ADAPTER, add_adapter, adapter_paramet
 from agentrl.train.scorer_options import HindsightOptions
 from agentrl.types import Episode, Message, Turn, TurnTable
 
-__all__ = ["HindsightScorer", "GAP_COLUMN", "TEACHER_FILE", "hindsight_block", "teacher_prompt", "scored_tokens"]
+__all__ = ["HindsightScorer", "GAP_COLUMN", "SPAN_COLUMN", "TEACHER_FILE", "hindsight_block", "teacher_prompt", "scored_tokens"]
 
 GAP_COLUMN = "gap"
+#: each scored row's completion-token range [start, end) (float64[N, 2], NaN where not scored), for
+#: StepOPSD's token granularity (``agentrl.credit.stepopsd.SPAN_COLUMN``)
+SPAN_COLUMN = "gap_span"
 TEACHER_FILE = "hindsight_teacher.pt"
 ADAPTER = "teacher"
 HEADER = "[Hindsight, shown only for training]"
@@ -150,6 +155,7 @@ class HindsightScorer:
         rows = np.flatnonzero(table.episode_ok & table.trainable & (grpo != 0.0)) if lam > 0 else np.zeros(0, int)
         turns = {t.turn_id: t for ep in episodes for t in ep.turns}
         gaps = [np.zeros(0)] * len(table)
+        spans = np.full((len(table), 2), np.nan)  # each scored row's [start, end) in its completion (token variant)
         if rows.size:
             picked = [turns[int(table.turn_id[i])] for i in rows]
             prompts = [teacher_prompt(self.renderer, t.prompt_ids, self._block(table, turns, int(i)), self._cap(t))
@@ -161,8 +167,10 @@ class HindsightScorer:
                 c = t.completion_ids.size
                 cols = torch.nonzero(batch.loss_mask[k] > 0).flatten()[:c]  # the row's completion, in order
                 teacher = lp[k, cols].double().numpy()
-                keep = scored_tokens(self.renderer, t, self.opts.segment, self.pattern)
+                keep = scored_tokens(self.renderer, t, self.opts.segment, self.pattern)  # one contiguous range
                 gaps[int(i)] = (teacher - np.asarray(t.completion_logprobs, np.float64))[keep]
+                at = np.flatnonzero(keep)
+                spans[int(i)] = (at[0], at[-1] + 1) if at.size else np.nan
         width = max([1] + [g.size for g in gaps])
         out = np.full((len(table), width), np.nan)
         for i, g in enumerate(gaps):
@@ -173,7 +181,7 @@ class HindsightScorer:
                          "hindsight/gap_mean": float(scored.mean()) if scored.size else 0.0,
                          "hindsight/gap_abs_mean": float(np.abs(scored).mean()) if scored.size else 0.0,
                          "hindsight/seconds": time.perf_counter() - t0}
-        return dataclasses.replace(table, scores={**table.scores, GAP_COLUMN: out})
+        return dataclasses.replace(table, scores={**table.scores, GAP_COLUMN: out, SPAN_COLUMN: spans})
 
     def _cap(self, turn: Turn) -> int | None:
         if self.opts.max_prompt_tokens is not None:

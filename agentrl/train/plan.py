@@ -16,6 +16,7 @@ import torch
 from agentrl.config import Config
 from agentrl.config.schedule import scheduled_kwargs
 from agentrl.credit import get_estimator, update_groups
+from agentrl.credit.registry import prepare_table
 from agentrl.distributed import DistContext
 from agentrl.llm.constrained import constraint_masks
 from agentrl.llm.grammar import grammar_masks
@@ -126,7 +127,8 @@ def plan_update(policy: Policy, cfg: Config, table: TurnTable, advantages: np.nd
     adv, token_mask = advantages[rows], None
     spans = get_estimator(cfg.algorithm.estimator).declares.spans
     if spans is not None:  # each span its own advantage (HiPER: D-14a)
-        adv, token_mask = spans.token_advantages(table, rows, picked,
+        ran_on = prepare_table(table, cfg.algorithm.estimator, cfg.algorithm.group_by_version)  # the estimator's table
+        adv, token_mask = spans.token_advantages(ran_on, rows, picked,
                                                  scheduled_kwargs(cfg.algorithm.kwargs, cfg.algorithm.schedule, iteration))
     keys = [int(k) for k in table.turn_id[rows]]
     inputs = BatchInputs([t.prompt_ids for t in picked], [t.completion_ids for t in picked],

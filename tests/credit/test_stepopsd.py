@@ -242,7 +242,7 @@ def test_registration():
                                                 mode="mean_std_norm", stats_over="steps", c_inv=0.1, eps=EPS)
     spec = get_estimator("stepopsd")
     assert spec.requires == ("gap",) and spec.declares.scorers == ("hindsight",) and spec.breakdown is not None
-    assert spec.declares.spans is None  # the update trains the step form; span_token_advantages is not wired yet
+    assert spec.declares.spans.names == ("completion",) and spec.declares.spans.token_advantages is span_token_advantages
     assert spec.choices["granularity"] == ("step", "token") and spec.groups_by_task
 
 
@@ -259,16 +259,22 @@ def test_breakdown_adds_up():
     np.testing.assert_array_equal(b.terms[1].weight, 1.0)
 
 
-def _turn(i: int, c: int, span=None) -> Turn:
-    info = {} if span is None else {"gap_span": list(span)}
+def _turn(i: int, c: int) -> Turn:
     return Turn(run_id="r", episode_id=0, group_id=0, t=i, observation="o", anchor_obs="o", action="a",
-                action_valid=True, reward=0.0, turn_id=i, completion_ids=np.arange(c, dtype=np.int32), info=info)
+                action_valid=True, reward=0.0, turn_id=i, completion_ids=np.arange(c, dtype=np.int32))
+
+
+def _with_spans(tb: TurnTable, spans: dict) -> TurnTable:
+    col = np.full((len(tb), 2), np.nan)
+    for row, sp in spans.items():
+        col[row] = sp
+    return dataclasses.replace(tb, scores={**tb.scores, "gap_span": col})
 
 
 def test_span_token_advantages_lay_the_token_variant_on_the_completion():
-    tb = batch()
+    tb = _with_spans(batch(), {0: (1, 4), 7: (4, 6)})
     rows = np.array([0, 3, 4, 7], dtype=np.int64)
-    turns = [_turn(0, 5, (1, 4)), _turn(3, 3), _turn(4, 2), _turn(7, 6, (4, 6))]
+    turns = [_turn(0, 5), _turn(3, 3), _turn(4, 2), _turn(7, 6)]
     kw = {"lambda_mix": 1.0, "alpha_clip": 0.5}
     res = stepopsd_advantages(tb, **kw)
     advs, masks = span_token_advantages(tb, rows, turns, kw)  # granularity "step": the row's Ã on every token
@@ -282,4 +288,4 @@ def test_span_token_advantages_lay_the_token_variant_on_the_completion():
     np.testing.assert_array_equal(advs[2], [res.step[4]] * 2)  # not scored: Ã everywhere
     np.testing.assert_array_equal(advs[3], [res.step[7]] * 4 + list(res.token[7]))
     with pytest.raises(ValueError, match="has 3 token gaps but its scored segment is \\[0, 4\\) of 4"):
-        span_token_advantages(tb, rows[:1], [_turn(0, 4)], {**kw, "granularity": "token"})
+        span_token_advantages(batch(), rows[:1], [_turn(0, 4)], {**kw, "granularity": "token"})

@@ -87,14 +87,27 @@ def test_oprl_trains_its_prm_keeps_its_scores_and_resumes(tiny_dir, tmp_path):
     assert again.state.iteration == 3 and _metrics(again)["prm/steps"][-1] >= steps
 
 
-def test_stepopsd_follows_its_schedule_and_explains(tiny_dir, tmp_path):
-    from agentrl.train import train
+def test_stepopsd_follows_its_schedule_and_explains(tiny_dir, tmp_path, monkeypatch):
+    from agentrl.train import plan, train
 
-    result = train(_cfg(tiny_dir, tmp_path, "stepopsd", 2, kwargs={"lambda_mix": 1.0, "alpha_clip": 0.5},
+    seen = []
+    real = plan.build_batch
+
+    def spy(*args, **kwargs):
+        seen.append(args[3])  # what the update trains: per-token advantages with granularity token
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(plan, "build_batch", spy)
+
+    result = train(_cfg(tiny_dir, tmp_path, "stepopsd", 2, kwargs={"lambda_mix": 1.0, "alpha_clip": 0.5,
+                                                                   "granularity": "token"},
                         schedule={"lambda_mix": {"to": 0.0, "iterations": 2}},
                         scorers={"hindsight": {"teacher_refresh": 1}}), resume=False)
     m = _metrics(result)
     assert m["hindsight/lambda"] == [1.0, 0.5] and m["hindsight/rows_scored"][0] > 0
+    assert m["audit/tokens"][0] > 0  # the token layout trained, every token checked by the credit audit
+    rows = [a for batch in seen for a in batch]
+    assert rows and any(np.unique(np.asarray(a)).size > 1 for a in rows)  # the action's tokens got their own
     explained, bad = _explained(result)
     assert explained > 0 and bad == 0
     folder = result.run_dir / "checkpoints" / (result.run_dir / "checkpoints" / "latest").read_text()

@@ -125,6 +125,9 @@ def test_gaps_rows_and_values(tiny_dir, renderer):
     got = gap[row][~np.isnan(gap[row])]
     np.testing.assert_allclose(got, want, atol=2e-5)
     assert 0 < got.size < turn.completion_ids.size  # only the action's tokens
+    span = scorer.score(table, eps, 0).scores["gap_span"]
+    at = np.flatnonzero(keep)
+    assert span[row].tolist() == [at[0], at[-1] + 1] and np.isnan(span[table.group == 1]).all()
 
 
 def test_lambda_zero_runs_no_teacher(tiny_dir, renderer, monkeypatch):
