@@ -14,12 +14,34 @@ logprob renormalised over the ids the token trie allows at that position, exactl
 engine's constrained sampler does (``agentrl.llm.step_logprobs``); the product over the
 completion's tokens sums to 1 over the actions.
 
+Paraphrase (the env's ``paraphrase=1``, ``PolicyTables.paraphrase_bank`` = B > 0): a room is shown
+with a wording drawn per visit from its bank (``agentrl_envs.junction.paraphrase.bank``), member j of
+a group of G from its slice ``b % G == j``. π(a | room) is then the policy's probability averaged
+over the wordings the member can be shown there: ``wording_prompts`` builds the prompt of every
+such wording of every non-terminal room, ``batch_action_probs`` scores them all (renormalised per
+wording) and ``PolicyTables.maze`` averages. The window prompt's task text is the episode's *first*
+wording of the entrance, so π also depends on that one draw: the values are computed per
+(maze, first wording, member), and the first turn's π at the entrance is that wording's own (later
+visits to the entrance, after a no-op, average over the slice; ``ExactValues.V[0, start]`` is
+recomputed with it). Cost per oracle call (``PolicyTables.maze``: one maze, one first wording, one
+member): one prompt per wording of each non-terminal room, B / G prompts per room (B for G = 1, the
+whole bank) instead of 1, the first turn's prompt being one of the entrance's. Each prompt is
+scored in one forward row (``batch_action_probs``: one row per token-trie path reaching a branch
+point, not one per action; one for the maze's actions with SmolLM2's tokenizer) holding only its
+own suffix after a KV-cached shared prefix (the system prompt and the task text): B = 16, G = 1 at
+K = 5 (10-15 rooms) is ~200 prompts per first wording, ~55 s for SmolLM2-135M in fp32 on one CPU
+thread (0.27 s per prompt measured, against 1.5-2.5 s per prompt for ``action_probs``).
+``map_batch`` maps a stored prompt that shows any wording of a room back to that room (the member
+is the episode's rank inside its group, the first wording its first anchor).
+
 Everything runs on the CPU in the precision the engine was loaded in (fp32 for the benchmark).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -35,6 +57,7 @@ from agentrl.rollout.parsing import parse_format
 from agentrl.rollout.prompt import render_system
 from agentrl.store import TurnStore
 from agentrl.types import Episode, EpisodeStatus, Turn, TurnTable
+from agentrl_envs.junction import paraphrase as para
 from agentrl_envs.junction.maze import Maze
 
 ENV_ID = "agentrl/JunctionMaze-v0"
@@ -52,9 +75,7 @@ def state_prompts(graph: TaskGraph, renderer: ChatRenderer, loop: LoopConfig) ->
     """int32[P] prompt ids per non-terminal state of ``graph`` as the rollout renders them under
     ``loop`` (which must be a ``window`` context with ``window_k = 0``: then the prompt is a pure
     function of the maze's first observation and the state). Raises ValueError for another loop."""
-    if loop.context != "window" or loop.window_k != 0:
-        raise ValueError(f"state prompts need a Markov loop (context window, window_k 0), got {loop.context}/"
-                         f"{loop.window_k}")
+    _check_markov(loop)
     system = render_system(loop.system_prompt, None, parse_format(loop.action_format).instructions)  # as EpisodeDriver
     task = graph.observation[graph.start]
 
@@ -68,6 +89,123 @@ def state_prompts(graph: TaskGraph, renderer: ChatRenderer, loop: LoopConfig) ->
         out[s] = ctx.first(shown(graph.start), task=task)  # as EpisodeDriver.start, then observe (window_k = 0)
         if s != graph.start:
             out[s] = ctx.next(np.zeros(0, np.int32), "", shown(s), past=graph.observation[s])
+    return out
+
+
+def _check_markov(loop: LoopConfig) -> None:
+    if loop.context != "window" or loop.window_k != 0:
+        raise ValueError(f"state prompts need a Markov loop (context window, window_k 0), got {loop.context}/"
+                         f"{loop.window_k}")
+
+
+def wording_prompts(graph: TaskGraph, renderer: ChatRenderer, loop: LoopConfig, wordings: Mapping[str, Sequence[str]],
+                    first: str) -> tuple[np.ndarray, dict[str, list[np.ndarray]]]:
+    """The prompts of a paraphrased episode whose reset showed ``first`` (the entrance's wording: the
+    window prompt's task text) under the Markov ``loop``: (int32[P] the first turn's prompt,
+    {non-terminal state: [int32 prompt of each wording in ``wordings[state]``, in that order]}), each
+    as ``EpisodeDriver`` renders it (a later visit to the entrance worded ``first`` gets the first
+    turn's prompt, as ``WindowContext`` does). Raises ValueError for another loop."""
+    _check_markov(loop)
+    system = render_system(loop.system_prompt, None, parse_format(loop.action_format).instructions)
+
+    def shown(s: str, text: str) -> str:
+        return f"{text}\nAdmissible actions: {', '.join(graph.actions[s])}" if loop.show_admissible else text
+
+    def prompt(s: str | None, text: str) -> np.ndarray:
+        ctx = make_context(loop, renderer, system)
+        ids = ctx.first(shown(graph.start, first), task=first)
+        return ids if s is None else ctx.next(np.zeros(0, np.int32), "", shown(s, text), past=text)
+
+    return prompt(None, first), {s: [prompt(s, w) for w in wordings[s]] for s in graph.actions}
+
+
+def _key(ids) -> bytes:
+    """A prompt's cache key: its ids as int32 bytes."""
+    return np.asarray(ids, np.int32).tobytes()
+
+
+def _branch_rows(seqs: list[np.ndarray]) -> tuple[list[list[np.ndarray]], list[int]]:
+    """Per completion, the trie's allowed ids at each position (``TokenTrie.walk``), and the indices
+    of the completions whose paths cover every node with >= 2 allowed ids (where a choice is made;
+    a position with one allowed id contributes log 1 = 0)."""
+    trie = TokenTrie(seqs)
+    walks, rows, covered = [trie.walk(s) for s in seqs], [], set()
+    for i, (s, walk) in enumerate(zip(seqs, walks)):
+        nodes = {tuple(int(x) for x in s[:k]) for k, a in enumerate(walk) if len(a) > 1}
+        if nodes - covered:
+            rows.append(i)
+            covered |= nodes
+    return walks, rows
+
+
+@torch.inference_mode()
+def batch_action_probs(model: torch.nn.Module, prompts: list[np.ndarray], seqs: list[list[np.ndarray]], pad_id: int,
+                       max_rows: int = 32) -> list[np.ndarray]:
+    """``action_probs`` of many prompts at once, renormalised (float64[A_i] per prompt, summing to 1):
+    the prompts' longest common token prefix runs once (KV cache); each prompt then needs one row
+    per path through its completions' token trie that reaches a node with >= 2 allowed ids (the
+    other positions contribute log 1 = 0), holding only its own suffix; rows go ``max_rows`` to a
+    forward. Logits are ``model.get_output_embeddings()`` of the decoder's last hidden state at the
+    needed positions only (a causal LM without logit post-processing, e.g. Llama, Qwen3); equal to
+    ``action_probs`` within float rounding (~1e-6)."""
+    from transformers import DynamicCache
+
+    if not prompts:
+        return []
+    lengths = [len(p) for p in prompts]
+    c = min(lengths) - 1  # every row keeps >= 1 token of its own
+    first = np.asarray(prompts[0])
+    for p in prompts[1:]:
+        diff = np.flatnonzero(np.asarray(p[:c]) != first[:c])
+        c = int(diff[0]) if diff.size else c
+    decoder, head = model.get_decoder(), model.get_output_embeddings()
+    dev = next(model.parameters()).device
+    cache = None
+    if c > 0:
+        cache = DynamicCache(config=model.config)
+        decoder(input_ids=torch.as_tensor(first[None, :c], dtype=torch.long, device=dev), past_key_values=cache,
+                use_cache=True)
+    rows, walks = [], []  # rows: (prompt index, completion index, its input ids, positions to read)
+    for i, (p, ss) in enumerate(zip(prompts, seqs)):
+        walk, cover = _branch_rows(ss)
+        walks.append(walk)
+        for r in cover:
+            ks = [k for k, a in enumerate(walk[r]) if len(a) > 1]
+            ids = np.concatenate([np.asarray(p[c:], np.int64), np.asarray(ss[r][: ks[-1]], np.int64)])
+            rows.append((i, r, ids, ks))
+    node_lp: dict[tuple, dict[int, float]] = {}  # (prompt, trie node) -> {allowed id: logprob}
+    for lo in range(0, len(rows), max_rows):
+        chunk = rows[lo:lo + max_rows]
+        width = max(len(r[2]) for r in chunk)
+        ids = torch.full((len(chunk), width), int(pad_id), dtype=torch.long)
+        mask = torch.zeros((len(chunk), c + width), dtype=torch.long)
+        mask[:, :c] = 1
+        for n, (_, _, row, _) in enumerate(chunk):
+            ids[n, :len(row)] = torch.as_tensor(row)
+            mask[n, c:c + len(row)] = 1
+        past = None
+        if cache is not None:
+            past = copy.deepcopy(cache)
+            past.batch_repeat_interleave(len(chunk))
+        pos = torch.arange(c, c + width, device=dev).expand(len(chunk), width)
+        h = decoder(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos, past_key_values=past,
+                    use_cache=past is not None).last_hidden_state
+        where = [(n, len(prompts[i]) - c - 1 + k) for n, (i, _, _, ks) in enumerate(chunk) for k in ks]
+        logits = head(h[[n for n, _ in where], [q for _, q in where]]).float().cpu()
+        m = 0
+        for i, r, _, ks in chunk:
+            s = seqs[i][r]
+            for k in ks:
+                allowed = torch.from_numpy(walks[i][r][k])
+                z = logits[m, allowed]
+                lp = z - torch.logsumexp(z, dim=0)
+                node_lp[(i, tuple(int(x) for x in s[:k]))] = {int(a): float(v) for a, v in zip(allowed, lp)}
+                m += 1
+    out = []
+    for i, ss in enumerate(seqs):
+        lp = np.array([sum(node_lp[(i, tuple(int(x) for x in s[:k]))][int(s[k])]
+                           for k, a in enumerate(walks[i][n]) if len(a) > 1) for n, s in enumerate(ss)])
+        out.append(renormalised(np.exp(lp)))
     return out
 
 
@@ -103,8 +241,10 @@ def renormalised(p: np.ndarray) -> np.ndarray:
 @dataclass
 class PolicyTables:
     """The policy's probabilities, cached by prompt (mazes share prompts: same entrance text and
-    room text). ``by_prompt``: prompt bytes -> float64[A]; ``forwards``: forwards run; ``by_task``:
-    task id -> ``MazeValues`` (``maze``)."""
+    room text). ``by_prompt``: prompt bytes -> float64[A]; ``forwards``: prompts scored (one forward
+    each at paraphrase 0; batched, ``batch_action_probs``, at paraphrase 1); ``by_task``: task id
+    (paraphrase: (task id, first wording, member)) -> ``MazeValues`` (``maze``);
+    ``paraphrase_bank``: 0 for the env's ``paraphrase=0``, else its ``paraphrase_bank`` B."""
 
     model: torch.nn.Module
     renderer: ChatRenderer
@@ -113,6 +253,7 @@ class PolicyTables:
     by_prompt: dict | None = None
     forwards: int = 0
     by_task: dict | None = None
+    paraphrase_bank: int = 0
 
     def graph_policy(self, graph: TaskGraph) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """(π per non-terminal state: float64[len(actions)] summing to 1; prompt ids per state)."""
@@ -128,34 +269,105 @@ class PolicyTables:
             pi[s] = self.by_prompt[key]
         return pi, prompts
 
-    def maze(self, task_id: str, horizon: int) -> "MazeValues":
+    def member_wordings(self, graph: TaskGraph, task_id: str, member: tuple[int, int] = (0, 1)) -> dict[str, tuple]:
+        """{non-terminal state: the wordings member ``(j, G)`` can be shown there}: the slice
+        ``b % G == j`` of the room's bank (``paraphrase.bank``, B = ``paraphrase_bank``)."""
+        j, g = member
+        return {s: para.bank(task_id, s, self.paraphrase_bank)[j::g] for s in graph.actions}
+
+    def wording_policy(self, graph: TaskGraph, task_id: str, first: str,
+                       member: tuple[int, int] = (0, 1)) -> tuple[dict[str, np.ndarray], np.ndarray, dict, dict]:
+        """At paraphrase 1, for an episode of member ``(j, G)`` whose reset showed ``first``: (π per
+        non-terminal state, the mean over the member's wordings of each wording's renormalised π;
+        π of the first turn; prompts per state (``wording_prompts``); {prompt bytes: (state, that
+        prompt's π)} over every prompt, the first turn's included). New prompts are scored in one
+        ``batch_action_probs`` call. Raises ValueError when ``first`` is not a wording of the
+        entrance in the member's slice."""
+        self.by_prompt = {} if self.by_prompt is None else self.by_prompt
+        wordings = self.member_wordings(graph, task_id, member)
+        if first not in wordings[graph.start]:
+            raise ValueError(f"{first[:80]!r} is not a wording of the entrance of {task_id!r} for member {member} "
+                             f"(bank {self.paraphrase_bank})")
+        first_prompt, prompts = wording_prompts(graph, self.renderer, self.loop, wordings, first)
+        todo: dict[bytes, tuple[np.ndarray, str]] = {}
+        for s, ps in [(graph.start, [first_prompt]), *prompts.items()]:
+            for p in ps:
+                if _key(p) not in self.by_prompt:
+                    todo.setdefault(_key(p), (p, s))
+        if todo:
+            fmt, eos = self.loop.action_format, self.renderer.eos_token_id
+            seqs = {s: completion_sequences(graph.actions[s], fmt, self.renderer.encode, eos) for s in graph.actions}
+            keys = list(todo)
+            probs = batch_action_probs(self.model, [todo[k][0] for k in keys], [seqs[todo[k][1]] for k in keys],
+                                       self.pad_id)
+            self.by_prompt.update(zip(keys, probs))
+            self.forwards += len(keys)
+        pi = {s: np.mean([self.by_prompt[_key(p)] for p in ps], axis=0) for s, ps in prompts.items()}
+        index = {_key(p): (s, self.by_prompt[_key(p)]) for s, ps in prompts.items() for p in ps}
+        index[_key(first_prompt)] = (graph.start, self.by_prompt[_key(first_prompt)])
+        return pi, self.by_prompt[_key(first_prompt)], prompts, index
+
+    def maze(self, task_id: str, horizon: int, first: str | None = None,
+             member: tuple[int, int] = (0, 1)) -> "MazeValues":
         """The maze ``task_id``'s graph (``Maze.parse(task_id).graph(horizon)``), π and prompts per
-        state (``graph_policy``) and exact values under π; cached per task id."""
+        state (``graph_policy``) and exact values under π; cached per task id. At paraphrase 1
+        (``paraphrase_bank`` > 0) per (task id, ``first``: the episode's first wording of the
+        entrance, ``member``: its (j, G)): π from ``wording_policy``, the values under it with
+        ``V[0, start]`` recomputed with the first turn's own π (Q at t = 0 already holds the later
+        visits' average). Raises ValueError at paraphrase 1 without ``first``."""
         self.by_task = {} if self.by_task is None else self.by_task
-        if task_id not in self.by_task:
+        if not self.paraphrase_bank:
+            if task_id not in self.by_task:
+                g = Maze.parse(task_id).graph(horizon)
+                pi, prompts = self.graph_policy(g)
+                self.by_task[task_id] = MazeValues(g, pi, prompts, exact_values(g, pi))
+            return self.by_task[task_id]
+        if first is None:
+            raise ValueError("paraphrased maze values need the episode's first wording of the entrance (first=...)")
+        key = (task_id, first, (int(member[0]), int(member[1])))
+        if key not in self.by_task:
             g = Maze.parse(task_id).graph(horizon)
-            pi, prompts = self.graph_policy(g)
-            self.by_task[task_id] = MazeValues(g, pi, prompts, exact_values(g, pi))
-        return self.by_task[task_id]
+            pi, pi0, prompts, index = self.wording_policy(g, task_id, first, key[2])
+            ev = exact_values(g, pi)
+            i0, n = ev.index[g.start], len(g.actions[g.start])
+            v = ev.V.copy()
+            v[0, i0] = float(np.dot(pi0, ev.Q[0, i0, :n]))
+            self.by_task[key] = MazeValues(g, pi, prompts, replace(ev, V=v), index, pi0)
+        return self.by_task[key]
 
 
 @dataclass(frozen=True)
 class MazeValues:
     """One maze under one policy: its ``graph``, ``pi`` (state -> float64[A]), ``prompts`` (state
-    -> int ids the rollout builds there) and ``values`` (``exact_values``)."""
+    -> int ids the rollout builds there; at paraphrase 1 a list, one per wording) and ``values``
+    (``exact_values``); at paraphrase 1 also ``by_prompt`` (prompt bytes -> (state, that prompt's
+    π)) and ``first_pi`` (π of the episode's first turn)."""
 
     graph: TaskGraph
     pi: dict
     prompts: dict
     values: ExactValues
+    by_prompt: dict | None = None
+    first_pi: np.ndarray | None = None
 
     def check(self, turn: Turn, state: str, action: str) -> tuple[bool, float]:
-        """(the turn's stored prompt differs from ``prompts[state]``, |stored completion logprob sum
-        − log π(action|state)| in nats) for one sampled turn on this maze."""
-        mismatch = not np.array_equal(np.asarray(turn.prompt_ids), self.prompts[state])
+        """(the turn's stored prompt differs from ``prompts[state]`` (paraphrase: is none of the
+        room's prompts), |stored completion logprob sum − log π(action|prompt)| in nats) for one
+        sampled turn on this maze (π of the stored prompt itself; the room's mean if unknown)."""
         lp = float(np.sum(turn.completion_logprobs, dtype=np.float64))
-        p = self.pi[state][self.graph.actions[state].index(action)]
+        a = self.graph.actions[state].index(action)
+        if self.by_prompt is None:
+            mismatch = not np.array_equal(np.asarray(turn.prompt_ids), self.prompts[state])
+            return mismatch, abs(lp - float(np.log(self.pi[state][a])))
+        hit = self.by_prompt.get(_key(turn.prompt_ids))
+        mismatch = hit is None or hit[0] != state
+        p = (self.pi[state] if mismatch else hit[1])[a]
         return mismatch, abs(lp - float(np.log(p)))
+
+    def room_of(self, prompt_ids) -> str | None:
+        """The room whose wording the prompt ``prompt_ids`` shows (paraphrase 1; None when none)."""
+        hit = (self.by_prompt or {}).get(_key(prompt_ids))
+        return None if hit is None else hit[0]
 
 
 def sample_batch(engine, renderer: ChatRenderer, store: TurnStore, run_id: str, *, k: int, seed: int,
@@ -184,7 +396,9 @@ class MappedBatch:
     completion logprob sum − log π(a|s)| over rows; ``prompt_mismatch``: rows whose stored
     prompt differs from ``state_prompts``; ``invalid_episodes``: episodes with an action outside
     the graph (impossible under constrained decoding) or a failed status — left out of ``a_true``
-    (0) and flagged; ``pi``/``visits``: per (task, state) the computed π and the sampled counts."""
+    (0) and flagged; ``pi``/``visits``: per (task, state) the computed π (paraphrase 1: that of the
+    last episode mapped there; it depends on the episode's first wording and member) and the
+    sampled counts."""
 
     table: TurnTable
     state: list[str]
@@ -200,18 +414,37 @@ class MappedBatch:
     visits: dict
 
 
+def group_members(episodes: list[Episode]) -> dict[int, tuple[int, int]]:
+    """{episode id: (j, G)}: its rank j by episode id inside its group and the group's size G (the
+    ``options["agentrl.member"]`` ``collect`` gave it: ids ``g*G + j``)."""
+    groups: dict[int, list[int]] = {}
+    for e in episodes:
+        groups.setdefault(e.group_id, []).append(e.episode_id)
+    return {eid: (j, len(ids)) for ids in groups.values() for j, eid in enumerate(sorted(ids))}
+
+
 def map_batch(store: TurnStore, run_id: str, episodes: list[Episode], tables: PolicyTables,
               max_turns: int = 24) -> MappedBatch:
     """Replay every stored episode on its maze's graph (``Maze.parse(task_id).graph``), compute
-    π per state (``PolicyTables``), exact values and advantages (``agentrl.credit.exact``)."""
+    π per state (``PolicyTables``), exact values and advantages (``agentrl.credit.exact``). At
+    paraphrase 1 (``tables.paraphrase_bank``) each episode's values are those of its (maze, first
+    wording = its first turn's anchor, member = ``group_members``), and a stored prompt maps back to
+    the room whose wording it shows (``MazeValues.check``)."""
     table = store.table(run_id)
     by_id = {e.episode_id: e for e in episodes}
+    members = group_members(episodes) if tables.paraphrase_bank else {}
+
+    def values(ep: Episode) -> MazeValues:
+        if not tables.paraphrase_bank:
+            return tables.maze(ep.task_id, max_turns)
+        return tables.maze(ep.task_id, max_turns, first=ep.turns[0].anchor_obs, member=members[ep.episode_id])
+
     states, kinds, onward, won, a_true = [], [], [], [], []
     gap, mismatch, invalid, visits, pis = 0.0, 0, 0, {}, {}
     for ep_id in dict.fromkeys(table.episode.tolist()):
         ep = by_id[ep_id]
         tid = ep.task_id
-        m = tables.maze(tid, max_turns)
+        m = values(ep)
         g, acts = m.graph, [t.action for t in ep.turns]
         try:
             visited = g.replay(acts)
@@ -232,7 +465,7 @@ def map_batch(store: TurnStore, run_id: str, episodes: list[Episode], tables: Po
                 mismatch, gap = mismatch + bad, max(gap, d)
                 visits.setdefault((tid, s), np.zeros(len(g.actions[s]), np.int64))[g.actions[s].index(a)] += 1
                 pis[(tid, s)] = m.pi[s]
-    mazes = [tables.maze(by_id[e].task_id, max_turns) for e in dict.fromkeys(table.episode.tolist())]
+    mazes = [values(by_id[e]) for e in dict.fromkeys(table.episode.tolist())]
     succ = float(np.mean([m.values.v(0, m.graph.start) for m in mazes]))
     return MappedBatch(table, states, np.asarray(kinds), np.asarray(onward, bool), np.asarray(won, bool),
                        np.asarray(a_true, np.float64), gap, mismatch, invalid, succ, pis, visits)

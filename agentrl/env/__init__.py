@@ -8,6 +8,8 @@ from agentrl.env.contract import (
     ACTION_EXACT,
     ACTION_WHITESPACE,
     META_ACTION_NORMALIZE,
+    META_RESET_MEMBER,
+    OPTION_MEMBER,
     INFO_ADMISSIBLE,
     INFO_ANCHOR,
     INFO_INSTRUCTIONS,
@@ -35,6 +37,7 @@ __all__ = [
     "DataMissingError", "MissingExtraError", "require_module", "list_ids", "make", "validate_id",
     "UnicodeText", "text_spaces", "TaskGraph",
     "ACTION_EXACT", "ACTION_WHITESPACE", "META_ACTION_NORMALIZE", "normalize_action", "action_normalization",
+    "META_RESET_MEMBER", "OPTION_MEMBER",
     "env_metadata", "check_env_kwargs", "local_ids",
     "check_env", "check_kwargs", "CheckReport", "EnvCheckError", "EnvPool", "EnvPoolError", "EnvResult",
 ]

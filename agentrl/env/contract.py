@@ -44,6 +44,16 @@ to ``UnicodeText()`` and:
   method ``expert_plan() -> list[str]`` (the expert's actions from the current state) and
   ``metadata["agentrl.expert_kwargs"]`` (constructor kwargs it needs).
 
+- Group members at reset (optional): an env whose episodes of one group must differ although
+  they share the env seed (e.g. the junction maze's ``paraphrase=1``: no room worded alike by
+  two members) declares ``metadata["agentrl.reset_member"] = True`` (``META_RESET_MEMBER``).
+  Every agentrl reset path then passes ``options["agentrl.member"] = [j, G]``
+  (``OPTION_MEMBER``): ``j`` the episode's index inside its group (``0 <= j < G``), ``G`` the
+  group size (``collect``: episode ``g*G + j``; ``run_scripted``: the request's group;
+  ``sample_trees``: tree ``m`` of ``M``, its branches replaying with the same options). A reset
+  without the key is member 0 of 1. The same seed and options must give the same episode.
+  Envs that do not declare it never get the key.
+
 Envs register with ``gymnasium.register(id="agentrl/Name-vN", entry_point="pkg.mod:Cls")``
 in ``envs/__init__.py``; bump ``-vN`` when reward, observation format or prompt template
 changes.
@@ -84,6 +94,12 @@ META_WALKTHROUGH_KWARGS = "agentrl.walkthrough_kwargs"
 #: (``agentrl/Remote-v0``): it cannot be built without a server URL, so checks that build every
 #: registered id with its declared kwargs (``agentrl.env.registry.local_ids``) leave it out.
 META_REMOTE = "agentrl.remote"
+#: class ``metadata`` key: True for an env that wants each episode's place in its group at reset
+#: (``options[OPTION_MEMBER]``; module docstring, "Group members at reset").
+META_RESET_MEMBER = "agentrl.reset_member"
+#: reset ``options`` key: ``[j, G]``, the episode's index ``j`` in its group of ``G`` (only for envs
+#: declaring ``META_RESET_MEMBER``).
+OPTION_MEMBER = "agentrl.member"
 #: optional classmethod of an env class: ``check_data(**constructor_kwargs) -> None``.
 DATA_CHECK_HOOK = "check_data"
 

@@ -5,7 +5,7 @@ A branch continues an episode from one of its turns. Two things must be restored
 * **The env state.** An env may offer a fast ``snapshot()`` / ``restore(snapshot)`` pair
   (``snapshot_env`` / ``restore_env``; e.g. ``agentrl/Toy-v0``). Every env, in process
   or behind an ``EnvPool``, gets the universal fallback ``replay_prefix``: reset with the
-  episode's seed and step the recorded action prefix, checking that every replayed
+  episode's seed (and reset options) and step the recorded action prefix, checking that every replayed
   observation equals the recorded one. A mismatch means the env is not deterministic
   under a fixed seed; the branch then fails with ``EpisodeStatus.ENV_ERROR``
   (stored and shown, never scored 0; PITFALLS P5).
@@ -37,6 +37,7 @@ class EnvTrace:
         actions: the action texts sent to ``step``, in order (length k).
         observations: the raw observations: ``observations[0]`` after reset,
             ``observations[i + 1]`` after ``actions[i]`` (length k + 1).
+        options: the reset options (e.g. ``{"agentrl.member": [j, G]}``), None for none.
     Raises:
         ValueError: lengths do not match.
     """
@@ -44,6 +45,7 @@ class EnvTrace:
     seed: int
     actions: tuple[str, ...]
     observations: tuple[str, ...]
+    options: dict | None = None
 
     def __post_init__(self) -> None:
         if len(self.observations) != len(self.actions) + 1:
@@ -52,7 +54,7 @@ class EnvTrace:
 
     def prefix(self, k: int) -> "EnvTrace":
         """The trace after the first ``k`` actions (0 ≤ k ≤ len(actions))."""
-        return EnvTrace(self.seed, self.actions[:k], self.observations[: k + 1])
+        return EnvTrace(self.seed, self.actions[:k], self.observations[: k + 1], self.options)
 
 
 class ReplayMismatch(RuntimeError):
@@ -77,7 +79,8 @@ def replay_prefix(pool: EnvPool, traces: dict[int, EnvTrace]) -> dict[int, EnvRe
         prefix), or a result with ``error`` set when the env failed or a replayed
         observation differs from the recorded one (the env is not deterministic).
     """
-    results = pool.reset(list(traces), [tr.seed for tr in traces.values()])
+    options = [tr.options for tr in traces.values()]
+    results = pool.reset(list(traces), [tr.seed for tr in traces.values()], options if any(options) else None)
     live = {}
     for slot, res in results.items():
         want = traces[slot].observations[0]
@@ -107,7 +110,8 @@ def replay_env(env: Any, trace: EnvTrace) -> tuple[str, dict]:
     Raises:
         ReplayMismatch: a replayed observation differs from the recorded one.
     """
-    obs, info = env.reset(seed=trace.seed)
+    kwargs = {} if trace.options is None else {"options": trace.options}
+    obs, info = env.reset(seed=trace.seed, **kwargs)
     if obs != trace.observations[0]:
         raise ReplayMismatch(_mismatch(0, obs, trace.observations[0]))
     for k, action in enumerate(trace.actions):

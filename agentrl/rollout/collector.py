@@ -5,7 +5,9 @@ env seed ``seed + g`` for all its episodes; episode ids are ``g * group_size + j
 round, the prompts of the *active* episodes only (finished ones generate nothing) go to
 the engine in one batched call (chunks of ``max_batch``), the parsed actions go to the
 pool in one ``step``. When an episode ends its slot takes the next queued episode. It
-returns the episodes (the caller writes the store). No torch here.
+returns the episodes (the caller writes the store). An env that declares
+``metadata["agentrl.reset_member"]`` is reset with ``options["agentrl.member"] = [j, G]``
+(``reset_options``; ``agentrl.env.contract``). No torch here.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from typing import Callable, Protocol
 
 import numpy as np
 
+from agentrl.env.contract import INFO_TASK, META_RESET_MEMBER, OPTION_MEMBER
 from agentrl.env.pool import EnvPool
-from agentrl.env.registry import action_normalization
+from agentrl.env.registry import action_normalization, env_metadata
 from agentrl.llm.base import LLMClient, SamplingParams
 from agentrl.llm.chat import ChatRenderer
 from agentrl.rollout.agent_loop import EpisodeDriver, LoopConfig
@@ -123,6 +126,28 @@ def iter_planned(cfg: CollectConfig, env_id: str) -> Iterator[Episode]:
     )
 
 
+def wants_member(env_id: str) -> bool:
+    """Whether ``env_id``'s class declares ``metadata["agentrl.reset_member"]`` (its resets then get
+    ``options["agentrl.member"]``; ``agentrl.env.contract``)."""
+    return bool(env_metadata(env_id).get(META_RESET_MEMBER, False))
+
+
+def reset_options(task_id: str, member: tuple[int, int] | None) -> dict | None:
+    """The reset options of one episode: ``{"task_id": task_id}`` when a task is named, plus
+    ``{"agentrl.member": [j, G]}`` when ``member`` is given (only for envs that ``wants_member``);
+    None when neither."""
+    out: dict = {INFO_TASK: task_id} if task_id else {}
+    if member is not None:
+        out[OPTION_MEMBER] = [int(member[0]), int(member[1])]
+    return out or None
+
+
+def member_of(cfg: CollectConfig, episode: Episode) -> tuple[int, int]:
+    """``(j, G)`` of a planned episode: its index in its group (ids ``id_offset + g*G + j``) and
+    ``G = cfg.group_size``."""
+    return (episode.episode_id - cfg.id_offset) % cfg.group_size, cfg.group_size
+
+
 def plan_episodes(cfg: CollectConfig, env_id: str) -> list[Episode]:
     """``iter_planned`` as a list."""
     return list(iter_planned(cfg, env_id))
@@ -205,8 +230,9 @@ def _run(engine, renderer, cfg, pool, n_slots, on_episode, tick, hooks=None, kee
     planned = iter_planned(cfg, pool.env_id)
     episodes = list(planned) if keep else []
     normalize = action_normalization(pool.env_id)  # what the env asks of its actions (default: exact)
-    # (episode, its plan's base seed for turn seeds), drawn lazily as slots free up
-    queue = LazyQueue((e, cfg.sampling.seed) for e in (episodes if keep else planned))
+    members = wants_member(pool.env_id)  # the env wants [j, G] at reset
+    # (episode, its plan's base seed for turn seeds, (j, G) in its group), drawn lazily as slots free up
+    queue = LazyQueue((e, cfg.sampling.seed, member_of(cfg, e)) for e in (episodes if keep else planned))
     free = list(range(n_slots))[::-1]
     active: dict[int, EpisodeDriver] = {}
     seed_of: dict[int, int | None] = {}  # slot → the base seed of the plan its episode belongs to
@@ -220,7 +246,7 @@ def _run(engine, renderer, cfg, pool, n_slots, on_episode, tick, hooks=None, kee
             raise ValueError(f"collect: a hooked plan for {plan.env_id} {plan.env_kwargs} cannot play on the pool of "
                              f"{cfg.env_id} {cfg.env_kwargs}; start another collect for it")
         # reported through on_episode only, not returned: a streaming collect may run for the whole run
-        queue.extend((e, plan.sampling.seed) for e in iter_planned(plan, pool.env_id))
+        queue.extend((e, plan.sampling.seed, member_of(plan, e)) for e in iter_planned(plan, pool.env_id))
 
     def finish(slot: int) -> None:
         drv = active.pop(slot)
@@ -233,13 +259,13 @@ def _run(engine, renderer, cfg, pool, n_slots, on_episode, tick, hooks=None, kee
         more()
         if hooks is not None and not hooks.may_admit(len(active)):
             return
-        starting = {}
+        starting, options = {}, []
         while free and queue:
-            slot, (ep, seed_of[slot]) = free.pop(), queue.popleft()
+            slot, (ep, seed_of[slot], member) = free.pop(), queue.popleft()
             starting[slot] = EpisodeDriver(ep, renderer, cfg.loop, engine.max_context, normalize)
+            options.append(reset_options(ep.task_id, member if members else None))
         if not starting:
             return
-        options = [{"task_id": d.episode.task_id} if d.episode.task_id else None for d in starting.values()]
         results = pool.reset(list(starting), [d.episode.seed for d in starting.values()],
                              options if any(options) else None)
         for slot, drv in starting.items():

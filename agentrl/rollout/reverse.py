@@ -94,7 +94,8 @@ def run_rtpo_iteration(engine: LLMClient, renderer: ChatRenderer, cc: CollectCon
     try:
         bases = [root_chain(Episode(episode_id=next_id + k, group_id=g0 + k // cc.group_size, env_id=cc.env_id,
                                     task_id="", seed=cc.seed + k // cc.group_size, run_id=cc.run_id),
-                            renderer, cc, engine.max_context) for k in range(cc.n_episodes)]
+                            renderer, cc, engine.max_context, member=(k % cc.group_size, cc.group_size))
+                 for k in range(cc.n_episodes)]
         next_id += cc.n_episodes
         version = engine.policy_version
         rnd = play_chains(engine, cc, pool, bases)

@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 
 from agentrl.env.contract import (INFO_ADMISSIBLE, INFO_ANCHOR, INFO_ENV_ERROR, INFO_TASK, INFO_VALID, INFO_WALKTHROUGH,
-                                  INFO_WON, META_WALKTHROUGH_KWARGS, milestone_info)
+                                  INFO_WON, META_RESET_MEMBER, META_WALKTHROUGH_KWARGS, OPTION_MEMBER, milestone_info)
 from agentrl.rollout.jobs import LazyQueue
 from agentrl.rollout.request import RolloutRequest
 from agentrl.types import Episode, EpisodeStatus, Turn
@@ -167,20 +167,25 @@ def run_scripted(req: RolloutRequest, on_episode: Callable[[Episode], None]) -> 
 
     An episode ends when the env terminates/truncates, after ``req.max_turns`` turns
     (last turn marked ``truncated``) or when the policy has no action left (last turn
-    marked ``truncated``).
+    marked ``truncated``). Episode ``e`` is member ``e % req.group`` of group ``e // req.group``;
+    an env declaring ``metadata["agentrl.reset_member"]`` gets ``options["agentrl.member"] =
+    [e % group, group]`` at reset.
     Raises:
         KeyError: unknown env id. ValueError: the env lacks what the policy needs.
         EnvPoolError: the env cannot be constructed.
     """
     from agentrl.env.pool import EnvPool
 
+    from agentrl.env.registry import env_metadata
+
     jobs = LazyQueue(_jobs(req))
     n_slots = min(req.num_slots or 8, req.episodes)
     env_kwargs = env_kwargs_for(req.policy, req.env_id, req.env_kwargs)
+    members = bool(env_metadata(req.env_id).get(META_RESET_MEMBER, False))
     with EnvPool(req.env_id, n_slots, env_kwargs=env_kwargs, num_workers=req.num_workers,
                  step_timeout_s=req.step_timeout_s) as pool:
         live: dict[int, _Live] = {}
-        _start(pool, req, jobs, list(range(n_slots)), live, on_episode)
+        _start(pool, req, jobs, list(range(n_slots)), live, on_episode, members)
         while live:
             actions: dict[int, str] = {}
             for slot, lv in list(live.items()):
@@ -206,17 +211,19 @@ def run_scripted(req: RolloutRequest, on_episode: Callable[[Episode], None]) -> 
                 if turn.terminated or turn.truncated:
                     on_episode(_close(live.pop(slot)))
                     free.append(slot)
-            _start(pool, req, jobs, sorted(free), live, on_episode)
+            _start(pool, req, jobs, sorted(free), live, on_episode, members)
 
 
 def _start(pool, req: RolloutRequest, jobs: LazyQueue, slots: list[int], live: dict[int, _Live],
-           on_episode: Callable[[Episode], None]) -> None:
-    """Reset free ``slots`` with the next jobs; a failed reset is an env_error episode."""
+           on_episode: Callable[[Episode], None], members: bool = False) -> None:
+    """Reset free ``slots`` with the next jobs (``options["agentrl.member"]`` when ``members``);
+    a failed reset is an env_error episode."""
     while slots and jobs:
         batch = []
         while slots and jobs:
             batch.append((slots.pop(0), jobs.popleft()))
-        results = pool.reset([s for s, _ in batch], [job[2] for _, job in batch])
+        options = [{OPTION_MEMBER: [job[0] % req.group, req.group]} for _, job in batch] if members else None
+        results = pool.reset([s for s, _ in batch], [job[2] for _, job in batch], options)
         for slot, (eid, gid, env_seed) in batch:
             res = results[slot]
             ep = Episode(episode_id=eid, group_id=gid, env_id=req.env_id, task_id=str(env_seed), seed=env_seed)

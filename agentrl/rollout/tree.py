@@ -30,7 +30,7 @@ from agentrl.llm.base import LLMClient
 from agentrl.llm.chat import ChatRenderer
 from agentrl.rollout.agent_loop import EpisodeDriver
 from agentrl.rollout.branching import EnvTrace, fork_driver, replay_prefix, snapshot_driver
-from agentrl.rollout.collector import CollectConfig, _generate, fresh_prefix_cache
+from agentrl.rollout.collector import CollectConfig, _generate, fresh_prefix_cache, reset_options, wants_member
 from agentrl.store import TurnStore
 from agentrl.types import Episode, EpisodeStatus
 
@@ -52,6 +52,9 @@ class Chain:
             observation texts, ``observations[0]`` after reset.
         states: ``states[i]`` = driver snapshot before turn ``t0 + i``.
         tokens: completion tokens generated for this chain.
+        options: the reset options of the chain's root (``options["agentrl.member"]`` for an env
+            that wants it: ``sample_trees`` gives tree m of M the member ``[m, M]``); a branch
+            replays its prefix with them.
     """
 
     episode: Episode
@@ -64,6 +67,7 @@ class Chain:
     observations: list[str] = field(default_factory=list)
     states: list[EpisodeDriver] = field(default_factory=list)
     tokens: int = 0
+    options: dict | None = None
 
     @property
     def ok(self) -> bool:
@@ -74,9 +78,11 @@ class Chain:
         """A new chain continuing after this chain's local turn ``i`` (``i < len(turns)``)."""
         k = self.t0 + i + 1
         return Chain(episode=episode, driver=fork_driver(self.states[i + 1], episode, k), t0=k,
-                     trace=EnvTrace(self.episode.seed, tuple(self.actions[:k]), tuple(self.observations[: k + 1])),
+                     trace=EnvTrace(self.episode.seed, tuple(self.actions[:k]), tuple(self.observations[: k + 1]),
+                                    self.options),
                      tree=self.tree, parent=(self.episode.episode_id, k - 1),
-                     actions=list(self.actions[:k]), observations=list(self.observations[: k + 1]))
+                     actions=list(self.actions[:k]), observations=list(self.observations[: k + 1]),
+                     options=self.options)
 
     def finalize(self) -> None:
         """Write ``tree`` / ``tree_parent`` into the turns' info."""
@@ -87,16 +93,21 @@ class Chain:
             self.episode.turns[0].info[PARENT_KEY] = list(self.parent)
 
 
-def root_chain(episode: Episode, renderer: ChatRenderer, cc: CollectConfig, max_context: int, tree: int = -1) -> Chain:
-    """A chain that starts from ``reset(episode.seed)``."""
+def root_chain(episode: Episode, renderer: ChatRenderer, cc: CollectConfig, max_context: int, tree: int = -1,
+               member: tuple[int, int] | None = None) -> Chain:
+    """A chain that starts from ``reset(episode.seed)`` (with ``options["agentrl.member"] = member``
+    when given and the env wants it, ``collector.wants_member``)."""
     driver = EpisodeDriver(episode, renderer, cc.loop, max_context, action_normalization(cc.env_id))
-    return Chain(episode=episode, driver=driver, tree=tree)
+    options = reset_options("", member if member is not None and wants_member(cc.env_id) else None)
+    return Chain(episode=episode, driver=driver, tree=tree, options=options)
 
 
 def _start(pool: EnvPool, starting: dict[int, Chain]) -> list[int]:
     """Reset root chains, replay branch prefixes; returns the slots that failed at once."""
     roots = {s: c for s, c in starting.items() if c.trace is None}
-    results = pool.reset(list(roots), [c.episode.seed for c in roots.values()]) if roots else {}
+    options = [c.options for c in roots.values()]
+    results = pool.reset(list(roots), [c.episode.seed for c in roots.values()],
+                         options if any(options) else None) if roots else {}
     results.update(replay_prefix(pool, {s: c.trace for s, c in starting.items() if c.trace is not None}))
     dead = []
     for s, c in starting.items():
@@ -225,7 +236,9 @@ def sample_trees(engine: LLMClient, renderer: ChatRenderer, cc: CollectConfig, t
     """Grow ``tc.trees`` trees for each of ``cc.n_groups`` tasks (``cc.group_size`` is unused).
 
     Task g uses env seed ``cc.seed + g`` and group id ``iteration·n_groups + g``; chains get
-    episode ids from ``iteration · tree_episode_stride`` on, trees the id ``group·M + m``.
+    episode ids from ``iteration · tree_episode_stride`` on, trees the id ``group·M + m``. An env
+    that wants group members (``collector.wants_member``) resets every root of tree m with
+    ``options["agentrl.member"] = [m, M]``; branches replay with their root's options.
     Node draws and leaf sampling use ``np.random.default_rng((cc.seed, iteration))``.
 
     Returns:
@@ -248,7 +261,8 @@ def sample_trees(engine: LLMClient, renderer: ChatRenderer, cc: CollectConfig, t
 
     try:
         for g in range(cc.n_groups):
-            trees += [[root_chain(episode(g), renderer, cc, engine.max_context, (g0 + g) * tc.trees + m)]
+            trees += [[root_chain(episode(g), renderer, cc, engine.max_context, (g0 + g) * tc.trees + m,
+                                  (m, tc.trees))]
                       for m in range(tc.trees)]
         rnd = play_chains(engine, cc, pool, [c for t in trees for c in t])
         for _ in range(tc.rounds):
@@ -256,7 +270,8 @@ def sample_trees(engine: LLMClient, renderer: ChatRenderer, cc: CollectConfig, t
             for t, chains in enumerate(trees):
                 g = t // tc.trees
                 for c, i in _pick_nodes(chains, tc.branches, rng):
-                    child = (root_chain(episode(g), renderer, cc, engine.max_context, chains[0].tree) if c is None
+                    child = (root_chain(episode(g), renderer, cc, engine.max_context, chains[0].tree,
+                                        (t % tc.trees, tc.trees)) if c is None
                              else c.branch(i, episode(g, c.episode.task_id)))
                     chains.append(child)
                     new.append(child)
