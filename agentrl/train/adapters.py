@@ -89,11 +89,14 @@ def turns_batch(turns: Sequence[Turn], renderer, pad_id: int, prompts: Sequence[
                        grammar=grammar_masks(turns, renderer))
 
 
-def row_logprobs(model: torch.nn.Module, batch: TrainBatch, micro_batch: int) -> torch.Tensor:
+def row_logprobs(model: torch.nn.Module, batch: TrainBatch, micro_batch: int, share_prefix: bool = False
+                 ) -> torch.Tensor:
     """(B, T) float32 log-probs at temperature 1 of the completion tokens of ``batch`` (0
-    elsewhere), no gradient, ``micro_batch`` rows per forward, under the active adapter."""
+    elsewhere), no gradient, ``micro_batch`` rows per forward, under the active adapter;
+    ``share_prefix`` (``update.share_prefix``): a micro-batch's shared prompt prefix runs once."""
     with torch.no_grad():
-        return batch_logprobs(model, batch, micro_batch=micro_batch, temperature=1.0, loss_only=True)
+        return batch_logprobs(model, batch, micro_batch=micro_batch, temperature=1.0, loss_only=True,
+                              share_prefix=share_prefix)
 
 
 def row_sums(token_values: torch.Tensor, batch: TrainBatch) -> np.ndarray:
@@ -101,12 +104,14 @@ def row_sums(token_values: torch.Tensor, batch: TrainBatch) -> np.ndarray:
     return (token_values.double() * batch.loss_mask.double()).sum(1).numpy()
 
 
-def weighted_backward(model: torch.nn.Module, batch: TrainBatch, weights: np.ndarray, micro_batch: int) -> None:
+def weighted_backward(model: torch.nn.Module, batch: TrainBatch, weights: np.ndarray, micro_batch: int,
+                      share_prefix: bool = False) -> None:
     """Accumulate into the active adapter's ``.grad`` the gradient of Σ_i weights[i] · Σ_tokens
     log π(y_k | ...) over the rows of ``batch`` (float64[B] ``weights``; rows with weight 0 are
     skipped), ``micro_batch`` rows per forward + backward. With ``weights`` = ∂L/∂(row sum) this
     is the exact gradient of any loss L of the rows' log-prob sums (the chain rule), whatever the
-    micro-batching."""
+    micro-batching. ``share_prefix``: as ``row_logprobs`` (the gradient still reaches every row).
+    """
     device = model_device(model)
     rows = np.flatnonzero(weights != 0.0)
     was_training = model.training
@@ -121,7 +126,7 @@ def weighted_backward(model: torch.nn.Module, batch: TrainBatch, weights: np.nda
             gm = None if mb.grammar_mask is None else mb.grammar_mask.to(device)  # select trimmed it to `length`
             lp = forward_token_stats(model, mb.input_ids[:, :length].to(device), attn[:, :length].to(device),
                                      allowed_ids=None if mb.allowed_ids is None else mb.allowed_ids[:, :length].to(device),
-                                     token_mask=keep, grammar_mask=gm).logprobs
+                                     token_mask=keep, grammar_mask=gm, share_prefix=share_prefix).logprobs
             w = torch.as_tensor(weights[rows[start:start + micro_batch]], dtype=torch.float32, device=device)
             ((lp * keep).sum(1) * w).sum().backward()
     finally:

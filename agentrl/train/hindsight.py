@@ -162,7 +162,7 @@ class HindsightScorer:
                        for i, t in zip(rows, picked)]
             batch = turns_batch(picked, self.renderer, self.pad_id, prompts=prompts)
             with use_adapter(self.model, ADAPTER if self.opts.teacher == "stale" else POLICY_ADAPTER):
-                lp = row_logprobs(self.model, batch, self.micro_batch)
+                lp = row_logprobs(self.model, batch, self.micro_batch, self.cfg.update.share_prefix)
             for k, (i, t) in enumerate(zip(rows, picked)):
                 c = t.completion_ids.size
                 cols = torch.nonzero(batch.loss_mask[k] > 0).flatten()[:c]  # the row's completion, in order

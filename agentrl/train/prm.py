@@ -125,14 +125,16 @@ class PRMScorer:
     Attributes:
         params: the ``prm`` adapter's parameters (the only ones its optimizer steps).
         optimizer: AdamW over them, None when ``prm_lr`` is 0 (the PRM never trains).
+        adapter: the peft adapter's name (``"prm"``; a study may hold a second one beside it).
         steps: PRM optimizer steps taken so far (restored on resume).
     """
 
     def __init__(self, model: torch.nn.Module, renderer, pad_id: int, opts: PRMOptions, beta: float, lr: float,
-                 micro_batch: int) -> None:
+                 micro_batch: int, adapter: str = ADAPTER, share_prefix: bool = False) -> None:
         self.model, self.renderer, self.pad_id, self.opts = model, renderer, pad_id, opts
-        self.beta, self.lr, self.micro_batch = float(beta), float(lr), int(micro_batch)
-        self.params = add_adapter(model, ADAPTER, "OPRL's PRM (step scorer 'prm')")
+        self.beta, self.lr, self.micro_batch, self.adapter = float(beta), float(lr), int(micro_batch), adapter
+        self.share_prefix = bool(share_prefix)
+        self.params = add_adapter(model, adapter, "OPRL's PRM (step scorer 'prm')")
         self.optimizer = (torch.optim.AdamW(self.params, lr=self.lr, weight_decay=opts.prm_weight_decay)
                           if self.lr > 0 else None)
         self.steps = 0
@@ -152,11 +154,11 @@ class PRMScorer:
         if not isinstance(beta, (int, float)) or beta < 0:
             raise ConfigError(f"step scorer 'prm' reads algorithm.kwargs.beta as its DPO β; got {beta!r}")
         return cls(ctx.policy.model, ctx.policy.renderer, ctx.policy.pad_id, opts, beta, lr,
-                   opts.micro_batch or cfg.update.micro_batch)
+                   opts.micro_batch or cfg.update.micro_batch, share_prefix=cfg.update.share_prefix)
 
     def _prm_sums(self, batch) -> np.ndarray:
-        with use_adapter(self.model, ADAPTER):
-            return row_sums(row_logprobs(self.model, batch, self.micro_batch), batch)
+        with use_adapter(self.model, self.adapter):
+            return row_sums(row_logprobs(self.model, batch, self.micro_batch, self.share_prefix), batch)
 
     def score(self, table: TurnTable, episodes: list[Episode], iteration: int) -> TurnTable:
         """The DPO step (when it trains and the batch has a pair), then ``table`` with
@@ -171,7 +173,7 @@ class PRMScorer:
         batch = turns_batch([turns[int(i)] for i in table.turn_id[ok]], self.renderer, self.pad_id)
         if self.opts.reference == "trainer":  # the same rows and micro-batches as every PRM pass: ℓ is
             with use_adapter(self.model, POLICY_ADAPTER):  # exactly 0 while both adapters are at init
-                ref = row_sums(row_logprobs(self.model, batch, self.micro_batch), batch)
+                ref = row_sums(row_logprobs(self.model, batch, self.micro_batch, self.share_prefix), batch)
         else:
             ref = np.array([float(np.asarray(turns[int(i)].completion_logprobs, np.float64).sum())
                             for i in table.turn_id[ok]])
@@ -205,9 +207,9 @@ class PRMScorer:
         """One AdamW step of the PRM adapter along ∂L/∂ℓ (``grad`` on the ``paired`` rows)."""
         weights = np.zeros(batch.num_rows)
         weights[paired] = grad
-        with use_adapter(self.model, ADAPTER):
+        with use_adapter(self.model, self.adapter):
             self.optimizer.zero_grad(set_to_none=True)
-            weighted_backward(self.model, batch, weights, self.micro_batch)
+            weighted_backward(self.model, batch, weights, self.micro_batch, self.share_prefix)
             clip = self.opts.prm_grad_clip if self.opts.prm_grad_clip > 0 else float("inf")
             norm = torch.nn.utils.clip_grad_norm_(self.params, clip)
             self.optimizer.step()
@@ -244,7 +246,7 @@ class PRMScorer:
             return False
         payload = torch.load(path, map_location="cpu", weights_only=False)
         own = {n: p for n, p in self.model.named_parameters() if any(p is q for q in adapter_parameters(self.model,
-                                                                                                        ADAPTER))}
+                                                                                                        self.adapter))}
         saved = payload["weights"]
         if saved.keys() != own.keys() or any(saved[n].shape != own[n].shape for n in own):
             raise ConfigError(f"{path} does not match this run's PRM adapter (policy.model / policy.lora changed); "

@@ -161,11 +161,13 @@ def _fsdp_sharded(model: torch.nn.Module) -> bool:
 
 @torch.no_grad()
 def batch_logprobs(model: torch.nn.Module, batch: TrainBatch, *, micro_batch: int = 4,
-                   temperature: float = 1.0, loss_only: bool = False) -> torch.Tensor:
+                   temperature: float = 1.0, loss_only: bool = False, share_prefix: bool = False) -> torch.Tensor:
     """Logprobs of every token of ``batch`` without gradients, ``micro_batch`` rows per
     forward (e.g. the frozen reference for the KL term, or a recompute of the old policy).
     ``loss_only``: only at loss-mask tokens (the LM head runs at those columns only, as in
-    the update's forward; other tokens get 0).
+    the update's forward; other tokens get 0). ``share_prefix`` (with ``loss_only``): identical
+    rows and the prefix a micro-batch shares run once (``forward_token_stats``; the same
+    logprobs to float rounding).
 
     Returns:
         (B, T) float32 tensor aligned with ``batch.input_ids``, 0 where ``attention_mask``
@@ -190,7 +192,7 @@ def batch_logprobs(model: torch.nn.Module, batch: TrainBatch, *, micro_batch: in
             gm = None if batch.grammar_mask is None else batch.grammar_mask.select(torch.arange(
                 rows.start, min(rows.stop, batch.num_rows)), length).to(device)
             lp = forward_token_stats(model, ids, attn, temperature=temperature, allowed_ids=allowed,
-                                     token_mask=keep, grammar_mask=gm).logprobs
+                                     token_mask=keep, grammar_mask=gm, share_prefix=share_prefix and loss_only).logprobs
             out[rows, :length] = (lp * attn).cpu()
     finally:
         model.train(was_training)

@@ -91,7 +91,8 @@ class _Policy:
         self.model, self.renderer, self.pad_id = model, renderer, pad_id
 
 
-def _scorer(tiny_dir, tiny_tokenizer, opts: PRMOptions, lora: bool = True) -> PRMScorer:
+def _scorer(tiny_dir, tiny_tokenizer, opts: PRMOptions, lora: bool = True, share_prefix: bool = False,
+            micro_batch: int = 3) -> PRMScorer:
     from transformers import AutoModelForCausalLM
 
     from agentrl.config import LoraSpec
@@ -104,7 +105,7 @@ def _scorer(tiny_dir, tiny_tokenizer, opts: PRMOptions, lora: bool = True) -> PR
     if lora:
         model = apply_lora(model, LoraSpec(rank=4, alpha=8.0))
     return PRMScorer(model, ChatRenderer(tiny_tokenizer), tiny_tokenizer.pad_token_id, opts, beta=0.05,
-                     lr=1e-2 if opts.prm_lr is None else opts.prm_lr, micro_batch=3)
+                     lr=1e-2 if opts.prm_lr is None else opts.prm_lr, micro_batch=micro_batch, share_prefix=share_prefix)
 
 
 def _policy_state(model) -> dict[str, torch.Tensor]:
@@ -149,6 +150,22 @@ def test_score_after_update_reads_the_stepped_prm(tiny_dir, tiny_tokenizer):
     q = trajectory_values(ell, table.episode, 0.05)
     assert q[0] > 0 and q[2] > 0 and q[1] < 0
     assert m["prm/forward_rows_per_turn"] == 3 and m["prm/backward_rows_per_turn"] == pytest.approx(8 / 12)
+
+
+def test_shared_prefix_passes_give_the_same_step_and_scores(tiny_dir, tiny_tokenizer):
+    eps = _episodes()
+    for e in eps:  # turns of an episode share a prompt prefix (as window prompts of one task do)
+        for t in e.turns[1:]:
+            t.prompt_ids = np.concatenate([e.turns[0].prompt_ids, t.prompt_ids]).astype(np.int32)
+    table = TurnTable.from_episodes(eps)
+    # micro-batches of 2 rows: X t0 + X t1, Y t0 + Y t1, ... share their episode's first prompt
+    plain, shared = (_scorer(tiny_dir, tiny_tokenizer, PRMOptions(), share_prefix=sp, micro_batch=2)
+                     for sp in (False, True))
+    a, b = plain.score(table, eps, 0), shared.score(table, eps, 0)
+    ma, mb = plain.learn(a, None, eps, 0), shared.learn(b, None, eps, 0)
+    assert mb["prm/loss"] == pytest.approx(np.log(2.0), abs=1e-12)  # ℓ exactly 0 before the step there too
+    assert mb["prm/grad_norm"] == pytest.approx(ma["prm/grad_norm"], rel=1e-4)
+    np.testing.assert_allclose(b.scores[PRM_COLUMN], a.scores[PRM_COLUMN], rtol=1e-3, atol=1e-6)
 
 
 def test_zero_lr_never_changes_the_prm(tiny_dir, tiny_tokenizer):
