@@ -49,6 +49,9 @@ ITERS = "junction_iters.jsonl"  #: per-iteration endpoints in a cell's run folde
 OUT = Path(__file__).parent / "results" / "junction_llm.json"
 ARMS = {"grpo": ("grpo", {}), "gigpo": ("gigpo", {}), "g2po": ("g2po", {"success_reward": 1.0}),
         "oracle": ("exact_oracle", {})}
+#: arms other studies train with ``run_cell`` (not in this study's grid): BEACON (the maze pays 1 per
+#: milestone-bearing win) and OPRL (its PRM as ``examples/oprl_junction.yaml``; studies/paraphrase_learning.py)
+MORE_ARMS = {"beacon": ("beacon", {"milestone_reward": 1.0}), "oprl": ("oprl", {})}
 KEY = ("arm", "k", "seed", "iterations", "dtype")
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 T_95 = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8: 1.860, 9: 1.833}
@@ -59,7 +62,7 @@ def config_for(arm: str, k: int, seed: int, iterations: int, out_dir: Path, dtyp
     junctions, ``iterations`` iterations, no in-training evaluation, the final checkpoint saved."""
     from agentrl.train.checks import load_checked_config
 
-    est, kw = ARMS[arm]
+    est, kw = ARMS[arm] if arm in ARMS else MORE_ARMS[arm]
     overrides = [f"run.name=jllm-k{k}-{arm}-s{seed}", f"run.out_dir={out_dir}", f"run.seed={seed}",
                  f"run.iterations={iterations}", "run.eval_every=0", "run.eval_before=false",
                  f"run.save_every={iterations}", f"env.kwargs={json.dumps({'k': k})}", f"policy.dtype={dtype}",

@@ -31,7 +31,7 @@ from agentrl.credit import list_estimators, register_estimator, unregister_estim
 from agentrl.credit.exact import exact_advantages
 from agentrl.types import Episode, EpisodeStatus, TurnTable
 from agentrl_envs.junction.maze import Maze
-from studies.llm_maze import PolicyTables
+from studies.llm_maze import PolicyTables, group_members
 
 ORACLE = "exact_oracle"
 
@@ -47,12 +47,23 @@ class LiveRun:
 
     policy: object | None = None
     loop: object | None = None
+    paraphrase_bank: int = 0
     episodes: list[Episode] = field(default_factory=list)
     per_iter: list[dict] = field(default_factory=list)
     oracle_checks: list[dict] = field(default_factory=list)
 
 
 LIVE = LiveRun()
+
+
+def bank_of(env_kwargs: dict) -> int:
+    """``PolicyTables.paraphrase_bank`` of a junction-maze run: 0 at ``paraphrase`` 0, else the env's
+    ``paraphrase_bank`` (its default when not set)."""
+    if not int(env_kwargs.get("paraphrase", 0) or 0):
+        return 0
+    from agentrl_envs.junction.env import PARAPHRASE_BANK
+
+    return int(env_kwargs.get("paraphrase_bank", PARAPHRASE_BANK))
 
 
 def junction_stats(episodes: list[Episode], horizon: int) -> dict[str, float]:
@@ -90,13 +101,15 @@ def oracle_advantages(table: TurnTable, episodes: list[Episode], tables: PolicyT
     Raises:
         KeyError: a row's episode is not among ``episodes``."""
     by_id = {e.episode_id: e for e in episodes}
+    members = group_members(episodes) if tables.paraphrase_bank else {}
     out, gap, mismatch = np.zeros(len(table)), 0.0, 0
     for ep_id in np.unique(table.episode):
         ep = by_id[int(ep_id)]
         rows = np.flatnonzero(table.episode == ep_id)
         if ep.status != EpisodeStatus.OK:
             continue
-        m = tables.maze(ep.task_id, horizon)
+        m = (tables.maze(ep.task_id, horizon, first=ep.turns[0].anchor_obs, member=members[ep.episode_id])
+             if tables.paraphrase_bank else tables.maze(ep.task_id, horizon))  # paraphrase: per first wording, member
         acts = [t.action for t in ep.turns]
         adv = exact_advantages(m.graph, m.values, acts)
         for turn, s, a in zip(ep.turns, m.graph.replay(acts), acts):
@@ -114,7 +127,7 @@ def _exact_oracle(table: TurnTable) -> np.ndarray:
     was_training = pol.model.training
     pol.model.eval()
     try:
-        tables = PolicyTables(pol.model, pol.renderer, LIVE.loop, pol.pad_id)
+        tables = PolicyTables(pol.model, pol.renderer, LIVE.loop, pol.pad_id, paraphrase_bank=LIVE.paraphrase_bank)
         adv, checks = oracle_advantages(table, LIVE.episodes, tables, LIVE.loop.max_turns)
     finally:
         pol.model.train(was_training)
@@ -150,7 +163,7 @@ def capture(cfg, on_iter=None):
     from agentrl.eval import loop_config
 
     start, collect = loop_mod.start_run, loop_mod.collect_iteration
-    LIVE.__init__(loop=loop_config(cfg))
+    LIVE.__init__(loop=loop_config(cfg), paraphrase_bank=bank_of(dict(cfg.env.kwargs)))
 
     def start_run(*a, **kw):
         parts, state = start(*a, **kw)

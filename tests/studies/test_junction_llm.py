@@ -98,6 +98,22 @@ def test_oracle_arm_trains_through_the_real_trainer(tiny_dir, tmp_path):
     assert "exact_oracle" not in list_estimators()
 
 
+def test_oracle_arm_at_paraphrase_1_maps_every_sampled_prompt(tiny_dir, tmp_path):
+    # paraphrased rooms: the oracle's π per (first wording, member), and every sampled prompt is one it rebuilt
+    from studies.junction_llm import run_cell
+
+    row = run_cell("oracle", 1, 0, 1, tmp_path, "float32",
+                   [f"policy.model={tiny_dir}", "policy.lora=null", "rollout.groups_per_iteration=2",
+                    "rollout.group_size=3", "rollout.num_workers=1", "update.micro_batch=4",
+                    "env.kwargs.paraphrase=1"])
+    (checks,) = row["oracle_checks"]
+    assert checks["prompt_mismatch"] == 0 and checks["logp_gap"] < 1e-4 and row["update_steps"] == 1
+    with TurnStore(Path(row["run_dir"]) / "store.sqlite", readonly=True) as store:
+        eps = store.load_episodes("jllm-k1-oracle-s0")
+    firsts = {(e.group_id, e.turns[0].anchor_obs) for e in eps}
+    assert len(firsts) == len(eps)  # no two members of a group saw the entrance worded alike
+
+
 def test_the_pre_registered_rule_and_paired_differences():
     rows = [{"arm": arm, "k": 5, "seed": s, "primary": p, "success_mean": 0.1, "seconds": 1.0}
             for arm, ps in (("grpo", (0.50, 0.60, 0.55)), ("g2po", (0.60, 0.62, 0.70))) for s, p in enumerate(ps)]
@@ -131,3 +147,16 @@ def test_the_cli_runs_its_cells_on_the_runner_and_summary_reads_them(tiny_dir, t
     assert sorted(p.name for p in (run_dir / "checkpoints").glob("iter_*")) == ["iter_000001", "iter_000002"]
     capsys.readouterr()
     assert junction_llm.all_rows(tmp_path / "none.json", tmp_path) == []  # a cell with --set overrides: not a grid row
+
+
+def test_the_paraphrase_learning_cells(tmp_path):
+    from studies.junction_llm import config_for
+    from studies.paraphrase_learning import grid
+
+    cells = grid()
+    assert [c.key for c in cells[:5]] == ["k5-grpo-fp32-s0", "k5-gigpo-fp32-s0", "k5-beacon-fp32-s0",
+                                          "k5-oprl-fp32-s0", "k5-oracle-fp32-s0"] and len(cells) == 15
+    for arm, est in (("oprl", "oprl"), ("beacon", "beacon"), ("gigpo", "gigpo")):
+        cfg = config_for(arm, 5, 0, 8, tmp_path, "float32", cells[0].config["extra"])
+        assert cfg.algorithm.estimator == est and cfg.env.kwargs == {"k": 5, "paraphrase": 1}
+    assert config_for("beacon", 5, 0, 8, tmp_path, "float32").algorithm.kwargs["milestone_reward"] == 1.0
