@@ -36,17 +36,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from _cpu import cpu_dtype
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "gigpo_textworld.yaml"
-
-
-def _cpu_dtype() -> str:
-    """float32 on CPUs without AVX-512-BF16/AMX (bf16 is ~13x slower there), else bfloat16."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "float32"
-    return "bfloat16" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "float32"
 
 
 def overrides(s: int, args, out_dir: Path) -> list[str]:
@@ -61,7 +54,7 @@ def overrides(s: int, args, out_dir: Path) -> list[str]:
         return common + [f"policy.model={args.tiny}", "env.id=agentrl/Toy-v0", "env.eval_panel_size=3",
                          "rollout.groups_per_iteration=2", "rollout.group_size=2", "rollout.num_workers=1",
                          "policy.max_tokens=8", "policy.lora=null", "policy.dtype=float32", "update.micro_batch=4"]
-    dtype = "bfloat16" if args.device == "cuda" else _cpu_dtype()
+    dtype = "bfloat16" if args.device == "cuda" else cpu_dtype()
     return common + [f"policy.dtype={dtype}", f"policy.device={args.device}"]
 
 

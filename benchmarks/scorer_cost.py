@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _cpu import cpu_dtype
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "gigpo_textworld.yaml"
 #: arm → the overrides that make it (the main job's config otherwise).
@@ -37,15 +39,6 @@ ARMS = {
     "oprl_frozen": ["algorithm.estimator=oprl", "algorithm.scorers.prm.prm_lr=0"],
     "stepopsd": ["algorithm.estimator=stepopsd", "algorithm.kwargs.lambda_mix=1.0", "algorithm.kwargs.alpha_clip=0.5"],
 }
-
-
-def _cpu_dtype() -> str:
-    """float32 on CPUs without AVX-512-BF16/AMX (bf16 is ~13x slower there), else bfloat16."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "float32"
-    return "bfloat16" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "float32"
 
 
 def overrides(arm: str, args, out_dir: Path) -> list[str]:
@@ -59,7 +52,7 @@ def overrides(arm: str, args, out_dir: Path) -> list[str]:
                          "rollout.group_size=3", "rollout.num_workers=1", "policy.max_tokens=8",
                          "policy.action_format=whole", "policy.dtype=float32", "update.micro_batch=4",
                          "policy.lora.top_n_layers=null", "policy.lora.rank=4"]
-    return common + [f"policy.dtype={_cpu_dtype()}"]
+    return common + [f"policy.dtype={cpu_dtype()}"]
 
 
 def run_one(arm: str, args, out_dir: Path) -> dict:
@@ -120,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
             args.tiny = tiny_model_dir(Path(tmp) / "tiny")
         results = {arm: run_one(arm, args, Path(tmp) / "runs") for arm in arms}
     report = {"benchmark": "scorer_cost", "date": datetime.date.today().isoformat(), "host": platform.node(),
-              "cpu_bf16": _cpu_dtype() == "bfloat16", "iterations": args.iterations, "smoke": args.smoke,
+              "cpu_bf16": cpu_dtype() == "bfloat16", "iterations": args.iterations, "smoke": args.smoke,
               "config": str(args.config.relative_to(ROOT)) if args.config.is_relative_to(ROOT) else str(args.config),
               "arms": {a: ARMS[a] for a in arms}, "results": results, "summary": summary(results)}
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -62,6 +62,20 @@ def random_scores(ok: np.ndarray, seed: int, max_tokens: int = 4) -> dict[str, n
     return {"prm_logratio": np.where(ok, ell, 0.0), "gap": gap}
 
 
+def part3_row(uid, traj, t, reward=0.0, valid=1, done=0):
+    """A ``make_table`` tuple (uid, traj, t, anchor, action, reward, done, valid, next_obs) with a
+    distinct anchor per (episode, t) (ALGORITHMS.md Part III's worked examples)."""
+    return (uid, traj, t, f"{traj}{t}", "act", reward, done, valid, f"{traj}{t + 1}")
+
+
+#: the batch of ALGORITHMS.md §17.7 and §18.7: group U: X wins in 2 turns (reward 10 on t1), Y fails
+#: in 3 (t1 invalid, truncated), Z wins in 3 (reward 10 on t2); group V: P and Q fail in 2 turns each.
+PART3_ROWS = [part3_row("U", "X", 0), part3_row("U", "X", 1, 10.0, done=1),
+              part3_row("U", "Y", 0), part3_row("U", "Y", 1, valid=0), part3_row("U", "Y", 2),
+              part3_row("U", "Z", 0), part3_row("U", "Z", 1), part3_row("U", "Z", 2, 10.0, done=1),
+              part3_row("V", "P", 0), part3_row("V", "P", 1), part3_row("V", "Q", 0), part3_row("V", "Q", 1)]
+
+
 def make_table(
     rows: list[tuple],
     *,

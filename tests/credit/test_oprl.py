@@ -9,7 +9,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from credit_tables import make_table, random_table
+from credit_tables import PART3_ROWS, part3_row, make_table, random_table
 
 from agentrl.credit import compute_advantages, estimator_params, explain_advantages, get_estimator
 from agentrl.credit._segments import eligible
@@ -20,17 +20,8 @@ EPS = 1e-6
 TOL = 6e-7  # the spec prints 6 decimals
 
 
-def row(uid, traj, t, reward=0.0, valid=1, done=0):
-    """A §12-style tuple (uid, traj, t, anchor, action, reward, done, valid, next_obs)."""
-    return (uid, traj, t, f"{traj}{t}", "act", reward, done, valid, f"{traj}{t + 1}")
-
-
-# §17.7: group U: X succeeds (2 turns, reward 10 on t1); Y fails (3 turns, t1 invalid, truncated);
-# Z succeeds (3 turns, reward 10 on t2). Group V: P and Q both fail (2 turns each).
-ROWS = [row("U", "X", 0), row("U", "X", 1, 10.0, done=1),
-        row("U", "Y", 0), row("U", "Y", 1, valid=0), row("U", "Y", 2),
-        row("U", "Z", 0), row("U", "Z", 1), row("U", "Z", 2, 10.0, done=1),
-        row("V", "P", 0), row("V", "P", 1), row("V", "Q", 0), row("V", "Q", 1)]
+ROWS = PART3_ROWS  # §17.7 and §18.7 share the batch
+row = part3_row
 ELL = [6, 2, -4, -10, 1, 0.5, -2, 3, -1, 2, -3, -1]
 # the spec's table, row by row: r, r̃, score, A_E, A_S, A (mean_std_norm), A (mean_norm), A (rloo)
 WANT = np.array([

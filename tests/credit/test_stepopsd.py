@@ -10,7 +10,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from credit_tables import make_table, random_table
+from credit_tables import PART3_ROWS, part3_row, make_table, random_table
 
 from agentrl.credit import (compute_advantages, estimator_params, explain_advantages, gaps_from_csr, get_estimator,
                             stepopsd_advantages)
@@ -21,16 +21,8 @@ EPS = 1e-6
 TOL = 6e-7  # the spec prints 6 decimals
 
 
-def row(uid, traj, t, reward=0.0, valid=1, done=0):
-    """A §12-style tuple (uid, traj, t, anchor, action, reward, done, valid, next_obs)."""
-    return (uid, traj, t, f"{traj}{t}", "act", reward, done, valid, f"{traj}{t + 1}")
-
-
-# §17.7's rows: group U: X wins in 2 turns, Y fails in 3 (t1 invalid), Z wins in 3; group V: P, Q fail
-ROWS = [row("U", "X", 0), row("U", "X", 1, 10.0, done=1),
-        row("U", "Y", 0), row("U", "Y", 1, valid=0), row("U", "Y", 2),
-        row("U", "Z", 0), row("U", "Z", 1), row("U", "Z", 2, 10.0, done=1),
-        row("V", "P", 0), row("V", "P", 1), row("V", "Q", 0), row("V", "Q", 1)]
+ROWS = PART3_ROWS  # §17.7 and §18.7 share the batch
+row = part3_row
 # §18.7's token gaps, concatenated in row order, and the spec's CSR offsets
 GAP_VALUES = [0.8, 0.1, -0.2, 0.05, 0.3, 0.2, 0.1, -1.5, -0.4, 0.3, 0, 0, -0.6, 1.2, 0.9, -0.5, 0.2, 0.4, -0.3,
               0.6, 0.6]
