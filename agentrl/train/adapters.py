@@ -89,13 +89,13 @@ def turns_batch(turns: Sequence[Turn], renderer, pad_id: int, prompts: Sequence[
                        grammar=grammar_masks(turns, renderer))
 
 
-def row_logprobs(model: torch.nn.Module, batch: TrainBatch, micro_batch: int, share_prefix: bool = False
-                 ) -> torch.Tensor:
-    """(B, T) float32 log-probs at temperature 1 of the completion tokens of ``batch`` (0
+def row_logprobs(model: torch.nn.Module, batch: TrainBatch, micro_batch: int, share_prefix: bool = False,
+                 temperature: float = 1.0) -> torch.Tensor:
+    """(B, T) float32 log-probs at ``temperature`` of the completion tokens of ``batch`` (0
     elsewhere), no gradient, ``micro_batch`` rows per forward, under the active adapter;
     ``share_prefix`` (``update.share_prefix``): a micro-batch's shared prompt prefix runs once."""
     with torch.no_grad():
-        return batch_logprobs(model, batch, micro_batch=micro_batch, temperature=1.0, loss_only=True,
+        return batch_logprobs(model, batch, micro_batch=micro_batch, temperature=temperature, loss_only=True,
                               share_prefix=share_prefix)
 
 

@@ -6,7 +6,8 @@ scored segment, for the ``stepopsd`` estimator to reweight GRPO's advantage with
   a bit-exact copy of the policy adapter, refreshed at every iteration that is a multiple of
   ``teacher_refresh`` (at iteration 0 the initial policy) and saved with every checkpoint; or
   ``current`` (RLSD's choice, D-18e) — the policy's own weights.
-* **Student** π_S: the stored behaviour log-probs of the turn (the policy that sampled it).
+* **Student** π_S: the stored behaviour log-probs of the turn (the policy that sampled it); the
+  teacher is scored at the same temperature (``policy.temperature``), so Δ is a context effect.
 * **Teacher context** (D-18c): the turn's stored prompt, decoded, with the hindsight block as the
   first lines of its system message (a new system message when it has none), re-tokenised as a
   scoring context only; then the stored completion ids, teacher-forced (invariant 1: training
@@ -162,7 +163,8 @@ class HindsightScorer:
                        for i, t in zip(rows, picked)]
             batch = turns_batch(picked, self.renderer, self.pad_id, prompts=prompts)
             with use_adapter(self.model, ADAPTER if self.opts.teacher == "stale" else POLICY_ADAPTER):
-                lp = row_logprobs(self.model, batch, self.micro_batch, self.cfg.update.share_prefix)
+                lp = row_logprobs(self.model, batch, self.micro_batch, self.cfg.update.share_prefix,
+                                  temperature=self.cfg.policy.temperature)  # the student's (stored) temperature
             for k, (i, t) in enumerate(zip(rows, picked)):
                 c = t.completion_ids.size
                 cols = torch.nonzero(batch.loss_mask[k] > 0).flatten()[:c]  # the row's completion, in order

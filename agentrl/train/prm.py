@@ -150,6 +150,10 @@ class PRMScorer:
         cfg: Config = ctx.cfg
         opts = ctx.options if ctx.options is not None else PRMOptions()
         lr = 2.0 * cfg.update.lr if opts.prm_lr is None else opts.prm_lr
+        if opts.reference == "stored" and cfg.policy.temperature != 1.0:
+            raise ConfigError(f"algorithm.scorers.prm.reference: stored takes π_old from the behaviour log-probs, sampled "
+                              f"at policy.temperature {cfg.policy.temperature}, but the PRM scores at temperature 1 "
+                              "(§17.3); use reference: trainer")
         beta = cfg.algorithm.kwargs.get("beta", 0.05)
         if not isinstance(beta, (int, float)) or beta < 0:
             raise ConfigError(f"step scorer 'prm' reads algorithm.kwargs.beta as its DPO β; got {beta!r}")

@@ -200,3 +200,15 @@ def test_save_and_load_round_trip(tiny_dir, tiny_tokenizer, tmp_path):
 def test_a_fully_fine_tuned_policy_is_refused(tiny_dir, tiny_tokenizer):
     with pytest.raises(ConfigError, match="fully fine-tuned.*policy.lora"):
         _scorer(tiny_dir, tiny_tokenizer, PRMOptions(), lora=False)
+
+
+def test_stored_reference_needs_temperature_1():
+    from agentrl.config import AlgorithmConfig, Config, EnvConfig, PolicyConfig
+    from agentrl.credit import get_estimator
+    from agentrl.train.scorers import ScorerContext
+
+    cfg = Config(env=EnvConfig(id="agentrl/Toy-v0"), policy=PolicyConfig(temperature=0.7),
+                 algorithm=AlgorithmConfig(estimator="oprl"))
+    ctx = ScorerContext(cfg, None, get_estimator("oprl"), PRMOptions(reference="stored"))
+    with pytest.raises(ConfigError, match="sampled at policy.temperature 0.7.*use reference: trainer"):
+        PRMScorer.build(ctx)
