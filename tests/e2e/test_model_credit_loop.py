@@ -12,14 +12,14 @@ import pytest
 from agentrl.config import ConfigError
 
 
-def _cfg(tiny_dir, out, estimator: str, iterations: int, **algorithm):
+def _cfg(tiny_dir, out, estimator: str, iterations: int, dtype: str = "float32", **algorithm):
     from agentrl.train.checks import checked_config_from_dict
 
     return checked_config_from_dict({
         "run": {"name": estimator, "out_dir": str(out), "iterations": iterations, "eval_every": 0, "save_every": 1,
                 "seed": 3},
         "env": {"id": "agentrl/JunctionMaze-v0", "max_turns": 6, "split": "train", "kwargs": {"k": 1}},
-        "policy": {"model": str(tiny_dir), "max_tokens": 8, "action_format": "whole", "action_constraint": "admissible",
+        "policy": {"model": str(tiny_dir), "max_tokens": 8, "dtype": dtype, "action_format": "whole", "action_constraint": "admissible",
                    "lora": {"rank": 4, "alpha": 8.0}},
         "rollout": {"groups_per_iteration": 3, "group_size": 4, "num_workers": 1},
         "algorithm": {"estimator": estimator, **algorithm},
@@ -63,11 +63,12 @@ def _metrics(result) -> dict[str, list[float]]:
     return out
 
 
-def test_oprl_trains_its_prm_keeps_its_scores_and_resumes(tiny_dir, tmp_path):
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_oprl_trains_its_prm_keeps_its_scores_and_resumes(tiny_dir, tmp_path, dtype):
     from agentrl.store import TurnStore
     from agentrl.train import train
 
-    result = train(_cfg(tiny_dir, tmp_path, "oprl", 2), resume=False)
+    result = train(_cfg(tiny_dir, tmp_path, "oprl", 2, dtype), resume=False)
     m = _metrics(result)
     assert len(m["prm/pairs"]) == 2 and all(np.isfinite(v) for v in m["prm/logratio_abs_mean"])
     assert m["prm/pairs"][0] > 0 and m["prm/steps"][0] == 1 and m["prm/loss_after"][0] < m["prm/loss"][0]
@@ -83,11 +84,12 @@ def test_oprl_trains_its_prm_keeps_its_scores_and_resumes(tiny_dir, tmp_path):
 
     steps = torch.load(folder / "prm.pt", weights_only=False)["steps"]
     assert steps == sum(1 for p in m["prm/pairs"] if p > 0)
-    again = train(_cfg(tiny_dir, tmp_path, "oprl", 3), resume=True)
+    again = train(_cfg(tiny_dir, tmp_path, "oprl", 3, dtype), resume=True)
     assert again.state.iteration == 3 and _metrics(again)["prm/steps"][-1] >= steps
 
 
-def test_stepopsd_follows_its_schedule_and_explains(tiny_dir, tmp_path, monkeypatch):
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_stepopsd_follows_its_schedule_and_explains(tiny_dir, tmp_path, monkeypatch, dtype):
     from agentrl.train import plan, train
 
     seen = []
@@ -99,7 +101,7 @@ def test_stepopsd_follows_its_schedule_and_explains(tiny_dir, tmp_path, monkeypa
 
     monkeypatch.setattr(plan, "build_batch", spy)
 
-    result = train(_cfg(tiny_dir, tmp_path, "stepopsd", 2, kwargs={"lambda_mix": 1.0, "alpha_clip": 0.5,
+    result = train(_cfg(tiny_dir, tmp_path, "stepopsd", 2, dtype, kwargs={"lambda_mix": 1.0, "alpha_clip": 0.5,
                                                                    "granularity": "token"},
                         schedule={"lambda_mix": {"to": 0.0, "iterations": 2}},
                         scorers={"hindsight": {"teacher_refresh": 1}}), resume=False)
