@@ -25,7 +25,8 @@ from agentrl.types import Turn
 from agentrl.update.batch import TrainBatch, build_batch, model_device
 from agentrl.update.logprobs import batch_logprobs, forward_token_stats
 
-__all__ = ["POLICY_ADAPTER", "add_adapter", "use_adapter", "adapter_parameters", "copy_adapter", "turns_batch",
+__all__ = ["POLICY_ADAPTER", "add_adapter", "use_adapter", "adapter_parameters", "named_adapter_parameters",
+           "copy_adapter", "turns_batch",
            "row_logprobs", "row_sums", "weighted_backward"]
 
 #: peft's name of the policy's own adapter.
@@ -53,9 +54,15 @@ def add_adapter(model: torch.nn.Module, name: str, who: str) -> list[torch.nn.Pa
     return adapter_parameters(model, name)
 
 
+def named_adapter_parameters(model: torch.nn.Module, name: str) -> dict[str, torch.nn.Parameter]:
+    """``{parameter name: parameter}`` of adapter ``name`` (``...lora_A.<name>.weight`` / ``lora_B``),
+    in model order (what a scorer saves and loads)."""
+    return {n: p for n, p in model.named_parameters() if f".{name}." in n and ".lora_" in n}
+
+
 def adapter_parameters(model: torch.nn.Module, name: str) -> list[torch.nn.Parameter]:
-    """The parameters of adapter ``name`` (``...lora_A.<name>.weight`` / ``lora_B``), in model order."""
-    return [p for n, p in model.named_parameters() if f".{name}." in n and ".lora_" in n]
+    """The parameters of adapter ``name``, in model order (``named_adapter_parameters``)."""
+    return list(named_adapter_parameters(model, name).values())
 
 
 def copy_adapter(model: torch.nn.Module, src: str, dst: str) -> None:

@@ -48,7 +48,7 @@ from agentrl.config import Config, ConfigError
 from agentrl.config.schedule import scheduled_kwargs
 from agentrl.credit import compute_advantages
 from agentrl.rollout.parsing import parse_format
-from agentrl.train.adapters import (POLICY_ADAPTER, add_adapter, adapter_parameters, copy_adapter, row_logprobs,
+from agentrl.train.adapters import (POLICY_ADAPTER, add_adapter, copy_adapter, named_adapter_parameters, row_logprobs,
                                     turns_batch, use_adapter)
 from agentrl.train.scorer_options import HindsightOptions
 from agentrl.types import Episode, Message, Turn, TurnTable
@@ -218,8 +218,7 @@ class HindsightScorer:
         """The stale teacher's adapter weights and the iteration of its last refresh (``hindsight_teacher.pt``)."""
         if self.opts.teacher != "stale":
             return
-        weights = {n: p.detach().cpu().clone() for n, p in self.model.named_parameters()
-                   if f".{ADAPTER}." in n and ".lora_" in n}
+        weights = {n: p.detach().cpu().clone() for n, p in named_adapter_parameters(self.model, ADAPTER).items()}
         path = Path(folder) / TEACHER_FILE
         tmp = path.with_suffix(".pt.tmp")
         torch.save({"weights": weights, "refreshed_at": self.refreshed_at}, tmp)
@@ -235,8 +234,7 @@ class HindsightScorer:
         if self.opts.teacher != "stale" or not path.is_file():
             return False
         payload = torch.load(path, map_location="cpu", weights_only=False)
-        own = {n: p for n, p in self.model.named_parameters() if any(p is q for q in adapter_parameters(self.model,
-                                                                                                        ADAPTER))}
+        own = named_adapter_parameters(self.model, ADAPTER)
         if payload["weights"].keys() != own.keys():
             raise ConfigError(f"{path} does not match this run's teacher adapter (policy.model / policy.lora changed); "
                               "resume with the settings that wrote it, or start over with --no-resume")

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from agentrl.config import Config, ConfigError
-from agentrl.train.adapters import (POLICY_ADAPTER, add_adapter, adapter_parameters, row_logprobs, row_sums,
+from agentrl.train.adapters import (POLICY_ADAPTER, add_adapter, named_adapter_parameters, row_logprobs, row_sums,
                                     turns_batch, use_adapter, weighted_backward)
 from agentrl.train.scorer_options import PRMOptions
 from agentrl.types import Episode, TurnTable
@@ -229,8 +229,8 @@ class PRMScorer:
 
     def save(self, folder: Path) -> None:
         """Write the adapter's weights, AdamW state and step count to ``folder/prm.pt`` (atomically)."""
-        names = [n for n, p in self.model.named_parameters() if any(p is q for q in self.params)]
-        payload = {"weights": {n: self.model.get_parameter(n).detach().cpu().clone() for n in names},
+        payload = {"weights": {n: p.detach().cpu().clone()
+                               for n, p in named_adapter_parameters(self.model, self.adapter).items()},
                    "optimizer": None if self.optimizer is None else self.optimizer.state_dict(), "steps": self.steps}
         path = Path(folder) / PRM_FILE
         tmp = path.with_suffix(".pt.tmp")
@@ -249,8 +249,7 @@ class PRMScorer:
             logging.getLogger(__name__).warning("checkpoint %s has no %s: OPRL's PRM starts afresh", folder, PRM_FILE)
             return False
         payload = torch.load(path, map_location="cpu", weights_only=False)
-        own = {n: p for n, p in self.model.named_parameters() if any(p is q for q in adapter_parameters(self.model,
-                                                                                                        self.adapter))}
+        own = named_adapter_parameters(self.model, self.adapter)
         saved = payload["weights"]
         if saved.keys() != own.keys() or any(saved[n].shape != own[n].shape for n in own):
             raise ConfigError(f"{path} does not match this run's PRM adapter (policy.model / policy.lora changed); "
