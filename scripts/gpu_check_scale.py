@@ -106,6 +106,12 @@ def rollout_peak(model, sizes: Sizes, device: torch.device) -> dict:
 
 
 # ------------------------------------------------------------------ section: 2 ranks
+#: Substrings of a rank's own last words that ``dp2`` keeps ahead of the launcher's summary: Python
+#: errors, a C++ exception's ``what()``, and the messages of an abort with no exception (libstdc++'s
+#: ``terminate called ...``, glibc's heap checks, a fatal signal).
+CAUSE_MARKS = ("Error", "error:", "what()", "terminate called", "Fatal", "Abort", "Segmentation", "free()",
+               "corrupted", "pure virtual")
+
 def dp2(mode: str, model: str, sizes: Sizes, dtype: str, timeout: float = DP2_TIMEOUT_S) -> dict:
     """The 2-rank data-parallel path (``mode`` "cuda": NCCL, one GPU per rank; "cpu": gloo):
     ``python -m torch.distributed.run --standalone --nproc-per-node 2 scripts/gpu_check_dp2.py``
@@ -124,7 +130,7 @@ def dp2(mode: str, model: str, sizes: Sizes, dtype: str, timeout: float = DP2_TI
         if rc != 0 or not result.is_file():
             errors = [line.split(ERROR_PREFIX, 1)[1].strip() for line in tail if ERROR_PREFIX in line]
             why = "; ".join(errors) or "see output_tail"
-            causes = [line for line in tail[:-12] if "Error" in line or "error:" in line or "what()" in line][-8:]
+            causes = [line for line in tail[:-12] if any(k in line for k in CAUSE_MARKS)][-8:]
             return {"ok": False, "error": f"torch.distributed.run exited {rc}: {why}",
                     "output_tail": causes + tail[-12:]}  # the ranks' own errors, then the launcher's summary
         return json.loads(result.read_text())

@@ -354,6 +354,7 @@ def train(cfg: Config, *, resume: bool = True, force_resume: bool = False, launc
                 state = _loop(parts, state, cfg, run_dir, evals, panel)
             finally:
                 parts.close()
+        ctx.barrier()  # a normal end: every rank finishes before any tears the process group down
     finally:
         ctx.close()
     return TrainResult(run_dir=run_dir, store_path=run_dir / "store.sqlite", run_id=cfg.run.name, state=state,
