@@ -47,6 +47,7 @@ def collect_config(cfg: Config, iteration: int) -> CollectConfig:
     cc = CollectConfig(env_id=cfg.env.id, n_groups=r.groups_per_iteration, group_size=r.group_size, seed=base,
                        loop=loop_config(cfg), sampling=sampling, env_kwargs=env_kwargs(cfg, cfg.env.split),
                        num_workers=r.num_workers, step_timeout_s=r.step_timeout_s, max_batch=cfg.policy.max_batch,
+                       max_observation_chars=cfg.env.max_observation_chars,
                        return_hidden=cfg.policy.return_hidden, run_id=cfg.run.name, progress=cfg.log.console,
                        turn_seeds=r.turn_seeds)
     return cc
@@ -61,8 +62,7 @@ def open_pool(cfg: Config, dp: DistContext | None = None):
     slots = cc.num_slots or cc.n_episodes
     if dp is not None:
         slots = min(slots, -(-cc.n_groups // dp.world_size) * cc.group_size)
-    return make_env_pool(r.backend, cc.env_id, slots, env_kwargs=cc.env_kwargs,
-                         num_workers=cc.num_workers, step_timeout_s=cc.step_timeout_s)
+    return make_env_pool(r.backend, cc.env_id, slots, **cc.pool_kwargs())
 
 
 def engine_spec(cfg: Config, policy: Policy) -> EngineSpec:

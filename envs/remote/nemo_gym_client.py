@@ -23,7 +23,7 @@ import uuid
 from agentrl.env.contract import require_module
 
 from agentrl_envs.remote.probe import get, http_base, refused
-from agentrl_envs.remote.wire import RemoteFault, RemoteReply, ServerInfo, one_line
+from agentrl_envs.remote.wire import RemoteFault, RemoteReply, ServerInfo, one_line, wire_reward
 
 WIRE = "nemo-gym GymnasiumServer (reset/step/close, cookie sessions)"
 
@@ -138,7 +138,7 @@ class NemoGymClient:
             raise
         obs = data.get("observation")
         terminated = bool(data.get("terminated")) or obs is None
-        return RemoteReply(text="" if obs is None else str(obs), reward=float(data.get("reward") or 0.0),
+        return RemoteReply(text="" if obs is None else str(obs), reward=wire_reward(data.get("reward")),
                            terminated=terminated, truncated=bool(data.get("truncated")) and not terminated,
                            info=dict(data.get("info") or {}))
 
