@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 import uuid
 
+from agentrl.deadline import DeadlineExceeded, call_with_deadline
 from agentrl.env.contract import require_module
 
 from agentrl_envs.remote.probe import get, http_base, refused
@@ -81,9 +82,11 @@ class NemoGymClient:
 
     def _post(self, route: str, body: dict) -> dict:
         httpx = require_module("httpx", "hubs")
-        try:
-            resp = self._client.post(f"{self.base_url}/{route}", json=body)
-        except httpx.TimeoutException:
+        client, url = self._client, f"{self.base_url}/{route}"
+        try:  # a total deadline: a server trickling its answer must not outlast request_timeout_s
+            resp = call_with_deadline(lambda: client.post(url, json=body), self._timeouts[1], what=f"POST {url}",
+                                      abandon=client.close)
+        except (httpx.TimeoutException, DeadlineExceeded):
             raise RemoteFault(f"NeMo-Gym /{route} at {self.base_url}: no answer within {self._timeouts[1]:g}s") from None
         except httpx.HTTPError as exc:
             raise RemoteFault(f"NeMo-Gym /{route} at {self.base_url} failed: {one_line(exc)}") from None
@@ -150,7 +153,8 @@ class NemoGymClient:
             return
         if send and self._caps.get("supports_explicit_close"):
             try:
-                client.post(f"{self.base_url}/close", json=self._row)
+                call_with_deadline(lambda: client.post(f"{self.base_url}/close", json=self._row), self._timeouts[1],
+                                   what="NeMo-Gym /close", abandon=client.close)
             except Exception:
                 pass
         client.close()
