@@ -74,7 +74,9 @@ class AgentrlEnvironment(_interfaces.Environment):
 
     Raises (turned into OpenEnv error replies by the server): ``RuntimeError`` when the env
     failed (``EXECUTION_ERROR``), ``HubCapacityError`` when no slot is free,
-    ``ValueError`` for a step before any reset.
+    ``ValueError`` for a step before any reset, and for any call after ``close``: OpenEnv's
+    idle-session reaper closes the session but leaves its WebSocket open, and a reset there must
+    not lease a slot that nothing would release (every lease is released exactly once).
     """
 
     SUPPORTS_CONCURRENT_SESSIONS = True
@@ -84,11 +86,17 @@ class AgentrlEnvironment(_interfaces.Environment):
         self._hub, self._description = hub, description
         self._slot: int | None = None
         self._state = AgentrlState(env_id=hub.env_id)
-        self._live = False
+        self._live = self._closed = False
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("this session was closed (idle for longer than the server's session timeout, or "
+                             "shut down); open a new session")
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, task_id: str | None = None,
               options: dict | None = None, **kwargs: Any) -> AgentrlObservation:
         """Start an episode on this session's slot (``seed`` picks the task)."""
+        self._check_open()
         if self._slot is None:
             self._slot = self._hub.lease()
         opts = dict(options or {})
@@ -104,6 +112,7 @@ class AgentrlEnvironment(_interfaces.Environment):
 
     def step(self, action: AgentrlAction, timeout_s: float | None = None, **kwargs: Any) -> AgentrlObservation:
         """Play ``action.message`` (``timeout_s`` is ignored: the pool's deadline applies)."""
+        self._check_open()
         if self._slot is None or not self._live:
             raise ValueError("no episode is running in this session: send a reset first")
         res = self._hub.step(self._slot, action.message)
@@ -137,7 +146,8 @@ class AgentrlEnvironment(_interfaces.Environment):
                                        "observation": ["text", "info", "terminated", "truncated"]}))
 
     def close(self) -> None:
-        """Free the slot (idempotent)."""
+        """Free the slot and end the session for good (idempotent)."""
+        self._closed = True
         if self._slot is not None:
             self._hub.release(self._slot)
             self._slot = None
