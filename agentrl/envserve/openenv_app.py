@@ -15,6 +15,9 @@ format (WebSocket ``/ws``; ``/health``, ``/schema``, ``/metadata``; one-shot ``P
   ``options`` (dict), ``episode_id`` (kept in the state);
 - an env failure (the pool's ``EnvResult.error``: raised, hung past the deadline, worker
   died) is an ``EXECUTION_ERROR`` reply; the session must reset before stepping again.
+- OpenEnv's one-shot ``POST /step`` builds a fresh env for the one call, which has no episode
+  to step: it is refused with 409 and a line naming the WebSocket session (``NoOneShotStep``)
+  instead of a 500 with a traceback. One-shot ``POST /reset`` works (and frees its slot).
 """
 
 from __future__ import annotations
@@ -177,11 +180,29 @@ def build_openenv_app(hub: PoolHub, *, session_timeout_s: float | None = 600.0, 
     app = http_server.create_fastapi_app(agentrl_env_factory, AgentrlAction, AgentrlObservation,
                                          concurrency_config=config)
     app.add_middleware(QuietDisconnect)
+    app.add_middleware(NoOneShotStep)
     if token:
         from agentrl.envserve.auth import TokenGate
 
         app.add_middleware(TokenGate, token=token)
     return app
+
+
+class NoOneShotStep:
+    """ASGI middleware: ``POST /step`` over plain HTTP answers 409 — a one-shot env has no
+    running episode, an agentrl env is played over a WebSocket session (``/ws``)."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and scope.get("method") == "POST" and scope.get("path") == "/step":
+            from agentrl.envserve.auth import json_reply
+
+            return await json_reply(send, 409, "POST /step has no episode to step: a one-shot request gets a fresh env. "
+                                               "Play over a WebSocket session (/ws; OpenEnv's client, or "
+                                               "agentrl/Remote-v0)")
+        return await self.app(scope, receive, send)
 
 
 class QuietDisconnect:

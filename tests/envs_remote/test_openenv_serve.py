@@ -106,3 +106,28 @@ def test_a_reaped_session_cannot_lease_a_slot_again():
             assert hub.in_use == 0  # released exactly once, at disconnect
     finally:
         hub.close()
+
+
+def test_one_shot_http_step_is_a_409_not_a_500():
+    with openenv_thread_server("agentrl/Toy-v0", slots=1) as url:
+        resp = httpx.post(f"{url}/step", json={"action": {"message": "look"}})
+        assert resp.status_code == 409 and "WebSocket session" in resp.json()["detail"]
+        reset = httpx.post(f"{url}/reset", json={"seed": 3})  # the one-shot reset works and frees its slot
+        assert reset.status_code == 200 and reset.json()["observation"]["text"].startswith("You are in room 1")
+        again = httpx.post(f"{url}/reset", json={"seed": 4})
+        assert again.status_code == 200
+
+
+def test_a_token_on_the_command_line_is_warned_about(monkeypatch, capsys):
+    import agentrl.envserve as envserve
+
+    seen = []
+    monkeypatch.setattr(envserve, "serve_env", lambda opts, on_ready: (seen.append(opts.token), on_ready("http://h:1")))
+    assert main(["envs", "serve", "agentrl/Toy-v0", "--token", "s3cret"]) == 0
+    err = capsys.readouterr().err
+    assert "--token is visible to every user of this machine" in err and "AGENTRL_SERVE_TOKEN" in err
+    monkeypatch.setenv("AGENTRL_SERVE_TOKEN", "from-env")
+    assert main(["envs", "serve", "agentrl/Toy-v0"]) == 0
+    out = capsys.readouterr()
+    assert "visible" not in out.err and "(token required)" in out.out
+    assert seen == ["s3cret", "from-env"]
