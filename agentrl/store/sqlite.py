@@ -197,9 +197,11 @@ class TurnStore:
                 f"the store is append-only: use new ids or -1 to let the store assign them. Nothing was written"
             ) from exc
 
-    def split_off(self, run_id: str, *, since_policy_version: int, to_run_id: str) -> list[int]:
-        """Move the episodes of ``run_id`` sampled at policy version ``>= since_policy_version``
-        (with their turns and advantages) to the new run ``to_run_id``, in one transaction.
+    def split_off(self, run_id: str, *, to_run_id: str, since_policy_version: int | None = None,
+                  from_episode_id: int | None = None) -> list[int]:
+        """Move the episodes of ``run_id`` with id ``>= from_episode_id`` — or, given
+        ``since_policy_version`` instead, those sampled at policy version ``>=`` it — (with their
+        turns and advantages) to the new run ``to_run_id``, in one transaction.
 
         Used on resume (``agentrl.train``): episodes stored after the last checkpoint were
         sampled by a policy whose update was lost; the resumed run re-plays them under the
@@ -207,24 +209,37 @@ class TurnStore:
         replay --run TO_RUN_ID`` shows them). Turn ids are kept. Turnless episodes (e.g. a
         failed reset) stored with or after the first moved episode move too.
 
+        The episode-id rule is the exact one for a resume (episode ids are numbered by iteration, so
+        the ids from the first uncovered iteration's on are what the checkpoint does not cover,
+        whatever policy version sampled them — under ``rollout.max_staleness`` ≥ 1 an interrupted
+        iteration may hold only older versions); the version rule is kept for callers without ids.
+
         Returns:
             the moved episode ids, ascending (empty, and nothing written, when none match or
             ``run_id`` is not in the store).
         Raises:
             StoreError: ``to_run_id`` already exists, or a moved turn's parent stays behind.
+            ValueError: not exactly one of ``since_policy_version`` and ``from_episode_id``.
         """
+        if (since_policy_version is None) == (from_episode_id is None):
+            raise ValueError("split_off: pass exactly one of since_policy_version and from_episode_id")
         row = self._db().execute("SELECT run_key FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         if row is None:
             return []
         key = row[0]
         with self._write() as db:
-            since = db.execute("SELECT min(created_at) FROM episodes WHERE run_key = ? AND episode_id IN "
-                               "(SELECT episode_id FROM turns WHERE run_key = ? AND policy_version >= ?)",
-                               (key, key, int(since_policy_version))).fetchone()[0]
-            if since is None:
+            if from_episode_id is not None:
+                ids = [r[0] for r in db.execute("SELECT episode_id FROM episodes WHERE run_key = ? AND episode_id >= ? "
+                                                "ORDER BY episode_id", (key, int(from_episode_id)))]
+            else:
+                since = db.execute("SELECT min(created_at) FROM episodes WHERE run_key = ? AND episode_id IN "
+                                   "(SELECT episode_id FROM turns WHERE run_key = ? AND policy_version >= ?)",
+                                   (key, key, int(since_policy_version))).fetchone()[0]
+                ids = [] if since is None else [r[0] for r in db.execute(
+                    "SELECT episode_id FROM episodes WHERE run_key = ? AND created_at >= ? ORDER BY episode_id",
+                    (key, since))]
+            if not ids:
                 return []
-            ids = [r[0] for r in db.execute("SELECT episode_id FROM episodes WHERE run_key = ? AND created_at >= ? "
-                                            "ORDER BY episode_id", (key, since))]
             if db.execute("SELECT 1 FROM runs WHERE run_id = ?", (to_run_id,)).fetchone():
                 raise StoreError(f"split_off: run {to_run_id!r} already exists in {self.path}; pick a new run id")
             db.execute("CREATE TEMP TABLE IF NOT EXISTS moving (episode_id INTEGER PRIMARY KEY)")
@@ -234,8 +249,10 @@ class TurnStore:
             orphans = db.execute(f"SELECT count(*) FROM turns WHERE {mine} AND parent_turn_id IS NOT NULL AND "
                                  f"parent_turn_id NOT IN (SELECT turn_id FROM turns WHERE {mine})", (key, key)).fetchone()[0]
             if orphans:
-                raise StoreError(f"split_off: {orphans} turn(s) of run {run_id!r} at policy version >= "
-                                 f"{since_policy_version} branch from older turns; nothing was moved")
+                rule = (f"from episode id {from_episode_id}" if from_episode_id is not None else
+                        f"at policy version >= {since_policy_version}")
+                raise StoreError(f"split_off: {orphans} turn(s) of run {run_id!r} {rule} branch from older turns; "
+                                 f"nothing was moved")
             new = db.execute("INSERT INTO runs (run_id, created_at) VALUES (?, ?)", (to_run_id, time.time())).lastrowid
             db.execute(f"UPDATE advantages SET run_key = ? WHERE run_key = ? AND turn_id IN "
                        f"(SELECT turn_id FROM turns WHERE {mine})", (new, key, key))

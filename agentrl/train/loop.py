@@ -44,8 +44,8 @@ from agentrl.train.run_dir import RunLock, prepare_run_dir, set_aside_interrupte
 from agentrl.train.plan import update_policy
 from agentrl.config.schedule import scheduled_kwargs
 from agentrl.train.scorers import StepScorer, make_scorers
-from agentrl.train.steps import (collect_iteration, open_engines, open_pool, open_stream, rolls_out_on_ranks,
-                                 rtpo_iteration)
+from agentrl.train.steps import (collect_iteration, episode_id_stride, open_engines, open_pool, open_stream,
+                                 rolls_out_on_ranks, rtpo_iteration)
 from agentrl.train.sync import SyncCheck, synced
 from agentrl.types import TurnTable
 from agentrl.update.checkpoint import TrainState, load_checkpoint, save_checkpoint
@@ -301,7 +301,7 @@ def start_run(cfg: Config, run_dir: Path, resume: bool, ctx: DistContext | None 
         scorer.load(ckpt)
     parts = RunParts(policy, optimizer, store, scorers, dp=dp, sync=check)
     if ckpt and ctx.is_main:
-        set_aside_interrupted(parts.store, cfg.run.name, state)
+        set_aside_interrupted(parts.store, cfg.run.name, state, state.iteration * episode_id_stride(cfg))
     return parts, state
 
 

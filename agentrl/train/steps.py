@@ -26,8 +26,8 @@ from agentrl.rollout.engines.interface import EngineSpec, EngineWorkers, shard_c
 from agentrl.rollout.engines.stream import EngineStream
 from agentrl.rollout.harness import HarnessSpec, collect_harness_episodes
 from agentrl.rollout.ray_backend import make_env_pool
-from agentrl.rollout.reverse import RtpoRound, run_rtpo_iteration
-from agentrl.rollout.tree import add_linked, sample_trees
+from agentrl.rollout.reverse import RtpoRound, rtpo_episode_stride, run_rtpo_iteration
+from agentrl.rollout.tree import add_linked, sample_trees, tree_episode_stride
 from agentrl.store import TurnStore
 from agentrl.train.colocate import engine_asleep
 from agentrl.train.plan import update_policy
@@ -130,6 +130,19 @@ def open_engines(cfg: Config, policy: Policy, weights: Mapping | None = None) ->
     log.info("%d Ray engine actor(s) on node(s) %s; the trainer on node %s", r.engines,
              [n[:12] for n in getattr(workers, "nodes", [])], str(getattr(workers, "trainer_node", "?"))[:12])
     return workers
+
+
+def episode_id_stride(cfg: Config) -> int:
+    """Episode ids one iteration may use: iteration ``k`` numbers its episodes from
+    ``k * episode_id_stride(cfg)`` on (chains: groups × G; ``tree``: ``tree_episode_stride``;
+    ``rtpo``: ``rtpo_episode_stride``). A resume sets aside the ids from its first uncovered
+    iteration's on."""
+    r = cfg.rollout
+    if r.sampler == "tree":
+        return tree_episode_stride(r.groups_per_iteration, r.tree)
+    if r.sampler == "rtpo":
+        return rtpo_episode_stride(r.groups_per_iteration, r.group_size, r.tree)
+    return r.groups_per_iteration * r.group_size
 
 
 def production_config(cfg: Config, k: int) -> CollectConfig:

@@ -58,6 +58,22 @@ def test_turnless_episodes_stored_with_or_after_the_first_moved_one_move_too(tmp
         assert [e.episode_id for e in store.episodes("r")] == [0, 1]
 
 
+def test_the_episode_id_rule_moves_an_async_iteration_sampled_at_older_versions(tmp_path):
+    """Issue 52, defect 4: under ``rollout.max_staleness`` 1 the checkpoint after iteration 1
+    (engine at version 2) does not cover iteration 2's episodes (ids 4, 5), which were sampled at
+    version 1 while iteration 1 updated. The version rule keeps them (the resumed run then
+    stored iteration 2 twice); the id rule moves exactly them."""
+    with _store_two_iterations(tmp_path / "s.sqlite") as store:
+        store.add_episodes([_episode(4, 1), _episode(5, 1)], run_id="r")  # iteration 2, sampled at version 1
+        assert store.split_off("r", since_policy_version=2, to_run_id="r.version-rule") == []
+        assert store.split_off("r", from_episode_id=4, to_run_id="r.id-rule") == [4, 5]
+        assert [e.episode_id for e in store.episodes("r")] == [0, 1, 2, 3]
+        store.add_episodes([_episode(4, 2), _episode(5, 2)], run_id="r")  # the re-play: one copy of iteration 2
+        assert [e.episode_id for e in store.episodes("r")] == [0, 1, 2, 3, 4, 5]
+        with pytest.raises(ValueError, match="exactly one of since_policy_version and from_episode_id"):
+            store.split_off("r", since_policy_version=1, from_episode_id=4, to_run_id="r.z")
+
+
 def test_nothing_to_move_or_unknown_run_writes_nothing(tmp_path):
     with _store_two_iterations(tmp_path / "s.sqlite") as store:
         assert store.split_off("r", since_policy_version=2, to_run_id="r.x") == []
