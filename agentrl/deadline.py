@@ -7,7 +7,10 @@ a pooled connection — not the request: a server that sends one byte every 2 s 
 deadline passes first, calls ``abandon`` (close the client: the stuck read fails at the
 server's next byte, so the thread ends too) and raises ``DeadlineExceeded``. Used by the
 remote-env probe and clients (``agentrl_envs.remote``) and ``agentrl.llm.openai_http``;
-OpenEnv's WebSocket client already bounds each message (``asyncio.wait_for``).
+OpenEnv's WebSocket client already bounds each message (``asyncio.wait_for``). The total
+deadline is the configured timeout itself (``request_timeout_s``, ``connect_timeout_s``,
+``timeout_s``): a request whose connect and read each stayed under it but together passed it
+now fails, as those settings' docs say ("waits at most").
 """
 
 from __future__ import annotations

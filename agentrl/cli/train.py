@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -68,6 +69,7 @@ def sigterm_abandons_the_iteration():
         return
 
     def handler(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the cleanup short
         raise Terminated(f"signal {signum}")
 
     previous = signal.signal(signal.SIGTERM, handler)
@@ -84,10 +86,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         with sigterm_abandons_the_iteration():
             return _run(args)
-    except Terminated:
-        print(f"agentrl train: stopped by SIGTERM; the iteration in progress was abandoned and the engines and env "
-              f"workers closed. Run the same command again to resume from the last checkpoint "
-              f"({args.config}).", file=sys.stderr, flush=True)
+    except (Terminated, SystemExit) as exc:
+        if isinstance(exc, SystemExit) and exc.code != signal.SIGTERM:
+            raise
+        # (ray.init puts its own SIGTERM handler in place: sys.exit(15), unwinding the same way)
+        if os.environ.get("RANK", "0") == "0":  # torchrun: one line, from rank 0
+            print(f"agentrl train: stopped by SIGTERM; the iteration in progress was abandoned and the engines and "
+                  f"env workers closed. Run the same command again to resume from the last checkpoint "
+                  f"({args.config}).", file=sys.stderr, flush=True)
         return 143
 
 

@@ -46,21 +46,31 @@ def _short(value: object, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit] + f"... ({len(text)} chars)"
 
 
-def check_reward(reward: object, reward_range: tuple[float, float] | None = None) -> tuple[str, str] | None:
-    """None for a good step reward, else ``(cause, message)``: not a real number (a ``str``, even
-    ``"1.0"``, ``None``, a ``bool``, an array of more than one value), not finite, or outside
-    ``reward_range`` (closed)."""
+def reward_value(reward: object, reward_range: tuple[float, float] | None = None) -> float | tuple[str, str]:
+    """A good step reward as a float, else ``(cause, message)``: not a real number (a ``str``,
+    even ``"1.0"``, ``None``, a ``bool``, a ``Decimal``, an array of more than one value), not
+    finite (``NaN``, ``±inf``, an integer too large for a float), or outside ``reward_range``
+    (closed). A one-element NumPy array of numbers counts as its element."""
     if isinstance(reward, np.ndarray) and reward.size == 1 and reward.dtype.kind in "iuf":
         reward = reward.reshape(()).item()
-    if isinstance(reward, bool) or not isinstance(reward, numbers.Real):
+    if isinstance(reward, (bool, np.bool_)) or not isinstance(reward, numbers.Real):
         return "reward_not_numeric", f"the env's reward {_short(reward)} ({type(reward).__name__}) is not a number"
-    value = float(reward)
+    try:
+        value = float(reward)
+    except OverflowError:
+        return "reward_not_finite", f"the env's reward {_short(reward)} overflows a float; rewards must be finite"
     if not math.isfinite(value):
         return "reward_not_finite", f"the env's reward is {value!r}; rewards must be finite"
     if reward_range is not None and not reward_range[0] <= value <= reward_range[1]:
         return ("reward_out_of_range", f"the env's reward {value!r} is outside its declared range "
                 f"[{reward_range[0]:g}, {reward_range[1]:g}] (metadata[{META_REWARD_RANGE!r}])")
-    return None
+    return value
+
+
+def check_reward(reward: object, reward_range: tuple[float, float] | None = None) -> tuple[str, str] | None:
+    """None for a good step reward, else ``(cause, message)`` (``reward_value``)."""
+    value = reward_value(reward, reward_range)
+    return value if isinstance(value, tuple) else None
 
 
 def check_observation(obs: object, max_chars: int) -> tuple[str, str] | None:
@@ -83,9 +93,11 @@ class EnvAnswerError(ValueError):
         self.cause = cause
 
 
-def require_good_step(env, obs: object, reward: object, max_observation_chars: int = DEFAULT_MAX_OBSERVATION_CHARS) -> None:
-    """Raise ``EnvAnswerError`` when a step answer breaks the contract (``check_reward`` with the
-    env's declared range, ``check_observation``)."""
-    bad = check_reward(reward, declared_reward_range(env)) or check_observation(obs, max_observation_chars)
+def require_good_step(env, obs: object, reward: object, max_observation_chars: int = DEFAULT_MAX_OBSERVATION_CHARS) -> float:
+    """The step's reward as a float; ``EnvAnswerError`` when the answer breaks the contract
+    (``reward_value`` with the env's declared range, ``check_observation``)."""
+    value = reward_value(reward, declared_reward_range(env))
+    bad = value if isinstance(value, tuple) else check_observation(obs, max_observation_chars)
     if bad:
         raise EnvAnswerError(*bad)
+    return value

@@ -31,7 +31,7 @@ from typing import Any, Mapping, Sequence
 
 import gymnasium
 
-from agentrl.env.guards import DEFAULT_MAX_OBSERVATION_CHARS, check_observation, check_reward, declared_reward_range
+from agentrl.env.guards import DEFAULT_MAX_OBSERVATION_CHARS, check_observation, declared_reward_range, reward_value
 from agentrl.env.registry import validate_id
 from agentrl.env.slots import SlotBook
 from agentrl.failures import tag_cause
@@ -75,7 +75,9 @@ class EnvPoolError(RuntimeError):
 # --------------------------------------------------------------------------- worker side
 
 def _make_env(spec: gymnasium.envs.registration.EnvSpec, env_kwargs: dict):
-    return gymnasium.make(spec, disable_env_checker=True, **env_kwargs)
+    env = gymnasium.make(spec, disable_env_checker=True, **env_kwargs)
+    declared_reward_range(env)  # a malformed declaration fails the pool's start, not every step
+    return env
 
 
 def _call_env(envs: dict, slot: int, cmd: str, item: tuple, spec, env_kwargs,
@@ -95,8 +97,9 @@ def _call_env(envs: dict, slot: int, cmd: str, item: tuple, spec, env_kwargs,
             res = EnvResult(obs, 0.0, False, False, info)
         else:
             obs, reward, term, trunc, info = env.step(item[1])
-            bad = check_reward(reward, declared_reward_range(env)) or check_observation(obs, max_observation_chars)
-            res = None if bad else EnvResult(obs, float(reward), bool(term), bool(trunc), info)
+            value = reward_value(reward, declared_reward_range(env))
+            bad = value if isinstance(value, tuple) else check_observation(obs, max_observation_chars)
+            res = None if bad else EnvResult(obs, value, bool(term), bool(trunc), info)
         if bad:
             res = _error_result(tag_cause(bad[0], f"{cmd}: {bad[1]}"))
     except Exception as exc:  # the env raised: report it, rebuild the env

@@ -19,6 +19,7 @@ Weight updates follow vLLM's dev-mode routes (``VLLM_SERVER_DEV_MODE=1``, §3.2)
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Sequence
 
@@ -79,6 +80,7 @@ class OpenAIHTTPEngine:
         self._client_kwargs = {"base_url": base_url.rstrip("/"), "headers": headers, "timeout": timeout_s,
                                "transport": transport}
         self.client = httpx.Client(**self._client_kwargs)
+        self._client_lock = threading.Lock()
         self.model = model
         self.eos_token_id = int(eos_token_id)
         self.max_context = int(max_context)
@@ -87,10 +89,23 @@ class OpenAIHTTPEngine:
         self.token_faithful = True  # becomes False after a text-only answer
 
     def _replace_client(self, stuck) -> None:
-        """Close ``stuck`` (a request on it passed its deadline) and give later calls a fresh client."""
-        if self.client is stuck:
-            self.client = httpx.Client(**self._client_kwargs)
+        """Close ``stuck`` (a request on it passed its deadline) and give later calls a fresh client
+        (once, under a lock: two callers past their deadlines on the same client make one)."""
+        with self._client_lock:
+            if self.client is stuck:
+                self.client = httpx.Client(**self._client_kwargs)
         stuck.close()
+
+    def _send(self, client, path: str, json: dict | None, params: dict | None):
+        """One POST on ``client`` within the total deadline; a client another caller closed after
+        its deadline meanwhile is a transient failure (the retry takes the fresh one)."""
+        try:
+            return call_with_deadline(lambda: client.post(path, json=json, params=params), self.timeout_s,
+                                      what=f"POST {path}", abandon=lambda: self._replace_client(client))
+        except RuntimeError as exc:
+            if client.is_closed and client is not self.client:
+                raise TransientHTTPError(f"POST {path}: its client was replaced after another call's deadline") from exc
+            raise
 
     def _post(self, path: str, json: dict | None = None, params: dict | None = None) -> dict:
         """POST with retries of transient failures, each attempt answered in full within
@@ -101,9 +116,7 @@ class OpenAIHTTPEngine:
                                 wait=wait_exponential(multiplier=self.backoff_s, max=8.0),
                                 retry=retry_if_exception_type((*_TRANSIENT, TransientHTTPError))):
             with attempt:
-                client = self.client
-                r = call_with_deadline(lambda: client.post(path, json=json, params=params), self.timeout_s,
-                                       what=f"POST {path}", abandon=lambda: self._replace_client(client))
+                r = self._send(self.client, path, json, params)
                 if r.status_code in RETRY_STATUS:
                     raise TransientHTTPError(f"POST {path} failed with HTTP {r.status_code}: {r.text[:500]}")
         if r.status_code >= 400:

@@ -146,7 +146,7 @@ def replay(env_id: str, env_kwargs: dict, seed: int, actions: Sequence[str]) -> 
         anchor, task, steps = str(info.get(INFO_ANCHOR, obs)), str(info.get(INFO_TASK, "")), []
         for a in actions:
             obs, r, term, trunc, info = env.step(a)
-            require_good_step(env, obs, r)
+            r = require_good_step(env, obs, r)
             nxt = str(info.get(INFO_ANCHOR, obs))
             steps.append(StepResult(a, float(r), bool(term), bool(trunc), bool(info.get(INFO_VALID, True)),
                                     bool(info.get(INFO_WON, False)), anchor, nxt, obs))

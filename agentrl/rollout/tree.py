@@ -294,11 +294,11 @@ def sample_trees(engine: LLMClient, renderer: ChatRenderer, cc: CollectConfig, t
 # --------------------------------------------------------------------------- storing
 
 
-def add_linked(store: TurnStore, episodes: list[Episode], *, run_id: str) -> None:
+def add_linked(store: TurnStore, episodes: list[Episode], *, run_id: str, iteration: int | None = None) -> None:
     """Store episodes whose first turn may branch from another episode's turn
     (``info["tree_parent"] = [episode_id, t]``), parents first, setting each branch's
     first ``parent_turn_id`` to its parent's stored turn id. Plain chains: one
-    ``add_episodes`` call.
+    ``add_episodes`` call. ``iteration``: the trainer iteration storing them (``add_episodes``).
 
     Raises:
         ValueError: a parent episode is neither in ``episodes`` nor stored, or has no turn t.
@@ -319,7 +319,7 @@ def add_linked(store: TurnStore, episodes: list[Episode], *, run_id: str) -> Non
                     raise ValueError(f"episode {e.episode_id} branches from episode {pe} turn t={pt}, which is not "
                                      f"stored for run {run_id!r}; store parents first")
                 e.turns[0].parent_turn_id = done[pe][pt]
-        store.add_episodes(ready, run_id=run_id)
+        store.add_episodes(ready, run_id=run_id, iteration=iteration)
         for e in ready:
             done[e.episode_id] = {tr.t: tr.turn_id for tr in e.turns}
         pending = [e for e in pending if e.episode_id not in done]

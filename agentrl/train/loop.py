@@ -182,7 +182,8 @@ def chain_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
                                      engines=parts.chain_engines(cfg), dp=parts.dp)
     t1 = time.perf_counter()
     if parts.is_main:
-        add_linked(parts.store, episodes, run_id=cfg.run.name)  # tree branches after their parents (stored first)
+        # tree branches after their parents (stored first); each tagged with its iteration (what a resume keeps)
+        add_linked(parts.store, episodes, run_id=cfg.run.name, iteration=it + 1)
         check_success_reward(cfg.algorithm.estimator, cfg.algorithm.kwargs, episodes)
         table = parts.store.table(run_id=cfg.run.name, episode_ids=[e.episode_id for e in episodes])
         for scorer in parts.scorers:  # e.g. the critic's V(s_t) per turn, before the estimator runs

@@ -262,7 +262,7 @@ def rtpo_iteration(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config
     est = cfg.algorithm.estimator
 
     def update_fn(rnd: RtpoRound) -> None:
-        add_linked(store, list(rnd.new_episodes), run_id=cfg.run.name)
+        add_linked(store, list(rnd.new_episodes), run_id=cfg.run.name, iteration=iteration + 1)
         check_success_reward(est, cfg.algorithm.kwargs, rnd.new_episodes)
         table = store.table(run_id=cfg.run.name, episode_ids=[e.episode_id for e in rnd.episodes])
         adv = compute_advantages(table, est, **scheduled_kwargs(cfg.algorithm.kwargs, cfg.algorithm.schedule, iteration))

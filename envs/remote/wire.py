@@ -26,7 +26,10 @@ def wire_reward(raw: object) -> float | object:
     if raw is None:
         return 0.0
     if isinstance(raw, (int, float)) and not isinstance(raw, bool):
-        return float(raw)
+        try:
+            return float(raw)
+        except OverflowError:  # a JSON integer past a float's range: the pool's check names it
+            return raw
     return raw
 
 

@@ -53,7 +53,18 @@ class HostileEnv(gymnasium.Env):
         return "done", BAD[self.bad], True, False, info
 
 
+class BadRangeEnv(HostileEnv):
+    """Declares a reward range with low > high: the pool must refuse to start."""
+
+    metadata = {"render_modes": [], "agentrl.reward_range": (1.0, -1.0)}
+
+
+BAD_RANGE_ID = "agentrl-test/HostileBadRange-v0"
+
+
 def register() -> None:
-    """Register ``HOSTILE_ID`` in this process's gymnasium registry (idempotent)."""
+    """Register ``HOSTILE_ID`` and ``BAD_RANGE_ID`` in this process's gymnasium registry (idempotent)."""
     if HOSTILE_ID not in gymnasium.registry:
         gymnasium.register(id=HOSTILE_ID, entry_point="hostile_reward_env:HostileEnv")
+    if BAD_RANGE_ID not in gymnasium.registry:
+        gymnasium.register(id=BAD_RANGE_ID, entry_point="hostile_reward_env:BadRangeEnv")

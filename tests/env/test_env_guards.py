@@ -7,13 +7,14 @@ cause, the episode ``env_error`` with the value in its error text, and a trainin
 from __future__ import annotations
 
 import math
+from decimal import Decimal
 
 import hostile_reward_env as hostile
 import numpy as np
 import pytest
 
-from agentrl.env import EnvPool
-from agentrl.env.guards import EnvAnswerError, check_observation, check_reward, declared_reward_range
+from agentrl.env import EnvPool, EnvPoolError
+from agentrl.env.guards import EnvAnswerError, check_observation, check_reward, declared_reward_range, reward_value
 from agentrl.failures import FAILURE_CAUSES, failure_cause, tag_cause, with_context
 
 
@@ -21,11 +22,20 @@ from agentrl.failures import FAILURE_CAUSES, failure_cause, tag_cause, with_cont
     (1, None), (-0.5, None), (np.float32(0.25), None), (np.array(0.5), None), (np.array([1.0]), None),
     (float("nan"), "reward_not_finite"), (float("inf"), "reward_not_finite"), (np.float64("-inf"), "reward_not_finite"),
     ("1.0", "reward_not_numeric"), (None, "reward_not_numeric"), (True, "reward_not_numeric"),
-    (np.array([1.0, 2.0]), "reward_not_numeric"), (1 + 2j, "reward_not_numeric"),
+    (np.array([1.0, 2.0]), "reward_not_numeric"), (1 + 2j, "reward_not_numeric"), (np.bool_(True), "reward_not_numeric"),
+    (Decimal("0.5"), "reward_not_numeric"), (10**400, "reward_not_finite"), (np.array([[1.0]]), None),
 ])
 def test_check_reward(reward, cause):
     got = check_reward(reward)
     assert (got and got[0]) == cause or (got is None and cause is None)
+    value = reward_value(reward)
+    assert (type(value) is float) == (cause is None)  # a good reward comes back as a plain float
+
+
+def test_a_malformed_range_declaration_fails_the_pool_start():
+    hostile.register()
+    with pytest.raises(EnvPoolError, match="agentrl.reward_range.*finite with low <= high"):
+        EnvPool(hostile.BAD_RANGE_ID, 1, num_workers=1)
 
 
 def test_declared_range_is_closed_and_checked():

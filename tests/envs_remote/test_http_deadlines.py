@@ -132,3 +132,26 @@ def test_the_openai_engine_ends_within_its_timeout():
         assert time.monotonic() - t0 < 3.0
         assert engine.client is not first and not engine.client.is_closed  # later calls get a fresh client
         engine.close()
+
+
+def test_a_call_on_a_client_replaced_meanwhile_is_retried_on_the_fresh_one():
+    import httpx
+
+    from agentrl.llm.openai_http import OpenAIHTTPEngine, TransientHTTPError
+
+    calls = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        return httpx.Response(200, json={"ok": True})
+
+    engine = OpenAIHTTPEngine("http://standin", "m", eos_token_id=0, max_context=64, timeout_s=5.0, retries=1,
+                              backoff_s=0.0, transport=httpx.MockTransport(answer))
+    old = engine.client
+    engine._replace_client(old)  # another caller's deadline passed on it
+    engine._replace_client(old)  # a second one: still one fresh client
+    assert old.is_closed and engine.client is not old and not engine.client.is_closed
+    with pytest.raises(TransientHTTPError, match="replaced after another call's deadline"):
+        engine._send(old, "/x", None, None)
+    assert engine._post("/x") == {"ok": True} and calls == ["/x"]
+    engine.close()
