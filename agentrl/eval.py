@@ -296,7 +296,8 @@ def evaluate(engine: LLMClient, renderer: ChatRenderer, cfg: Config, *, greedy: 
                        tasks=tuple((e.task_id, e.seed) for e in panel.entries), turn_seeds=not greedy,
                        loop=loop_config(cfg), sampling=sampling, env_kwargs=env_kwargs(cfg, cfg.env.eval_split),
                        num_workers=cfg.rollout.num_workers, step_timeout_s=cfg.rollout.step_timeout_s,
-                       max_batch=cfg.policy.max_batch, run_id=run_id, progress=progress)
+                       max_observation_chars=cfg.env.max_observation_chars, max_batch=cfg.policy.max_batch,
+                       run_id=run_id, progress=progress)
     episodes = collect(engine, renderer, cc)
     stamp = {"seed": seed, "mode": "greedy" if greedy else "sampled", "panel": panel.sha256}
     for ep in episodes:

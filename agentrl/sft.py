@@ -146,7 +146,7 @@ def expert_episodes(cfg: Config, renderer: ChatRenderer, max_context: int, n: in
     normalize = action_normalization(cfg.env.id)  # the env's action normalisation, as in collect
     slots_n = max(1, min(num_slots, n))
     with EnvPool(cfg.env.id, slots_n, env_kwargs=env_kwargs(cfg, cfg.env.split), num_workers=cfg.rollout.num_workers,
-                 step_timeout_s=cfg.rollout.step_timeout_s) as pool:
+                 step_timeout_s=cfg.rollout.step_timeout_s, max_observation_chars=cfg.env.max_observation_chars) as pool:
         for start in range(0, n, slots_n):
             seeds = list(range(seed + start, seed + min(n, start + slots_n)))
             results = pool.reset(list(range(len(seeds))), seeds)

@@ -15,6 +15,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from agentrl.failures import failure_cause
 from agentrl.turn_info import (  # noqa: F401  (re-exported: the contracts' public names)
     INVALID_ACTION_KEY, NO_SUBGOAL, info_columns, intern_strings, normalize_action_key)
 
@@ -155,6 +156,11 @@ class Episode:
     turns: list[Turn] = field(default_factory=list)
     error: str = ""
     run_id: str = ""
+
+    @property
+    def cause(self) -> str:
+        """Why the episode failed, as one of ``FAILURE_CAUSES`` ("" when ok or not classified)."""
+        return failure_cause(self.error)
 
     @property
     def return_(self) -> float | None:

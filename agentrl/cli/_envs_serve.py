@@ -23,11 +23,14 @@ def add_serve_parser(sub) -> None:
     p.add_argument("--env-kwargs", default="{}", help="JSON object of env constructor kwargs, e.g. "
                    "'{\"split\": \"eval_unseen\", \"expert\": true}'")
     p.add_argument("--token", default=None, help=f"require Authorization: Bearer TOKEN on every request but "
-                   f"/health (default: ${TOKEN_ENV} when set)")
+                   f"/health (default: ${TOKEN_ENV} when set; prefer the variable: a command line is visible "
+                   f"to every user of the machine in ps)")
     p.add_argument("--session-timeout", type=float, default=600.0, help="idle seconds before a session is "
                    "closed and its slot freed (0: never)")
     p.add_argument("--step-timeout", type=float, default=30.0, help="seconds one env step may take (then its "
                    "worker is killed and the client gets an EXECUTION_ERROR)")
+    p.add_argument("--max-observation-chars", type=int, default=1_000_000, help="longest observation the env may "
+                   "answer, characters (longer: the client gets an EXECUTION_ERROR naming observation_too_large)")
     p.set_defaults(func=serve_env_cmd)
 
 
@@ -52,7 +55,12 @@ def serve_env_cmd(args: argparse.Namespace) -> int:
     check_env_kwargs(args.env_id, kwargs)
     opts = ServeOptions(env_id=args.env_id, protocol=args.protocol, host=args.host, port=args.port,
                         slots=args.slots, env_kwargs=kwargs, token=args.token or os.environ.get(TOKEN_ENV) or None,
-                        session_timeout_s=args.session_timeout or None, step_timeout_s=args.step_timeout)
+                        session_timeout_s=args.session_timeout or None, step_timeout_s=args.step_timeout,
+                        max_observation_chars=args.max_observation_chars)
+
+    if args.token:
+        print(f"warning: --token is visible to every user of this machine (ps, /proc/PID/cmdline); pass it as "
+              f"${TOKEN_ENV} instead", file=sys.stderr, flush=True)
 
     def ready(url: str) -> None:
         auth = " (token required)" if opts.token else ""

@@ -17,11 +17,19 @@ share of each minibatch. docs/scaling.md has the commands for one GPU, eight GPU
 On a Ray cluster (several nodes): ``agentrl train CONFIG --ray-ranks N [--ray-address ADDR]
 [--gpus-per-rank 1]`` places N ranks as Ray actors (agentrl.distributed.ray_launch) and runs the same
 data-parallel training; without an address (and no ``$RAY_ADDRESS``) a local Ray is started.
+
+SIGTERM (a scheduler's preemption, ``kill``) abandons the iteration in progress, closes the
+engine workers and env pools, prints one line and exits 143; the same command resumes.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import signal
+import sys
+import threading
 
 
 def register(subparsers) -> None:
@@ -47,16 +55,55 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM reached ``agentrl train``: raised where the process is, so every ``finally`` runs
+    (engine workers, env pools and the process group close; a store write in progress rolls
+    back) and the iteration in progress is abandoned — a resume sets it aside and re-plays it."""
+
+
+@contextlib.contextmanager
+def sigterm_abandons_the_iteration():
+    """While inside: SIGTERM raises ``Terminated`` in the main thread (elsewhere: a no-op)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the cleanup short
+        raise Terminated(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run(args: argparse.Namespace) -> int:
-    """Handler: load and validate the config (before any rollout), train, print the summary."""
+    """Handler: load and validate the config (before any rollout), train, print the summary.
+    SIGTERM abandons the iteration in progress, closes what the run opened and returns 143 with
+    one line saying how to resume."""
+    try:
+        with sigterm_abandons_the_iteration():
+            return _run(args)
+    except (Terminated, SystemExit) as exc:
+        if isinstance(exc, SystemExit) and exc.code != signal.SIGTERM:
+            raise
+        # (ray.init puts its own SIGTERM handler in place: sys.exit(15), unwinding the same way)
+        if os.environ.get("RANK", "0") == "0":  # torchrun: one line, from rank 0
+            print(f"agentrl train: stopped by SIGTERM; the iteration in progress was abandoned and the engines and "
+                  f"env workers closed. Run the same command again to resume from the last checkpoint "
+                  f"({args.config}).", file=sys.stderr, flush=True)
+        return 143
+
+
+def _run(args: argparse.Namespace) -> int:
     from agentrl.train.checks import load_checked_config
 
     cfg = load_checked_config(args.config, args.overrides)  # env id, loss, estimator kwargs: before any rollout
     from rich.console import Console
 
     if args.print_config:
-        import sys
-
         _print_config(Console(width=None if sys.stdout.isatty() else 220), cfg)
         return 0
     from agentrl.cli._summary import print_run_summary
@@ -83,8 +130,6 @@ def run(args: argparse.Namespace) -> int:
         result = train(cfg, resume=not args.no_resume, force_resume=args.force_resume, launch=launch)
     if not result.is_main:  # torchrun: ranks other than 0 trained their shards; rank 0 reports
         return 0
-    import sys
-
     wide = None if sys.stdout.isatty() else 160  # a log file keeps the whole table, not 80 columns
     print_run_summary(Console(width=wide), result.run_dir, result.run_id, result.evals)
     return 0

@@ -16,6 +16,8 @@ KEY_HELP: dict[str, str] = {
     "env.kwargs": "keyword arguments of the env's constructor (e.g. data_dir, n_tasks)",
     "env.split": "task split the training episodes are drawn from",
     "env.max_turns": "turns before an episode is cut (its last turn truncated)",
+    "env.max_observation_chars": "longest observation an env may answer, characters (longer: the episode is "
+                                 "env_error, cause observation_too_large)",
     "env.eval_split": "task split of the held-out evaluation panel",
     "env.eval_panel_size": "tasks in the evaluation panel (0 = no evaluation)",
     # run

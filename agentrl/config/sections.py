@@ -55,7 +55,9 @@ class RunConfig:
 @dataclass(frozen=True)
 class EnvConfig:
     """``env``: which registered env (``id``, checked before any worker starts), its constructor
-    ``kwargs``, the task split, the turn limit and the held-out evaluation panel."""
+    ``kwargs``, the task split, the turn limit, the held-out evaluation panel and the longest
+    observation an env may answer (``max_observation_chars``, characters: longer makes the
+    episode env_error, cause ``observation_too_large``; = ``agentrl.env.guards.DEFAULT_MAX_OBSERVATION_CHARS``)."""
 
     id: str
     kwargs: dict[str, Any] = field(default_factory=dict)
@@ -63,11 +65,13 @@ class EnvConfig:
     max_turns: int = 8
     eval_split: str = "eval"
     eval_panel_size: int = 40
+    max_observation_chars: int = 1_000_000
 
     def __post_init__(self) -> None:
         _check(bool(self.id), "env.id is empty; set it to a registered id such as 'agentrl/Toy-v0'")
         _check_min("env.max_turns", self.max_turns, 1)
         _check_min("env.eval_panel_size", self.eval_panel_size, 0, "0 = no evaluation")
+        _check_min("env.max_observation_chars", self.max_observation_chars, 1, "characters")
 
 
 @dataclass(frozen=True)

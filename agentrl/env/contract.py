@@ -23,6 +23,12 @@ to ``UnicodeText()`` and:
   template ``policy.system_prompt`` says ``{env_instructions}`` (``agentrl.rollout.prompt``);
   an env without them gets a generic text-game sentence (``DEFAULT_INSTRUCTIONS``).
 - ``close()`` is idempotent.
+- Rewards are real numbers, finite, and inside ``metadata["agentrl.reward_range"]`` when the env
+  declares one; observations are ``str`` of at most ``env.max_observation_chars`` characters.
+  The env pools check every answer (``agentrl.env.guards``): one that breaks this makes the
+  episode ``env_error`` with its cause (``reward_not_numeric``, ``reward_not_finite``,
+  ``reward_out_of_range``, ``observation_not_text``, ``observation_too_large``) — never a crash
+  of the run, never a score.
 
 - Action normalisation: the agent loop hands ``step`` the parsed action *exactly* as the
   model wrote it (code, JSON tool calls: every newline and indent matters). A text game
@@ -100,6 +106,10 @@ META_RESET_MEMBER = "agentrl.reset_member"
 #: reset ``options`` key: ``[j, G]``, the episode's index ``j`` in its group of ``G`` (only for envs
 #: declaring ``META_RESET_MEMBER``).
 OPTION_MEMBER = "agentrl.member"
+#: class ``metadata`` key: ``(low, high)``, the closed range every step reward lies in. Optional
+#: (Gymnasium 1.x dropped ``Env.reward_range``); where declared, the env pools make a step whose
+#: reward falls outside it an env error (``agentrl.env.guards``).
+META_REWARD_RANGE = "agentrl.reward_range"
 #: optional classmethod of an env class: ``check_data(**constructor_kwargs) -> None``.
 DATA_CHECK_HOOK = "check_data"
 

@@ -6,7 +6,9 @@ one after the other; workers run in parallel. The parent watches every worker wi
 per-step deadline: a worker whose next answer does not come within ``step_timeout_s``
 (``reset_timeout_s`` for resets) of its previous answer is killed (SIGKILL, so a hang in C
 code is caught too) and restarted; so is a worker whose process died. An env that raises
-is rebuilt inside its worker. In every case the slot's answer is an ``EnvResult`` with
+is rebuilt inside its worker; an answer that breaks the contract (a reward that is not a finite
+number, an observation that is not text or is too long: ``agentrl.env.guards``) is an error
+result too. In every case the slot's answer is an ``EnvResult`` with
 ``error`` set — the caller marks that episode ``EpisodeStatus.ENV_ERROR`` (stored, never
 scored 0, PITFALLS P5) — and the pool keeps going. A restarted worker loses the episodes
 of all its slots: each of them must be ``reset()`` again (a ``step`` on it answers with an
@@ -29,8 +31,10 @@ from typing import Any, Mapping, Sequence
 
 import gymnasium
 
+from agentrl.env.guards import DEFAULT_MAX_OBSERVATION_CHARS, check_observation, declared_reward_range, reward_value
 from agentrl.env.registry import validate_id
 from agentrl.env.slots import SlotBook
+from agentrl.failures import tag_cause
 
 
 @dataclass
@@ -71,11 +75,17 @@ class EnvPoolError(RuntimeError):
 # --------------------------------------------------------------------------- worker side
 
 def _make_env(spec: gymnasium.envs.registration.EnvSpec, env_kwargs: dict):
-    return gymnasium.make(spec, disable_env_checker=True, **env_kwargs)
+    env = gymnasium.make(spec, disable_env_checker=True, **env_kwargs)
+    declared_reward_range(env)  # a malformed declaration fails the pool's start, not every step
+    return env
 
 
-def _call_env(envs: dict, slot: int, cmd: str, item: tuple, spec, env_kwargs) -> EnvResult:
-    """Run one reset/step on ``envs[slot]``; on an exception rebuild that env."""
+def _call_env(envs: dict, slot: int, cmd: str, item: tuple, spec, env_kwargs,
+              max_observation_chars: int = DEFAULT_MAX_OBSERVATION_CHARS) -> EnvResult:
+    """Run one reset/step on ``envs[slot]``; on an exception rebuild that env. An answer that
+    breaks the contract (``agentrl.env.guards``: reward not a finite number in the declared
+    range, observation not text or over ``max_observation_chars``) becomes an error result whose
+    text carries the cause (``agentrl.failures.tag_cause``)."""
     t0 = time.perf_counter()
     try:
         env = envs[slot]
@@ -83,10 +93,15 @@ def _call_env(envs: dict, slot: int, cmd: str, item: tuple, spec, env_kwargs) ->
             raise RuntimeError("the env of this slot could not be rebuilt after an earlier error")
         if cmd == "reset":
             obs, info = env.reset(seed=item[1], options=item[2])
+            bad = check_observation(obs, max_observation_chars)
             res = EnvResult(obs, 0.0, False, False, info)
         else:
             obs, reward, term, trunc, info = env.step(item[1])
-            res = EnvResult(obs, float(reward), bool(term), bool(trunc), info)
+            value = reward_value(reward, declared_reward_range(env))
+            bad = value if isinstance(value, tuple) else check_observation(obs, max_observation_chars)
+            res = None if bad else EnvResult(obs, value, bool(term), bool(trunc), info)
+        if bad:
+            res = _error_result(tag_cause(bad[0], f"{cmd}: {bad[1]}"))
     except Exception as exc:  # the env raised: report it, rebuild the env
         res = _error_result(f"env raised {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
         try:
@@ -101,7 +116,8 @@ def _call_env(envs: dict, slot: int, cmd: str, item: tuple, spec, env_kwargs) ->
     return res
 
 
-def _worker_main(conn: Connection, spec, env_kwargs: dict, slots: list[int]) -> None:
+def _worker_main(conn: Connection, spec, env_kwargs: dict, slots: list[int],
+                 max_observation_chars: int = DEFAULT_MAX_OBSERVATION_CHARS) -> None:
     """Worker process loop: build the envs, then serve ("reset"|"step", items) messages,
     answering ("result", slot, EnvResult) once per item, until "close" or EOF."""
     envs: dict[int, Any] = {}
@@ -120,7 +136,7 @@ def _worker_main(conn: Connection, spec, env_kwargs: dict, slots: list[int]) -> 
         if cmd == "close":
             break
         for item in items:
-            res = _call_env(envs, item[0], cmd, item, spec, env_kwargs)
+            res = _call_env(envs, item[0], cmd, item, spec, env_kwargs, max_observation_chars)
             try:
                 conn.send(("result", item[0], res))
             except (BrokenPipeError, OSError):
@@ -177,6 +193,8 @@ class EnvPool:
         step_timeout_s: seconds one env step may take (measured between a worker's answers).
         reset_timeout_s: seconds one reset may take (game generation, env construction).
         start_method: multiprocessing start method, "spawn" (default) or "forkserver".
+        max_observation_chars: the longest observation an env may answer, characters (longer:
+            an error result, cause ``observation_too_large``; ``env.max_observation_chars``).
     Raises:
         KeyError: unknown env id. ValueError: bad n / num_workers / timeouts.
         EnvPoolError: an env failed to construct in a worker, or a worker did not start
@@ -187,10 +205,14 @@ class EnvPool:
 
     def __init__(self, env_id: str, n: int, *, env_kwargs: dict | None = None,
                  num_workers: int | None = None, step_timeout_s: float = 30.0,
-                 reset_timeout_s: float = 120.0, start_method: str = "spawn") -> None:
+                 reset_timeout_s: float = 120.0, start_method: str = "spawn",
+                 max_observation_chars: int = DEFAULT_MAX_OBSERVATION_CHARS) -> None:
         validate_id(env_id)
         if n < 1:
             raise ValueError(f"EnvPool needs n >= 1 slots, got n={n}")
+        if max_observation_chars < 1:
+            raise ValueError(f"max_observation_chars must be >= 1 characters, got {max_observation_chars}")
+        self.max_observation_chars = int(max_observation_chars)
         if step_timeout_s <= 0 or reset_timeout_s <= 0:
             raise ValueError("step_timeout_s and reset_timeout_s must be > 0 seconds")
         import os
@@ -214,7 +236,7 @@ class EnvPool:
     # ---------------------------------------------------------------- lifecycle
     def _start(self, w: _Worker) -> None:
         parent, child = self._ctx.Pipe(duplex=True)
-        w.proc = self._ctx.Process(target=_worker_main, args=(child, self._spec, self._kwargs, w.slots),
+        w.proc = self._ctx.Process(target=_worker_main, args=(child, self._spec, self._kwargs, w.slots, self.max_observation_chars),
                                    daemon=True, name=f"agentrl-envpool-{w.index}")
         w.proc.start()
         child.close()

@@ -50,7 +50,12 @@ class TokenGate:
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008, "reason": "missing or wrong token"})
             return
-        body = json.dumps({"detail": "missing or wrong token: send Authorization: Bearer <token>"}).encode()
-        await send({"type": "http.response.start", "status": 401,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+        await json_reply(send, 401, "missing or wrong token: send Authorization: Bearer <token>")
+
+
+async def json_reply(send, status: int, detail: str) -> None:
+    """Answer an ASGI HTTP request with ``status`` and ``{"detail": detail}``."""
+    body = json.dumps({"detail": detail}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})

@@ -14,6 +14,7 @@ import queue
 import threading
 from dataclasses import dataclass, field
 
+from agentrl.env.guards import DEFAULT_MAX_OBSERVATION_CHARS
 from agentrl.env.pool import EnvPool, EnvResult
 
 
@@ -42,15 +43,18 @@ class PoolHub:
         step_timeout_s / reset_timeout_s: the pool's deadlines, seconds; an env call past
             them is killed and answered with ``EnvResult.error``.
         num_workers: worker processes (default: the pool's, min(slots, cpus)).
+        max_observation_chars: the longest observation the env may answer (``EnvPool``).
     Raises:
         KeyError: unknown env id. EnvPoolError: the env cannot be built.
     """
 
     def __init__(self, env_id: str, slots: int, *, env_kwargs: dict | None = None, step_timeout_s: float = 30.0,
-                 reset_timeout_s: float = 120.0, num_workers: int | None = None) -> None:
+                 reset_timeout_s: float = 120.0, num_workers: int | None = None,
+                 max_observation_chars: int = DEFAULT_MAX_OBSERVATION_CHARS) -> None:
         self.env_id, self.slots = env_id, slots
         self.pool = EnvPool(env_id, slots, env_kwargs=env_kwargs, num_workers=num_workers,
-                            step_timeout_s=step_timeout_s, reset_timeout_s=reset_timeout_s)
+                            step_timeout_s=step_timeout_s, reset_timeout_s=reset_timeout_s,
+                            max_observation_chars=max_observation_chars)
         self._free = list(range(slots))
         self._lock = threading.Lock()
         self._queue: queue.Queue[_Call | None] = queue.Queue()

@@ -15,6 +15,9 @@ format (WebSocket ``/ws``; ``/health``, ``/schema``, ``/metadata``; one-shot ``P
   ``options`` (dict), ``episode_id`` (kept in the state);
 - an env failure (the pool's ``EnvResult.error``: raised, hung past the deadline, worker
   died) is an ``EXECUTION_ERROR`` reply; the session must reset before stepping again.
+- OpenEnv's one-shot ``POST /step`` builds a fresh env for the one call, which has no episode
+  to step: it is refused with 409 and a line naming the WebSocket session (``NoOneShotStep``)
+  instead of a 500 with a traceback. One-shot ``POST /reset`` works (and frees its slot).
 """
 
 from __future__ import annotations
@@ -74,7 +77,9 @@ class AgentrlEnvironment(_interfaces.Environment):
 
     Raises (turned into OpenEnv error replies by the server): ``RuntimeError`` when the env
     failed (``EXECUTION_ERROR``), ``HubCapacityError`` when no slot is free,
-    ``ValueError`` for a step before any reset.
+    ``ValueError`` for a step before any reset, and for any call after ``close``: OpenEnv's
+    idle-session reaper closes the session but leaves its WebSocket open, and a reset there must
+    not lease a slot that nothing would release (every lease is released exactly once).
     """
 
     SUPPORTS_CONCURRENT_SESSIONS = True
@@ -84,11 +89,17 @@ class AgentrlEnvironment(_interfaces.Environment):
         self._hub, self._description = hub, description
         self._slot: int | None = None
         self._state = AgentrlState(env_id=hub.env_id)
-        self._live = False
+        self._live = self._closed = False
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("this session was closed (idle for longer than the server's session timeout, or "
+                             "shut down); open a new session")
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, task_id: str | None = None,
               options: dict | None = None, **kwargs: Any) -> AgentrlObservation:
         """Start an episode on this session's slot (``seed`` picks the task)."""
+        self._check_open()
         if self._slot is None:
             self._slot = self._hub.lease()
         opts = dict(options or {})
@@ -104,6 +115,7 @@ class AgentrlEnvironment(_interfaces.Environment):
 
     def step(self, action: AgentrlAction, timeout_s: float | None = None, **kwargs: Any) -> AgentrlObservation:
         """Play ``action.message`` (``timeout_s`` is ignored: the pool's deadline applies)."""
+        self._check_open()
         if self._slot is None or not self._live:
             raise ValueError("no episode is running in this session: send a reset first")
         res = self._hub.step(self._slot, action.message)
@@ -137,7 +149,8 @@ class AgentrlEnvironment(_interfaces.Environment):
                                        "observation": ["text", "info", "terminated", "truncated"]}))
 
     def close(self) -> None:
-        """Free the slot (idempotent)."""
+        """Free the slot and end the session for good (idempotent)."""
+        self._closed = True
         if self._slot is not None:
             self._hub.release(self._slot)
             self._slot = None
@@ -167,11 +180,29 @@ def build_openenv_app(hub: PoolHub, *, session_timeout_s: float | None = 600.0, 
     app = http_server.create_fastapi_app(agentrl_env_factory, AgentrlAction, AgentrlObservation,
                                          concurrency_config=config)
     app.add_middleware(QuietDisconnect)
+    app.add_middleware(NoOneShotStep)
     if token:
         from agentrl.envserve.auth import TokenGate
 
         app.add_middleware(TokenGate, token=token)
     return app
+
+
+class NoOneShotStep:
+    """ASGI middleware: ``POST /step`` over plain HTTP answers 409 — a one-shot env has no
+    running episode, an agentrl env is played over a WebSocket session (``/ws``)."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and scope.get("method") == "POST" and scope.get("path") == "/step":
+            from agentrl.envserve.auth import json_reply
+
+            return await json_reply(send, 409, "POST /step has no episode to step: a one-shot request gets a fresh env. "
+                                               "Play over a WebSocket session (/ws; OpenEnv's client, or "
+                                               "agentrl/Remote-v0)")
+        return await self.app(scope, receive, send)
 
 
 class QuietDisconnect:

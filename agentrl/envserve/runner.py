@@ -10,6 +10,8 @@ import socket
 from dataclasses import dataclass
 from typing import Callable
 
+from agentrl.env.guards import DEFAULT_MAX_OBSERVATION_CHARS
+
 PROTOCOLS = ("openenv",)
 LOOPBACK = "127.0.0.1"
 
@@ -27,6 +29,8 @@ class ServeOptions:
         token: optional shared secret required on every request but ``/health``.
         session_timeout_s: idle seconds before a session is closed (None: never).
         step_timeout_s / reset_timeout_s: the pool's deadlines per env call, seconds.
+        max_observation_chars: the longest observation the env may answer (longer: an
+            EXECUTION_ERROR reply, cause ``observation_too_large``).
     """
 
     env_id: str
@@ -39,6 +43,7 @@ class ServeOptions:
     session_timeout_s: float | None = 600.0
     step_timeout_s: float = 30.0
     reset_timeout_s: float = 120.0
+    max_observation_chars: int = DEFAULT_MAX_OBSERVATION_CHARS
 
 
 def check_options(opts: ServeOptions) -> None:
@@ -51,6 +56,8 @@ def check_options(opts: ServeOptions) -> None:
         raise ValueError(f"--slots must be >= 1, got {opts.slots}")
     if opts.session_timeout_s is not None and opts.session_timeout_s <= 0:
         raise ValueError("--session-timeout must be > 0 seconds (or 0 on the command line for none)")
+    if opts.max_observation_chars < 1:
+        raise ValueError(f"--max-observation-chars must be >= 1, got {opts.max_observation_chars}")
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -83,7 +90,7 @@ def serve_env(opts: ServeOptions, on_ready: Callable[[str], None] = print) -> No
     uvicorn = require_module("uvicorn", "hubs")
     sock = bind(opts.host, opts.port)
     hub = PoolHub(opts.env_id, opts.slots, env_kwargs=opts.env_kwargs, step_timeout_s=opts.step_timeout_s,
-                  reset_timeout_s=opts.reset_timeout_s)
+                  reset_timeout_s=opts.reset_timeout_s, max_observation_chars=opts.max_observation_chars)
     try:
         app = build_openenv_app(hub, session_timeout_s=opts.session_timeout_s, token=opts.token)
         server = uvicorn.Server(uvicorn.Config(app, log_level="warning", ws_ping_interval=20.0, ws_ping_timeout=20.0))

@@ -19,6 +19,7 @@ Weight updates follow vLLM's dev-mode routes (``VLLM_SERVER_DEV_MODE=1``, §3.2)
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Sequence
 
@@ -26,6 +27,7 @@ import httpx
 import numpy as np
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
+from agentrl.deadline import call_with_deadline
 from agentrl.llm.base import FINISH_ABORT, FINISH_LENGTH, FINISH_STOP, Completion, SamplingParams, check_prompts, clamp_max_tokens
 
 _REASONS = {"stop": FINISH_STOP, "length": FINISH_LENGTH, "abort": FINISH_ABORT}
@@ -49,7 +51,8 @@ class OpenAIHTTPEngine:
         max_context: the served model's context length in tokens.
         tokenizer: optional; needed only for text-only servers (decode prompts, encode completions).
         api_key: bearer token, if the server wants one.
-        timeout_s: per-request timeout in seconds.
+        timeout_s: per-request timeout in seconds: each network operation and, in total, each
+            request's whole answer (``agentrl.deadline``: a server trickling bytes cannot hold a call).
         retries: extra attempts after a transient failure (≥ 0; see the module docstring).
         backoff_s: first wait between attempts in seconds (doubling, capped at 8 s).
         transport: an ``httpx`` transport (tests pass ``httpx.MockTransport``).
@@ -73,7 +76,11 @@ class OpenAIHTTPEngine:
             raise ValueError(f"retries ({retries}) and backoff_s ({backoff_s}) must be >= 0")
         self.retries, self.backoff_s = int(retries), float(backoff_s)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.client = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s, transport=transport)
+        self.timeout_s = float(timeout_s)
+        self._client_kwargs = {"base_url": base_url.rstrip("/"), "headers": headers, "timeout": timeout_s,
+                               "transport": transport}
+        self.client = httpx.Client(**self._client_kwargs)
+        self._client_lock = threading.Lock()
         self.model = model
         self.eos_token_id = int(eos_token_id)
         self.max_context = int(max_context)
@@ -81,14 +88,35 @@ class OpenAIHTTPEngine:
         self.policy_version = 0
         self.token_faithful = True  # becomes False after a text-only answer
 
+    def _replace_client(self, stuck) -> None:
+        """Close ``stuck`` (a request on it passed its deadline) and give later calls a fresh client
+        (once, under a lock: two callers past their deadlines on the same client make one)."""
+        with self._client_lock:
+            if self.client is stuck:
+                self.client = httpx.Client(**self._client_kwargs)
+        stuck.close()
+
+    def _send(self, client, path: str, json: dict | None, params: dict | None):
+        """One POST on ``client`` within the total deadline; a client another caller closed after
+        its deadline meanwhile is a transient failure (the retry takes the fresh one)."""
+        try:
+            return call_with_deadline(lambda: client.post(path, json=json, params=params), self.timeout_s,
+                                      what=f"POST {path}", abandon=lambda: self._replace_client(client))
+        except RuntimeError as exc:
+            if client.is_closed and client is not self.client:
+                raise TransientHTTPError(f"POST {path}: its client was replaced after another call's deadline") from exc
+            raise
+
     def _post(self, path: str, json: dict | None = None, params: dict | None = None) -> dict:
-        """POST with retries of transient failures. Raises RuntimeError (HTTP error) or the
-        last ``httpx`` transport error after the retries."""
+        """POST with retries of transient failures, each attempt answered in full within
+        ``timeout_s`` (a total deadline, ``agentrl.deadline``). Raises RuntimeError (HTTP error),
+        ``agentrl.deadline.DeadlineExceeded`` (not retried) or the last ``httpx`` transport error
+        after the retries."""
         for attempt in Retrying(stop=stop_after_attempt(self.retries + 1), reraise=True,
                                 wait=wait_exponential(multiplier=self.backoff_s, max=8.0),
                                 retry=retry_if_exception_type((*_TRANSIENT, TransientHTTPError))):
             with attempt:
-                r = self.client.post(path, json=json, params=params)
+                r = self._send(self.client, path, json, params)
                 if r.status_code in RETRY_STATUS:
                     raise TransientHTTPError(f"POST {path} failed with HTTP {r.status_code}: {r.text[:500]}")
         if r.status_code >= 400:

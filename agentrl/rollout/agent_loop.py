@@ -35,6 +35,7 @@ from agentrl.llm.constrained import (INFO_ALLOWED, INFO_DIGEST, INFO_FORMAT, INF
                                     check_constraint, completion_sequences, has_template, rendered_completions)
 from agentrl.rollout.parsing import HIPER_FORMAT, ActionFormat, parse_format
 from agentrl.rollout.prompt import DEFAULT_INSTRUCTIONS, DEFAULT_SYSTEM_PROMPT, check_template, render_system
+from agentrl.failures import with_context
 from agentrl.types import Episode, EpisodeStatus, Message, Turn
 
 DEFAULT_SYSTEM = DEFAULT_INSTRUCTIONS  # the generic instructions, for an env that gives none
@@ -237,7 +238,7 @@ class EpisodeDriver:
     def start(self, result: EnvResult) -> None:
         """Begin from a reset result (an error result fails the episode)."""
         if result.error:
-            return self.fail(EpisodeStatus.ENV_ERROR, f"reset failed: {result.error}")
+            return self.fail(EpisodeStatus.ENV_ERROR, with_context("reset failed: ", result.error))
         self._obs = shown_observation(result, self.cfg.show_admissible)
         self._anchor = str(result.info.get(INFO_ANCHOR, result.obs))
         self._admissible = [str(a) for a in result.info.get(INFO_ADMISSIBLE) or ()]
@@ -302,7 +303,7 @@ class EpisodeDriver:
         error = result.error or result.info.get(INFO_ENV_ERROR)
         if error:  # the worker died, or the env's own infrastructure failed (e.g. a scoring sandbox, P8)
             self.episode.turns.append(turn)
-            self.fail(EpisodeStatus.ENV_ERROR, f"step failed: {error}")
+            self.fail(EpisodeStatus.ENV_ERROR, with_context("step failed: ", str(error)))
             return True
         turn.reward = float(result.reward)
         turn.action_valid = bool(turn.action_valid and result.info.get(INFO_VALID, True))

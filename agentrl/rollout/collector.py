@@ -20,6 +20,7 @@ from typing import Callable, Protocol
 import numpy as np
 
 from agentrl.env.contract import INFO_TASK, META_RESET_MEMBER, OPTION_MEMBER
+from agentrl.env.guards import DEFAULT_MAX_OBSERVATION_CHARS
 from agentrl.env.pool import EnvPool
 from agentrl.env.registry import action_normalization, env_metadata
 from agentrl.llm.base import LLMClient, SamplingParams
@@ -45,6 +46,8 @@ class CollectConfig:
         num_slots: parallel env slots (default: all episodes at once).
         num_workers: env worker processes (default: EnvPool's).
         step_timeout_s / reset_timeout_s: env timeouts in seconds.
+        max_observation_chars: the longest observation an env may answer, characters
+            (``env.max_observation_chars``; longer: the episode is env_error).
         max_batch: most prompts per engine call (default: all active).
         return_hidden: store the final-layer hidden state per turn (BiPACE).
         run_id: stamped on episodes and turns.
@@ -75,6 +78,7 @@ class CollectConfig:
     num_workers: int | None = None
     step_timeout_s: float = 30.0
     reset_timeout_s: float = 120.0
+    max_observation_chars: int = DEFAULT_MAX_OBSERVATION_CHARS
     max_batch: int | None = None
     return_hidden: bool = False
     run_id: str = ""
@@ -100,6 +104,12 @@ class CollectConfig:
             object.__setattr__(self, "tasks", tuple((str(t), int(s)) for t, s in self.tasks))
             if len(self.tasks) != self.n_groups:
                 raise ValueError(f"tasks holds {len(self.tasks)} (task_id, seed) pairs for {self.n_groups} groups")
+
+    def pool_kwargs(self) -> dict:
+        """``EnvPool`` / ``RayEnvPool`` keyword arguments of this config (env kwargs, workers,
+        timeouts, the observation cap)."""
+        return {"env_kwargs": self.env_kwargs, "num_workers": self.num_workers, "step_timeout_s": self.step_timeout_s,
+                "reset_timeout_s": self.reset_timeout_s, "max_observation_chars": self.max_observation_chars}
 
     @property
     def n_episodes(self) -> int:
@@ -215,8 +225,7 @@ def collect(
     fresh_prefix_cache(engine)
     own = pool is None
     if own:
-        pool = EnvPool(cfg.env_id, n_slots, env_kwargs=cfg.env_kwargs, num_workers=cfg.num_workers,
-                       step_timeout_s=cfg.step_timeout_s, reset_timeout_s=cfg.reset_timeout_s)
+        pool = EnvPool(cfg.env_id, n_slots, **cfg.pool_kwargs())
     try:
         with PhaseProgress("rollout", cfg.n_played, enabled=cfg.progress) as bar:
             return _run(engine, renderer, cfg, pool, min(n_slots, pool.n), on_episode,

@@ -40,6 +40,8 @@ from typing import Sequence
 from agentrl.config import HarnessConfig
 from agentrl.env import validate_id
 from agentrl.env.contract import INFO_ANCHOR, INFO_TASK, INFO_VALID, INFO_WON
+from agentrl.env.guards import EnvAnswerError, require_good_step
+from agentrl.failures import tag_cause
 from agentrl.llm.base import LLMClient, SamplingParams
 from agentrl.llm.chat import ChatRenderer
 from agentrl.proxy import RecordingProxy
@@ -134,7 +136,8 @@ def read_action_log(path: Path) -> list[str]:
 
 def replay(env_id: str, env_kwargs: dict, seed: int, actions: Sequence[str]) -> tuple[str, list[StepResult]]:
     """Reset ``env_id`` with ``seed`` and step through ``actions`` (stops at the end of the
-    episode; later actions are ignored). Returns ``(task_id, steps)``. Env exceptions propagate."""
+    episode; later actions are ignored). Returns ``(task_id, steps)``. Env exceptions propagate;
+    an answer that breaks the contract raises ``agentrl.env.guards.EnvAnswerError``."""
     from agentrl.env import make
 
     env = make(env_id, **env_kwargs)
@@ -143,6 +146,7 @@ def replay(env_id: str, env_kwargs: dict, seed: int, actions: Sequence[str]) -> 
         anchor, task, steps = str(info.get(INFO_ANCHOR, obs)), str(info.get(INFO_TASK, "")), []
         for a in actions:
             obs, r, term, trunc, info = env.step(a)
+            r = require_good_step(env, obs, r)
             nxt = str(info.get(INFO_ANCHOR, obs))
             steps.append(StepResult(a, float(r), bool(term), bool(trunc), bool(info.get(INFO_VALID, True)),
                                     bool(info.get(INFO_WON, False)), anchor, nxt, obs))
@@ -271,6 +275,9 @@ def _verify(ep: Episode, spec: HarnessSpec, seed: int, actions: list[str]) -> No
         return
     try:
         ep.task_id, steps = replay(spec.env_id, spec.env_kwargs, seed, actions)
+    except EnvAnswerError as exc:  # a reward that is not a finite number, an observation that is not text
+        ep.status, ep.error = EpisodeStatus.ENV_ERROR, tag_cause(exc.cause, f"verifier replay failed: {exc}")
+        return
     except Exception as exc:  # noqa: BLE001 - any env failure fails the episode, stored and shown
         ep.status, ep.error = EpisodeStatus.ENV_ERROR, f"verifier replay failed: {type(exc).__name__}: {exc}"
         return

@@ -51,7 +51,8 @@ def collect_config(req: RolloutRequest, opts: LLMPolicyOptions, *, progress: boo
     return CollectConfig(env_id=req.env_id, n_groups=req.episodes // req.group, group_size=req.group, seed=req.seed,
                          loop=loop, sampling=sampling, env_kwargs=dict(req.env_kwargs),
                          num_slots=req.num_slots or min(req.episodes, 8), num_workers=req.num_workers,
-                         step_timeout_s=req.step_timeout_s, max_batch=opts.max_batch,
+                         step_timeout_s=req.step_timeout_s, max_observation_chars=req.max_observation_chars,
+                         max_batch=opts.max_batch,
                          return_hidden=opts.return_hidden, progress=progress)
 
 

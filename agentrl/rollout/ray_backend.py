@@ -24,6 +24,7 @@ from typing import Any, Mapping, Sequence
 
 import gymnasium
 
+from agentrl.env.guards import DEFAULT_MAX_OBSERVATION_CHARS
 from agentrl.env.pool import EnvPool, EnvPoolError, EnvResult, _call_env, _error_result, _make_env
 from agentrl.env.registry import validate_id
 from agentrl.env.slots import SlotBook
@@ -45,15 +46,16 @@ def _require_ray():
 class _EnvActor:
     """Actor body: builds its envs at construction, then serves one reset/step per task."""
 
-    def __init__(self, spec, env_kwargs: dict, slots: list[int]) -> None:
-        self.spec, self.env_kwargs = spec, env_kwargs
+    def __init__(self, spec, env_kwargs: dict, slots: list[int],
+                 max_observation_chars: int = DEFAULT_MAX_OBSERVATION_CHARS) -> None:
+        self.spec, self.env_kwargs, self.max_observation_chars = spec, env_kwargs, max_observation_chars
         self.envs: dict[int, Any] = {s: _make_env(spec, env_kwargs) for s in slots}
 
     def ready(self) -> bool:
         return True
 
     def call(self, cmd: str, item: tuple) -> EnvResult:
-        return _call_env(self.envs, item[0], cmd, item, self.spec, self.env_kwargs)
+        return _call_env(self.envs, item[0], cmd, item, self.spec, self.env_kwargs, self.max_observation_chars)
 
     def close(self) -> None:
         for env in self.envs.values():
@@ -102,6 +104,7 @@ class RayEnvPool:
             deadline for the actors to start).
         num_cpus_per_worker: Ray CPU resource each actor reserves (fractions allowed).
         ray_init: start a local Ray (``ensure_ray``) when none is running.
+        max_observation_chars: as ``EnvPool``'s (the longest observation, characters).
     Raises:
         KeyError: unknown env id. ValueError: bad n / num_workers / timeouts.
         ModuleNotFoundError: ray is not installed.
@@ -110,10 +113,13 @@ class RayEnvPool:
 
     def __init__(self, env_id: str, n: int, *, env_kwargs: dict | None = None, num_workers: int | None = None,
                  step_timeout_s: float = 30.0, reset_timeout_s: float = 120.0, num_cpus_per_worker: float = 1.0,
-                 ray_init: bool = True) -> None:
+                 ray_init: bool = True, max_observation_chars: int = DEFAULT_MAX_OBSERVATION_CHARS) -> None:
         validate_id(env_id)
         if n < 1:
             raise ValueError(f"RayEnvPool needs n >= 1 slots, got n={n}")
+        if max_observation_chars < 1:
+            raise ValueError(f"max_observation_chars must be >= 1 characters, got {max_observation_chars}")
+        self.max_observation_chars = int(max_observation_chars)
         if step_timeout_s <= 0 or reset_timeout_s <= 0:
             raise ValueError("step_timeout_s and reset_timeout_s must be > 0 seconds")
         num_workers = min(n, os.cpu_count() or 1) if num_workers is None else num_workers
@@ -132,7 +138,7 @@ class RayEnvPool:
         self._book = SlotBook(n, "RayEnvPool", _error_result)  # which slots lost their episode, and why
         self.restarts = 0  # number of actor restarts so far (a health metric)
         for i in range(num_workers):
-            self._actors[i] = self._cls.remote(self._spec, self._kwargs, self._slots[i])
+            self._actors[i] = self._cls.remote(self._spec, self._kwargs, self._slots[i], self.max_observation_chars)
         self._await_ready()
 
     # ---------------------------------------------------------------- lifecycle
@@ -152,7 +158,7 @@ class RayEnvPool:
             pass
         for s in self._slots[w]:
             self._book.lost(s, f"its worker was restarted ({reason}); call reset() on this slot")
-        self._actors[w] = self._cls.remote(self._spec, self._kwargs, self._slots[w])
+        self._actors[w] = self._cls.remote(self._spec, self._kwargs, self._slots[w], self.max_observation_chars)
         self.restarts += 1
 
     def close(self) -> None:
@@ -250,7 +256,7 @@ class RayEnvPool:
 def make_env_pool(backend: str, env_id: str, n: int, **kwargs) -> EnvPool | RayEnvPool:
     """The env pool of ``rollout.backend``: ``"local"`` → ``EnvPool``, ``"ray"`` → ``RayEnvPool``.
 
-    ``kwargs`` go to the pool (``env_kwargs``, ``num_workers``, timeouts).
+    ``kwargs`` go to the pool (``env_kwargs``, ``num_workers``, timeouts, ``max_observation_chars``).
     Raises:
         ValueError: unknown backend (names the choices).
     """

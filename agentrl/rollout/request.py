@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
+from agentrl.env.guards import DEFAULT_MAX_OBSERVATION_CHARS
 from agentrl.types import Episode
 
 __all__ = ["RolloutRequest", "Runner"]
@@ -33,6 +34,8 @@ class RolloutRequest:
         num_slots: parallel env slots (default: min(episodes, 8)).
         num_workers: env worker processes (default: EnvPool's choice).
         step_timeout_s: seconds one env step may take before the episode is an env error.
+        max_observation_chars: the longest observation an env may answer, characters (longer:
+            the episode is an env error, ``agentrl.env.guards``).
     Raises:
         ValueError: non-positive counts or ``episodes`` not a multiple of ``group``.
     """
@@ -47,6 +50,7 @@ class RolloutRequest:
     num_slots: int | None = None
     num_workers: int | None = None
     step_timeout_s: float = 30.0
+    max_observation_chars: int = DEFAULT_MAX_OBSERVATION_CHARS
 
     def __post_init__(self) -> None:
         if self.episodes < 1 or self.group < 1 or self.max_turns < 1:

@@ -88,9 +88,7 @@ def run_rtpo_iteration(engine: LLMClient, renderer: ChatRenderer, cc: CollectCon
     g0 = iteration * cc.n_groups
     next_id = iteration * rtpo_episode_stride(cc.n_groups, cc.group_size, tc)
     own = pool is None
-    pool = pool or EnvPool(cc.env_id, cc.num_slots or cc.n_episodes * (tc.siblings - 1),
-                           env_kwargs=cc.env_kwargs, num_workers=cc.num_workers,
-                           step_timeout_s=cc.step_timeout_s, reset_timeout_s=cc.reset_timeout_s)
+    pool = pool or EnvPool(cc.env_id, cc.num_slots or cc.n_episodes * (tc.siblings - 1), **cc.pool_kwargs())
     try:
         bases = [root_chain(Episode(episode_id=next_id + k, group_id=g0 + k // cc.group_size, env_id=cc.env_id,
                                     task_id="", seed=cc.seed + k // cc.group_size, run_id=cc.run_id),

@@ -183,7 +183,7 @@ def run_scripted(req: RolloutRequest, on_episode: Callable[[Episode], None]) -> 
     env_kwargs = env_kwargs_for(req.policy, req.env_id, req.env_kwargs)
     members = bool(env_metadata(req.env_id).get(META_RESET_MEMBER, False))
     with EnvPool(req.env_id, n_slots, env_kwargs=env_kwargs, num_workers=req.num_workers,
-                 step_timeout_s=req.step_timeout_s) as pool:
+                 step_timeout_s=req.step_timeout_s, max_observation_chars=req.max_observation_chars) as pool:
         live: dict[int, _Live] = {}
         _start(pool, req, jobs, list(range(n_slots)), live, on_episode, members)
         while live:

@@ -32,6 +32,7 @@ from agentrl.rollout.agent_loop import EpisodeDriver
 from agentrl.rollout.branching import EnvTrace, fork_driver, replay_prefix, snapshot_driver
 from agentrl.rollout.collector import CollectConfig, _generate, fresh_prefix_cache, reset_options, wants_member
 from agentrl.store import TurnStore
+from agentrl.failures import with_context
 from agentrl.types import Episode, EpisodeStatus
 
 PARENT_KEY = "tree_parent"  # Turn.info key on a branch's first turn: [parent episode id, parent t]
@@ -117,7 +118,7 @@ def _start(pool: EnvPool, starting: dict[int, Chain]) -> list[int]:
             c.observations = [res.obs]
             c.driver.start(res)
         elif res.error:
-            c.driver.fail(EpisodeStatus.ENV_ERROR, f"branch prefix replay failed: {res.error}")
+            c.driver.fail(EpisodeStatus.ENV_ERROR, with_context("branch prefix replay failed: ", res.error))
         if c.driver.done:
             dead.append(s)
         else:
@@ -249,8 +250,7 @@ def sample_trees(engine: LLMClient, renderer: ChatRenderer, cc: CollectConfig, t
     g0, next_id = iteration * cc.n_groups, iteration * tree_episode_stride(cc.n_groups, tc)
     n_slots = cc.num_slots or cc.n_groups * tc.trees * max(1, tc.branches)
     own = pool is None
-    pool = pool or EnvPool(cc.env_id, n_slots, env_kwargs=cc.env_kwargs, num_workers=cc.num_workers,
-                           step_timeout_s=cc.step_timeout_s, reset_timeout_s=cc.reset_timeout_s)
+    pool = pool or EnvPool(cc.env_id, n_slots, **cc.pool_kwargs())
     trees: list[list[Chain]] = []
 
     def episode(g: int, task: str = "") -> Episode:
@@ -294,11 +294,11 @@ def sample_trees(engine: LLMClient, renderer: ChatRenderer, cc: CollectConfig, t
 # --------------------------------------------------------------------------- storing
 
 
-def add_linked(store: TurnStore, episodes: list[Episode], *, run_id: str) -> None:
+def add_linked(store: TurnStore, episodes: list[Episode], *, run_id: str, iteration: int | None = None) -> None:
     """Store episodes whose first turn may branch from another episode's turn
     (``info["tree_parent"] = [episode_id, t]``), parents first, setting each branch's
     first ``parent_turn_id`` to its parent's stored turn id. Plain chains: one
-    ``add_episodes`` call.
+    ``add_episodes`` call. ``iteration``: the trainer iteration storing them (``add_episodes``).
 
     Raises:
         ValueError: a parent episode is neither in ``episodes`` nor stored, or has no turn t.
@@ -319,7 +319,7 @@ def add_linked(store: TurnStore, episodes: list[Episode], *, run_id: str) -> Non
                     raise ValueError(f"episode {e.episode_id} branches from episode {pe} turn t={pt}, which is not "
                                      f"stored for run {run_id!r}; store parents first")
                 e.turns[0].parent_turn_id = done[pe][pt]
-        store.add_episodes(ready, run_id=run_id)
+        store.add_episodes(ready, run_id=run_id, iteration=iteration)
         for e in ready:
             done[e.episode_id] = {tr.t: tr.turn_id for tr in e.turns}
         pending = [e for e in pending if e.episode_id not in done]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agentrl.failures import failure_cause
 from agentrl.types import EpisodeStatus
 
 
@@ -34,6 +35,11 @@ class EpisodeRecord:
     return_: float | None
     success: bool
     created_at: float
+
+    @property
+    def cause(self) -> str:
+        """Why the episode failed, one of ``agentrl.failures.FAILURE_CAUSES`` ("" when ok or unclassified)."""
+        return failure_cause(self.error)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,8 @@ Tables (all keyed by ``run_key``, the integer alias of a run id):
   logprobs and hidden states), ``info`` is JSON text, ``reward`` is NULL when unscored.
 - ``advantages(run_key, turn_id, iteration, estimator, value)``: written by the trainer.
 - ``metrics(run_key, iteration, name, value)``: per-iteration scalars.
+- ``episode_iterations(run_key, episode_id, iteration)``: the trainer iteration (1-based) that
+  stored the episode (``agentrl.store.iterations``: what a resume sets aside).
 - ``turn_scores(run_key, turn_id, iteration, name, ndim, value)``: the step scorers' columns the
   estimator read (OPRL's ``prm_logratio``, StepOPSD's ``gap``), one little-endian float64 BLOB per
   turn (a row of a 2-D column without its trailing NaN padding), so the viewer can explain the
@@ -99,6 +101,9 @@ CREATE TABLE IF NOT EXISTS metrics (
     run_key INTEGER NOT NULL, iteration INTEGER NOT NULL, name TEXT NOT NULL,
     value REAL NOT NULL, PRIMARY KEY (run_key, iteration, name));
 CREATE INDEX IF NOT EXISTS view_advantages_by_iteration ON advantages (run_key, iteration, estimator, value);
+CREATE TABLE IF NOT EXISTS episode_iterations (
+    run_key INTEGER NOT NULL, episode_id INTEGER NOT NULL, iteration INTEGER NOT NULL,
+    PRIMARY KEY (run_key, episode_id));
 CREATE TABLE IF NOT EXISTS turn_scores (
     run_key INTEGER NOT NULL, turn_id INTEGER NOT NULL, iteration INTEGER NOT NULL, name TEXT NOT NULL,
     ndim INTEGER NOT NULL, value BLOB NOT NULL, PRIMARY KEY (run_key, turn_id, iteration, name));

@@ -22,6 +22,7 @@ from agentrl.store.codec import TURN_COLUMNS, row_turn
 from agentrl.store.codec import turn_rows as _turn_rows
 from agentrl.store.records import AdvantageRecord, EpisodeRecord, MetricRecord
 from agentrl.store.schema import TURN_BITS, StoreError, connect, recorded_tokenizer, tokenizer_key
+from agentrl.store.iterations import sampled_since, tag_iteration, uncovered_episode_ids
 from agentrl.store.scores import insert_scores
 from agentrl.store.table import build_table
 from agentrl.types import Episode, EpisodeStatus, Turn, TurnTable
@@ -142,7 +143,8 @@ class TurnStore:
         return row[0], run_id
 
     # -- writing -------------------------------------------------------------------------
-    def add_episodes(self, episodes: Sequence[Episode], *, run_id: str | None = None) -> None:
+    def add_episodes(self, episodes: Sequence[Episode], *, run_id: str | None = None,
+                     iteration: int | None = None) -> None:
         """Append a batch of episodes and their turns in one transaction.
 
         Ids equal to -1 are assigned here (``episode_id``: next free id in the run;
@@ -153,6 +155,8 @@ class TurnStore:
         Args:
             episodes: the batch; every episode is validated before anything is written.
             run_id: run of every episode (overrides ``Episode.run_id``).
+            iteration: the trainer iteration (1-based) storing them, recorded in the same
+                transaction (``agentrl.store.iterations``: what a resume sets aside).
         Raises:
             ValueError: invalid input (names the episode and the fix); nothing is written.
             StoreError: an episode or turn id is already stored for the run (append-only).
@@ -169,6 +173,8 @@ class TurnStore:
                     (key, key << TURN_BITS, key << TURN_BITS, (key + 1) << TURN_BITS)).fetchone()
                 _batch.assign_ids(plan, episodes, nxt_e, nxt_t)
                 self._insert_plan(db, key, plan, episodes, now)
+                if iteration is not None:
+                    tag_iteration(db, key, [plan.episode_ids[i] for i in plan.episodes], iteration)
         for plan in plans.values():
             _batch.write_back(plan, episodes)
 
@@ -197,9 +203,13 @@ class TurnStore:
                 f"the store is append-only: use new ids or -1 to let the store assign them. Nothing was written"
             ) from exc
 
-    def split_off(self, run_id: str, *, since_policy_version: int, to_run_id: str) -> list[int]:
-        """Move the episodes of ``run_id`` sampled at policy version ``>= since_policy_version``
-        (with their turns and advantages) to the new run ``to_run_id``, in one transaction.
+    def split_off(self, run_id: str, *, to_run_id: str, since_policy_version: int | None = None,
+                  after_iteration: int | None = None, from_episode_id: int | None = None) -> list[int]:
+        """Move the episodes of ``run_id`` a checkpoint after ``after_iteration`` does not cover
+        (stored by a later iteration; untagged ones with id ``>= from_episode_id``:
+        ``agentrl.store.iterations``) — or, given ``since_policy_version`` instead, those sampled
+        at policy version ``>=`` it — with their turns and advantages to the new run
+        ``to_run_id``, in one transaction.
 
         Used on resume (``agentrl.train``): episodes stored after the last checkpoint were
         sampled by a policy whose update was lost; the resumed run re-plays them under the
@@ -207,24 +217,29 @@ class TurnStore:
         replay --run TO_RUN_ID`` shows them). Turn ids are kept. Turnless episodes (e.g. a
         failed reset) stored with or after the first moved episode move too.
 
+        The iteration rule is the exact one for a resume: under ``rollout.max_staleness`` ≥ 1 an
+        interrupted iteration may hold only older versions (the version rule keeps them) and groups
+        of a later production (an id rule moves covered ones); the version rule is kept for callers
+        without iteration tags.
+
         Returns:
             the moved episode ids, ascending (empty, and nothing written, when none match or
             ``run_id`` is not in the store).
         Raises:
             StoreError: ``to_run_id`` already exists, or a moved turn's parent stays behind.
+            ValueError: not exactly one of ``since_policy_version`` and ``after_iteration``.
         """
+        if (since_policy_version is None) == (after_iteration is None):
+            raise ValueError("split_off: pass exactly one of since_policy_version and after_iteration")
         row = self._db().execute("SELECT run_key FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         if row is None:
             return []
         key = row[0]
         with self._write() as db:
-            since = db.execute("SELECT min(created_at) FROM episodes WHERE run_key = ? AND episode_id IN "
-                               "(SELECT episode_id FROM turns WHERE run_key = ? AND policy_version >= ?)",
-                               (key, key, int(since_policy_version))).fetchone()[0]
-            if since is None:
+            ids = (uncovered_episode_ids(db, key, after_iteration, from_episode_id) if after_iteration is not None
+                   else sampled_since(db, key, since_policy_version))
+            if not ids:
                 return []
-            ids = [r[0] for r in db.execute("SELECT episode_id FROM episodes WHERE run_key = ? AND created_at >= ? "
-                                            "ORDER BY episode_id", (key, since))]
             if db.execute("SELECT 1 FROM runs WHERE run_id = ?", (to_run_id,)).fetchone():
                 raise StoreError(f"split_off: run {to_run_id!r} already exists in {self.path}; pick a new run id")
             db.execute("CREATE TEMP TABLE IF NOT EXISTS moving (episode_id INTEGER PRIMARY KEY)")
@@ -234,13 +249,16 @@ class TurnStore:
             orphans = db.execute(f"SELECT count(*) FROM turns WHERE {mine} AND parent_turn_id IS NOT NULL AND "
                                  f"parent_turn_id NOT IN (SELECT turn_id FROM turns WHERE {mine})", (key, key)).fetchone()[0]
             if orphans:
-                raise StoreError(f"split_off: {orphans} turn(s) of run {run_id!r} at policy version >= "
-                                 f"{since_policy_version} branch from older turns; nothing was moved")
+                rule = (f"stored after iteration {after_iteration}" if after_iteration is not None else
+                        f"at policy version >= {since_policy_version}")
+                raise StoreError(f"split_off: {orphans} turn(s) of run {run_id!r} {rule} branch from older turns; "
+                                 f"nothing was moved")
             new = db.execute("INSERT INTO runs (run_id, created_at) VALUES (?, ?)", (to_run_id, time.time())).lastrowid
             db.execute(f"UPDATE advantages SET run_key = ? WHERE run_key = ? AND turn_id IN "
                        f"(SELECT turn_id FROM turns WHERE {mine})", (new, key, key))
             db.execute(f"UPDATE turns SET run_key = ?, uid = uid + ? WHERE {mine}", (new, (new - key) << TURN_BITS, key))
             db.execute(f"UPDATE episodes SET run_key = ? WHERE {mine}", (new, key))
+            db.execute(f"UPDATE episode_iterations SET run_key = ? WHERE {mine}", (new, key))
         return ids
 
     def set_advantages(self, run_id: str, turn_ids: Sequence[int], values: Sequence[float], iteration: int,

@@ -44,8 +44,8 @@ from agentrl.train.run_dir import RunLock, prepare_run_dir, set_aside_interrupte
 from agentrl.train.plan import update_policy
 from agentrl.config.schedule import scheduled_kwargs
 from agentrl.train.scorers import StepScorer, make_scorers
-from agentrl.train.steps import (collect_iteration, open_engines, open_pool, open_stream, rolls_out_on_ranks,
-                                 rtpo_iteration)
+from agentrl.train.steps import (collect_iteration, episode_id_stride, open_engines, open_pool, open_stream,
+                                 rolls_out_on_ranks, rtpo_iteration)
 from agentrl.train.sync import SyncCheck, synced
 from agentrl.types import TurnTable
 from agentrl.update.checkpoint import TrainState, load_checkpoint, save_checkpoint
@@ -182,7 +182,8 @@ def chain_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
                                      engines=parts.chain_engines(cfg), dp=parts.dp)
     t1 = time.perf_counter()
     if parts.is_main:
-        add_linked(parts.store, episodes, run_id=cfg.run.name)  # tree branches after their parents (stored first)
+        # tree branches after their parents (stored first); each tagged with its iteration (what a resume keeps)
+        add_linked(parts.store, episodes, run_id=cfg.run.name, iteration=it + 1)
         check_success_reward(cfg.algorithm.estimator, cfg.algorithm.kwargs, episodes)
         table = parts.store.table(run_id=cfg.run.name, episode_ids=[e.episode_id for e in episodes])
         for scorer in parts.scorers:  # e.g. the critic's V(s_t) per turn, before the estimator runs
@@ -301,7 +302,7 @@ def start_run(cfg: Config, run_dir: Path, resume: bool, ctx: DistContext | None 
         scorer.load(ckpt)
     parts = RunParts(policy, optimizer, store, scorers, dp=dp, sync=check)
     if ckpt and ctx.is_main:
-        set_aside_interrupted(parts.store, cfg.run.name, state)
+        set_aside_interrupted(parts.store, cfg.run.name, state, state.iteration * episode_id_stride(cfg))
     return parts, state
 
 

@@ -87,14 +87,19 @@ def prepare_run_dir(cfg: Config, run_dir: Path, resume: bool, *, force_resume: b
     return ckpt
 
 
-def set_aside_interrupted(store: TurnStore, run_id: str, state: TrainState) -> list[int]:
-    """On resume: episodes stored after the checkpoint ``state`` (sampled at policy version
-    ``>= state.policy_version``; the run died before their update was checkpointed) move to
-    the run ``<run_id>.interrupted-<YYYYmmdd-HHMMSS>`` of the same store, so the resumed run
-    re-plays those iterations under the same ids (PITFALLS P7). Returns the moved episode ids."""
+def set_aside_interrupted(store: TurnStore, run_id: str, state: TrainState, first_episode_id: int) -> list[int]:
+    """On resume: the episodes the checkpoint ``state`` does not cover — those a later iteration
+    than ``state.iteration`` stored (each stored episode carries its iteration,
+    ``agentrl.store.iterations``; an untagged one, of an older store, counts when its id is
+    ``>= first_episode_id``, the first id of iteration ``state.iteration``), whatever policy
+    version sampled them — move to the run ``<run_id>.interrupted-<YYYYmmdd-HHMMSS>`` of the same
+    store, so the resumed run re-plays them exactly once (PITFALLS P7; under
+    ``rollout.max_staleness`` ≥ 1 an interrupted iteration can hold only older versions and
+    groups of a later production). Returns the moved episode ids."""
     runs = set(store.runs())
     to_run = _stamped(f"{run_id}{INTERRUPTED}", lambda name: name in runs)
-    moved = store.split_off(run_id, since_policy_version=state.policy_version, to_run_id=to_run)
+    moved = store.split_off(run_id, after_iteration=state.iteration, from_episode_id=first_episode_id,
+                            to_run_id=to_run)
     if moved:
         logging.getLogger(__name__).warning(
             "resume from iteration %d: %d episode(s) stored after that checkpoint (ids %d..%d) were moved to run %r "

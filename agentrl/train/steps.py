@@ -26,8 +26,8 @@ from agentrl.rollout.engines.interface import EngineSpec, EngineWorkers, shard_c
 from agentrl.rollout.engines.stream import EngineStream
 from agentrl.rollout.harness import HarnessSpec, collect_harness_episodes
 from agentrl.rollout.ray_backend import make_env_pool
-from agentrl.rollout.reverse import RtpoRound, run_rtpo_iteration
-from agentrl.rollout.tree import add_linked, sample_trees
+from agentrl.rollout.reverse import RtpoRound, rtpo_episode_stride, run_rtpo_iteration
+from agentrl.rollout.tree import add_linked, sample_trees, tree_episode_stride
 from agentrl.store import TurnStore
 from agentrl.train.colocate import engine_asleep
 from agentrl.train.plan import update_policy
@@ -47,6 +47,7 @@ def collect_config(cfg: Config, iteration: int) -> CollectConfig:
     cc = CollectConfig(env_id=cfg.env.id, n_groups=r.groups_per_iteration, group_size=r.group_size, seed=base,
                        loop=loop_config(cfg), sampling=sampling, env_kwargs=env_kwargs(cfg, cfg.env.split),
                        num_workers=r.num_workers, step_timeout_s=r.step_timeout_s, max_batch=cfg.policy.max_batch,
+                       max_observation_chars=cfg.env.max_observation_chars,
                        return_hidden=cfg.policy.return_hidden, run_id=cfg.run.name, progress=cfg.log.console,
                        turn_seeds=r.turn_seeds)
     return cc
@@ -61,8 +62,7 @@ def open_pool(cfg: Config, dp: DistContext | None = None):
     slots = cc.num_slots or cc.n_episodes
     if dp is not None:
         slots = min(slots, -(-cc.n_groups // dp.world_size) * cc.group_size)
-    return make_env_pool(r.backend, cc.env_id, slots, env_kwargs=cc.env_kwargs,
-                         num_workers=cc.num_workers, step_timeout_s=cc.step_timeout_s)
+    return make_env_pool(r.backend, cc.env_id, slots, **cc.pool_kwargs())
 
 
 def engine_spec(cfg: Config, policy: Policy) -> EngineSpec:
@@ -130,6 +130,19 @@ def open_engines(cfg: Config, policy: Policy, weights: Mapping | None = None) ->
     log.info("%d Ray engine actor(s) on node(s) %s; the trainer on node %s", r.engines,
              [n[:12] for n in getattr(workers, "nodes", [])], str(getattr(workers, "trainer_node", "?"))[:12])
     return workers
+
+
+def episode_id_stride(cfg: Config) -> int:
+    """Episode ids one iteration may use: iteration ``k`` numbers its episodes from
+    ``k * episode_id_stride(cfg)`` on (chains: groups × G; ``tree``: ``tree_episode_stride``;
+    ``rtpo``: ``rtpo_episode_stride``). A resume sets aside the ids from its first uncovered
+    iteration's on."""
+    r = cfg.rollout
+    if r.sampler == "tree":
+        return tree_episode_stride(r.groups_per_iteration, r.tree)
+    if r.sampler == "rtpo":
+        return rtpo_episode_stride(r.groups_per_iteration, r.group_size, r.tree)
+    return r.groups_per_iteration * r.group_size
 
 
 def production_config(cfg: Config, k: int) -> CollectConfig:
@@ -249,7 +262,7 @@ def rtpo_iteration(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config
     est = cfg.algorithm.estimator
 
     def update_fn(rnd: RtpoRound) -> None:
-        add_linked(store, list(rnd.new_episodes), run_id=cfg.run.name)
+        add_linked(store, list(rnd.new_episodes), run_id=cfg.run.name, iteration=iteration + 1)
         check_success_reward(est, cfg.algorithm.kwargs, rnd.new_episodes)
         table = store.table(run_id=cfg.run.name, episode_ids=[e.episode_id for e in rnd.episodes])
         adv = compute_advantages(table, est, **scheduled_kwargs(cfg.algorithm.kwargs, cfg.algorithm.schedule, iteration))

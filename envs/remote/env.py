@@ -191,7 +191,7 @@ class RemoteEnv(gymnasium.Env):
         if INFO_WON in info:
             info[INFO_WON], info["won_source"] = bool(info[INFO_WON]), WON_FROM_SERVER
         else:
-            info[INFO_WON] = bool(not reset and terminated and reply.reward > 0)
+            info[INFO_WON] = bool(not reset and terminated and isinstance(reply.reward, float) and reply.reward > 0)
             info["won_source"] = WON_INFERRED
         if not reset:
             info.setdefault(INFO_VALID, True)

@@ -20,10 +20,11 @@ from __future__ import annotations
 import time
 import uuid
 
+from agentrl.deadline import DeadlineExceeded, call_with_deadline
 from agentrl.env.contract import require_module
 
 from agentrl_envs.remote.probe import get, http_base, refused
-from agentrl_envs.remote.wire import RemoteFault, RemoteReply, ServerInfo, one_line
+from agentrl_envs.remote.wire import RemoteFault, RemoteReply, ServerInfo, one_line, wire_reward
 
 WIRE = "nemo-gym GymnasiumServer (reset/step/close, cookie sessions)"
 
@@ -81,9 +82,11 @@ class NemoGymClient:
 
     def _post(self, route: str, body: dict) -> dict:
         httpx = require_module("httpx", "hubs")
-        try:
-            resp = self._client.post(f"{self.base_url}/{route}", json=body)
-        except httpx.TimeoutException:
+        client, url = self._client, f"{self.base_url}/{route}"
+        try:  # a total deadline: a server trickling its answer must not outlast request_timeout_s
+            resp = call_with_deadline(lambda: client.post(url, json=body), self._timeouts[1], what=f"POST {url}",
+                                      abandon=client.close)
+        except (httpx.TimeoutException, DeadlineExceeded):
             raise RemoteFault(f"NeMo-Gym /{route} at {self.base_url}: no answer within {self._timeouts[1]:g}s") from None
         except httpx.HTTPError as exc:
             raise RemoteFault(f"NeMo-Gym /{route} at {self.base_url} failed: {one_line(exc)}") from None
@@ -138,7 +141,7 @@ class NemoGymClient:
             raise
         obs = data.get("observation")
         terminated = bool(data.get("terminated")) or obs is None
-        return RemoteReply(text="" if obs is None else str(obs), reward=float(data.get("reward") or 0.0),
+        return RemoteReply(text="" if obs is None else str(obs), reward=wire_reward(data.get("reward")),
                            terminated=terminated, truncated=bool(data.get("truncated")) and not terminated,
                            info=dict(data.get("info") or {}))
 
@@ -150,7 +153,8 @@ class NemoGymClient:
             return
         if send and self._caps.get("supports_explicit_close"):
             try:
-                client.post(f"{self.base_url}/close", json=self._row)
+                call_with_deadline(lambda: client.post(f"{self.base_url}/close", json=self._row), self._timeouts[1],
+                                   what="NeMo-Gym /close", abandon=client.close)
             except Exception:
                 pass
         client.close()

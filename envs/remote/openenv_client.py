@@ -16,7 +16,7 @@ import json
 from agentrl.env.contract import INFO_ADMISSIBLE, require_module
 
 from agentrl_envs.remote.probe import get, http_base, refused
-from agentrl_envs.remote.wire import RemoteEnvError, RemoteFault, RemoteReply, ServerInfo, one_line
+from agentrl_envs.remote.wire import RemoteEnvError, RemoteFault, RemoteReply, ServerInfo, one_line, wire_reward
 
 TEXT_FIELDS = ("text", "prompt", "message", "echoed_message", "output", "response", "content")
 ACTION_LIST_FIELDS = (INFO_ADMISSIBLE, "legal_actions", "available_actions", "valid_actions")
@@ -35,7 +35,7 @@ def parse_observation(payload_obs: object, reward: float | None, done: bool) -> 
             info[INFO_ADMISSIBLE] = [str(a) for a in listed]
     terminated = bool(obs["terminated"]) if isinstance(obs.get("terminated"), bool) else bool(done)
     truncated = bool(obs["truncated"]) if isinstance(obs.get("truncated"), bool) else None
-    return RemoteReply(text=text, reward=float(reward or 0.0), terminated=terminated, truncated=truncated, info=info)
+    return RemoteReply(text=text, reward=wire_reward(reward), terminated=terminated, truncated=truncated, info=info)
 
 
 class OpenEnvClient:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+from agentrl.deadline import DeadlineExceeded, call_with_deadline
 from agentrl.env.contract import require_module
 
 from agentrl_envs.remote.wire import RemoteEnvError
@@ -31,19 +32,23 @@ def http_base(base_url: str) -> str:
 
 
 def get(url: str, *, timeout_s: float, headers: dict[str, str] | None = None):
-    """``GET url`` with httpx; returns the response.
+    """``GET url`` with httpx, the whole answer within ``timeout_s`` seconds (a total deadline,
+    ``agentrl.deadline``: a server trickling bytes does not hold the caller); returns the response.
 
     Raises:
-        RemoteEnvError: nothing answers (connection refused, DNS failure, timeout).
+        RemoteEnvError: nothing answers (connection refused, DNS failure, timeout, deadline).
     """
     httpx = require_module("httpx", "hubs")
+    client = httpx.Client(timeout=timeout_s, headers=headers or {})
     try:
-        return httpx.get(url, timeout=timeout_s, headers=headers or {})
-    except httpx.TimeoutException:
+        return call_with_deadline(lambda: client.get(url), timeout_s, what=f"GET {url}", abandon=client.close)
+    except (httpx.TimeoutException, DeadlineExceeded):
         raise RemoteEnvError(f"no answer from {url} within {timeout_s:g}s; is the server up and the URL right?") from None
     except httpx.HTTPError as exc:
         raise RemoteEnvError(f"no server answers at {url} ({type(exc).__name__}: {exc}); start one (e.g. "
                              f"`agentrl envs serve ID --protocol openenv --port PORT`) or fix base_url") from None
+    finally:
+        client.close()
 
 
 def refused(resp, url: str, protocol: str) -> None:

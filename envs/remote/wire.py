@@ -19,20 +19,36 @@ class RemoteFault(RuntimeError):
     """The server failed during an episode: it died, timed out, or answered with an error."""
 
 
+def wire_reward(raw: object) -> float | object:
+    """A server's reward as the env returns it: None → 0.0 (no reward sent), a JSON number
+    (``int``/``float``, ``NaN``/``Infinity`` included) → float, anything else unchanged — the
+    env pools then make that episode ``env_error`` (``agentrl.env.guards``)."""
+    if raw is None:
+        return 0.0
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        try:
+            return float(raw)
+        except OverflowError:  # a JSON integer past a float's range: the pool's check names it
+            return raw
+    return raw
+
+
 @dataclass
 class RemoteReply:
     """One reset/step answer of a remote env.
 
     Attributes:
         text: the observation text, byte for byte as the server sent it.
-        reward: the step reward (0.0 when the server sent none).
+        reward: the step reward (0.0 when the server sent none); any other value the server sent
+            that is not a JSON number (a string, a bool, a list) stays as it came, so the env
+            pool's answer check flags the episode (``reward_not_numeric``) instead of guessing.
         terminated: the episode ended (won or lost).
         truncated: the server's turn limit cut it; None when the protocol has no such flag.
         info: the server's info (JSON values), possibly empty.
     """
 
     text: str
-    reward: float = 0.0
+    reward: float | object = 0.0
     terminated: bool = False
     truncated: bool | None = None
     info: dict = field(default_factory=dict)

@@ -129,3 +129,34 @@ def test_bf16_asynchronous_run_keeps_the_bound_and_corrects(tiny_dir, tmp_path):
     assert trained and all(0 <= it - 1 - v <= 1 for it, v in trained.values())
     rows = [json.loads(x) for x in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert all(r["async/staleness_max"] <= 1 for r in rows) and any("correction/kl" in r for r in rows)
+
+
+def test_a_crash_in_an_asynchronous_iteration_is_replayed_exactly_once(tiny_dir, tmp_path, monkeypatch):
+    """Issue 52, defect 4: with max_staleness 1 the run dies after iteration 2 stored its episodes,
+    before its checkpoint. Those episodes may all be sampled at an older version than the
+    iteration-1 checkpoint's (the staleness allows it), so the old rule (move versions >= the
+    checkpoint's) kept them and the resumed run held iteration 2 twice. The iteration tags move
+    exactly what iteration 2 stored; the resumed run stores each iteration's 8 episodes once and
+    credits each once."""
+    import agentrl.train.loop as train_mod
+    from e2e_crash import crash_before_checkpoint
+
+    cfg = _cfg(tiny_dir, tmp_path, name="async-crash", iterations=3, rollout__engines=1, rollout__max_staleness=1,
+               run__eval_every=0, run__seed=0, run__save_every=1)
+    real_save = crash_before_checkpoint(monkeypatch, 2)
+    with pytest.raises(KeyboardInterrupt):
+        train_mod.train(cfg, resume=False)
+    monkeypatch.setattr(train_mod, "save_checkpoint", real_save)
+    resumed = train_mod.train(cfg, resume=True)
+    assert resumed.state.iteration == 3
+    with TurnStore(resumed.store_path, readonly=True) as store:
+        kept = store.load_episodes("async-crash")
+        (lost,) = [r for r in store.runs() if r.startswith("async-crash.interrupted-")]
+        assert len(store.episodes(lost)) == 8  # what the interrupted iteration 2 stored
+        adv = store.advantages("async-crash")
+    assert sorted(e.episode_id for e in kept) == list(range(24))  # each production's 2 groups x 4, once
+    turns_of = {it: [a.turn_id for a in adv if a.iteration == it] for it in (1, 2, 3)}
+    for it, turns in turns_of.items():  # iteration k (1-based) credits 8 episodes' turns, each once
+        assert len(turns) == len(set(turns)) > 0
+    credited = [t for turns in turns_of.values() for t in turns]
+    assert len(credited) == len(set(credited)) == sum(len(e.turns) for e in kept)  # every stored turn once

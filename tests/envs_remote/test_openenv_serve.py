@@ -67,3 +67,67 @@ def test_cli_bad_options_are_one_line(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3, err
     assert "unknown protocol 'grpc'" in err[0] and "--env-kwargs is not JSON" in err[1] and "agentrl/Toy-v0" in err[2]
+
+
+def test_a_reaped_session_cannot_lease_a_slot_again():
+    """Issue 52, defect 2: OpenEnv's reaper closes an idle session (its slot is freed) but leaves
+    the WebSocket open; a reset on it used to lease a slot outside OpenEnv's count that was never
+    released (with --slots 1 the server then refused everyone). Now that reset is refused and the
+    slot stays free for the next client."""
+    import time
+
+    from openenv.core.generic_client import GenericEnvClient
+    from servers import thread_server
+
+    from agentrl.envserve.dispatch import PoolHub
+    from agentrl.envserve.openenv_app import build_openenv_app
+
+    hub = PoolHub("agentrl/Toy-v0", 1, num_workers=1)
+    try:
+        with thread_server(build_openenv_app(hub, session_timeout_s=0.5)) as url:
+            idle = GenericEnvClient(base_url=url).sync()
+            idle.connect()
+            idle.reset(seed=0)
+            assert hub.in_use == 1
+            deadline = time.monotonic() + 20  # the reaper checks every max(timeout / 4, 5 s)
+            while hub.in_use and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert hub.in_use == 0  # reaped: the slot is free
+            with pytest.raises(RuntimeError, match="session was closed"):
+                idle.reset(seed=1)
+            assert hub.in_use == 0
+            idle.close()
+            with GenericEnvClient(base_url=url).sync() as fresh:  # the one slot serves the next client
+                assert fresh.reset(seed=2).observation["text"]
+                assert hub.in_use == 1
+            deadline = time.monotonic() + 5
+            while hub.in_use and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert hub.in_use == 0  # released exactly once, at disconnect
+    finally:
+        hub.close()
+
+
+def test_one_shot_http_step_is_a_409_not_a_500():
+    with openenv_thread_server("agentrl/Toy-v0", slots=1) as url:
+        resp = httpx.post(f"{url}/step", json={"action": {"message": "look"}})
+        assert resp.status_code == 409 and "WebSocket session" in resp.json()["detail"]
+        reset = httpx.post(f"{url}/reset", json={"seed": 3})  # the one-shot reset works and frees its slot
+        assert reset.status_code == 200 and reset.json()["observation"]["text"].startswith("You are in room 1")
+        again = httpx.post(f"{url}/reset", json={"seed": 4})
+        assert again.status_code == 200
+
+
+def test_a_token_on_the_command_line_is_warned_about(monkeypatch, capsys):
+    import agentrl.envserve as envserve
+
+    seen = []
+    monkeypatch.setattr(envserve, "serve_env", lambda opts, on_ready: (seen.append(opts.token), on_ready("http://h:1")))
+    assert main(["envs", "serve", "agentrl/Toy-v0", "--token", "s3cret"]) == 0
+    err = capsys.readouterr().err
+    assert "--token is visible to every user of this machine" in err and "AGENTRL_SERVE_TOKEN" in err
+    monkeypatch.setenv("AGENTRL_SERVE_TOKEN", "from-env")
+    assert main(["envs", "serve", "agentrl/Toy-v0"]) == 0
+    out = capsys.readouterr()
+    assert "visible" not in out.err and "(token required)" in out.out
+    assert seen == ["s3cret", "from-env"]

@@ -58,6 +58,36 @@ def test_turnless_episodes_stored_with_or_after_the_first_moved_one_move_too(tmp
         assert [e.episode_id for e in store.episodes("r")] == [0, 1]
 
 
+def test_the_iteration_rule_moves_exactly_what_the_checkpoint_does_not_cover(tmp_path):
+    """Issue 52, defect 4. Under ``rollout.max_staleness`` 1 an iteration trains the lowest complete
+    groups the workers finished, which may come from a later production, at older versions. Here
+    iteration 2 (checkpointed) stored episodes 4, 5 (production 2) and 6, 7 (production 3's first
+    group, ids past its own stride); iteration 3 died after storing 8, 9 (sampled at version 1,
+    older than the checkpoint's 2) and the failed reset 10. The version rule keeps 8-10 (the
+    resumed run then stored iteration 3 twice); an id rule from 8 on would also be right here but
+    moves 6, 7 when production 3's groups come first; the iteration tags move exactly 8-10."""
+    with TurnStore(tmp_path / "s.sqlite") as store:
+        store.add_episodes([_episode(0, 0), _episode(1, 0), _episode(2, 0), _episode(3, 0)], run_id="r", iteration=1)
+        store.add_episodes([_episode(4, 1), _episode(5, 1), _episode(6, 1), _episode(7, 1)], run_id="r", iteration=2)
+        failed = Episode(episode_id=10, group_id=5, env_id="agentrl/Toy-v0", task_id="t", seed=5, turns=[],
+                         status="env_error", error="reset failed")
+        store.add_episodes([_episode(8, 1), _episode(9, 1), failed], run_id="r", iteration=3)
+        assert store.split_off("r", since_policy_version=2, to_run_id="r.version-rule") == []
+        assert store.split_off("r", after_iteration=2, from_episode_id=4, to_run_id="r.iteration-rule") == [8, 9, 10]
+        assert [e.episode_id for e in store.episodes("r")] == list(range(8))
+        store.add_episodes([_episode(8, 2), _episode(9, 2)], run_id="r", iteration=3)  # the re-play: once
+        assert store.split_off("r", after_iteration=3, to_run_id="r.none") == []
+        with pytest.raises(ValueError, match="exactly one of since_policy_version and after_iteration"):
+            store.split_off("r", since_policy_version=1, after_iteration=2, to_run_id="r.z")
+
+
+def test_untagged_episodes_of_an_older_store_fall_back_to_the_id_rule(tmp_path):
+    with _store_two_iterations(tmp_path / "s.sqlite") as store:  # stored without iteration tags
+        store.add_episodes([_episode(4, 1), _episode(5, 1)], run_id="r")  # iteration 2's, sampled at version 1
+        assert store.split_off("r", after_iteration=2, from_episode_id=4, to_run_id="r.x") == [4, 5]
+        assert [e.episode_id for e in store.episodes("r")] == [0, 1, 2, 3]
+
+
 def test_nothing_to_move_or_unknown_run_writes_nothing(tmp_path):
     with _store_two_iterations(tmp_path / "s.sqlite") as store:
         assert store.split_off("r", since_policy_version=2, to_run_id="r.x") == []

@@ -88,13 +88,13 @@ class EngineWorker:
         this worker's env pool (opened once, reopened when the env or its kwargs change, or
         more slots are needed)."""
         n = min(cc.num_slots or cc.n_played, cc.n_played)
-        key = (cc.env_id, repr(sorted(cc.env_kwargs.items())), cc.num_workers, cc.step_timeout_s, cc.reset_timeout_s)
+        key = (cc.env_id, repr(sorted(cc.env_kwargs.items())), cc.num_workers, cc.step_timeout_s, cc.reset_timeout_s,
+               cc.max_observation_chars)
         if self._pool is None or self._pool_key != key or self._pool.n < n:
             from agentrl.env.pool import EnvPool
 
             self.close()
-            self._pool = EnvPool(cc.env_id, n, env_kwargs=cc.env_kwargs, num_workers=min(cc.num_workers or 1, n),
-                                 step_timeout_s=cc.step_timeout_s, reset_timeout_s=cc.reset_timeout_s)
+            self._pool = EnvPool(cc.env_id, n, **{**cc.pool_kwargs(), "num_workers": min(cc.num_workers or 1, n)})
             self._pool_key = key
         return collect(self.engine, self.renderer, cc, pool=self._pool, on_episode=on_episode, hooks=hooks)
 
