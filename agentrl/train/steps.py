@@ -150,7 +150,7 @@ def production_config(cfg: Config, k: int) -> CollectConfig:
     ``collect_config`` with the episode and group ids the synchronous loop gives them, no
     progress bar (the workers play it while the trainer updates)."""
     r = cfg.rollout
-    return replace(collect_config(cfg, k), id_offset=k * r.groups_per_iteration * r.group_size,
+    return replace(collect_config(cfg, k), id_offset=k * episode_id_stride(cfg),
                    group_offset=k * r.groups_per_iteration, progress=False)
 
 
@@ -164,7 +164,7 @@ def open_stream(cfg: Config, policy: Policy, start: int, store: TurnStore | None
     r = cfg.rollout
     last = store.max_episode_id(cfg.run.name) if store is not None else None
     if last is not None:
-        start = max(start, last // (r.groups_per_iteration * r.group_size) + 1)
+        start = max(start, last // episode_id_stride(cfg) + 1)
     workers = open_engines(cfg, policy, weights)
     try:
         if probe is not None:
@@ -222,7 +222,7 @@ def collect_iteration(policy: Policy, cfg: Config, iteration: int, pool=None,
 def _number(episodes: list[Episode], cfg: Config, iteration: int) -> list[Episode]:
     """Offset the episode and group ids of iteration ``iteration`` so they are unique over the run."""
     r = cfg.rollout
-    offset = iteration * r.groups_per_iteration * r.group_size
+    offset = iteration * episode_id_stride(cfg)
     for ep in episodes:
         ep.episode_id += offset
         ep.group_id += iteration * r.groups_per_iteration
