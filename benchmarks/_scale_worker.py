@@ -146,6 +146,7 @@ def main(argv: list[str] | None = None) -> None:
             result["modes"][mode] = run_mode(mode, args, ctx, batch, engine)
         if ctx.is_main:
             Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+        ctx.close(wait=True)  # no rank leaves while rank 0 still gathers
     finally:
         ctx.close()
 

@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
             every = ctx.gather_object(mine)
             if ctx.is_main:
                 args.out.write_text(json.dumps(summary(every, ctx.backend), indent=1))
-            ctx.barrier()  # no rank tears its gloo/NCCL pairs down while a peer is still writing
+            ctx.close(wait=True)  # no rank tears its gloo/NCCL pairs down while a peer is still writing
         finally:
             ctx.close()
     except Exception as exc:  # one line the launcher keeps (its own summary names no cause)

@@ -156,9 +156,17 @@ class DistContext:
         if self.distributed:
             dist.barrier()
 
-    def close(self) -> None:
-        """Leave the process group if ``from_env`` created it."""
+    def close(self, wait: bool = False) -> None:
+        """Leave the process group if ``from_env`` created it.
+
+        ``wait=True`` (a normal end, every rank calling it): first wait for every rank, so no
+        rank tears its gloo pairs down while a peer is still receiving (gloo then aborts that
+        rank: "terminate called without an active exception"). Not on an error path, where a
+        peer may never arrive. Nothing to wait for where the group is already gone (vLLM's
+        engine shutdown destroys the default group itself)."""
         if self.owns_group and dist.is_initialized():
+            if wait and self.distributed:
+                dist.barrier()
             dist.destroy_process_group()
         self.backend, self.owns_group = None, False
 

@@ -339,6 +339,7 @@ def train(cfg: Config, *, resume: bool = True, force_resume: bool = False, launc
     cfg = check_config(cfg)  # idempotent: a config checked by the CLI comes back equal
     run_dir = Path(cfg.run.out_dir) / cfg.run.name
     ctx = DistContext.from_env(cfg.policy.device)  # torchrun: joins the process group; else one process
+    ended = False
     try:
         check_distributed(cfg, ctx)
         # the held-out panel before any weights load: a panel larger than its split fails here
@@ -355,9 +356,9 @@ def train(cfg: Config, *, resume: bool = True, force_resume: bool = False, launc
                 state = _loop(parts, state, cfg, run_dir, evals, panel)
             finally:
                 parts.close()
-        ctx.barrier()  # a normal end: every rank finishes before any tears the process group down
+        ended = True
     finally:
-        ctx.close()
+        ctx.close(wait=ended)  # a normal end: every rank finishes before any tears the group down
     return TrainResult(run_dir=run_dir, store_path=run_dir / "store.sqlite", run_id=cfg.run.name, state=state,
                        evals=tuple(evals), is_main=ctx.is_main)
 

@@ -67,7 +67,7 @@ def main() -> None:
     if ctx.is_main:
         out["streams_per_rank"] = streams
         torch.save(out, folder / "out.pt")
-    ctx.close()
+    ctx.close(wait=True)
 
 
 if __name__ == "__main__":

@@ -88,8 +88,7 @@ def main() -> None:
     out["state"] = state
     if ctx.is_main:
         torch.save(out, folder / "out.pt")
-    ctx.barrier()
-    ctx.close()
+    ctx.close(wait=True)
 
 
 if __name__ == "__main__":
