@@ -115,6 +115,8 @@ KEY_HELP: dict[str, str] = {
     "rollout.sync_probe_tol": "largest probe logprob gap allowed, in nats (null = 1e-3 in float32, 0.5 in "
                               "bf16/fp16)",
     "rollout.sync_timeout_s": "seconds a weight sync may take before the run stops",
+    "rollout.weight_transport": "weights to engine workers: auto (shared memory for local workers, the "
+                                "broadcast group for Ray actors), shared_memory or broadcast",
     # algorithm
     "algorithm.estimator": "credit estimator, a registered name (grpo, gigpo, turn_ppo, ...)",
     "algorithm.kwargs": "the estimator's keyword hyperparameters (each listed with its default in effect)",

@@ -289,7 +289,11 @@ class RolloutConfig:
     more than a tenth of that, stops the run with one line naming the engine, the version and
     the gap; ``always`` probes even an engine that shares the trained model (a cost
     measurement); ``never`` skips it (not on/off: YAML reads those as booleans).
-    ``sync_timeout_s``: seconds a weight sync may take before the run stops with one line."""
+    ``sync_timeout_s``: seconds a weight sync may take before the run stops with one line.
+    ``weight_transport``: how weights reach engine workers — ``shared_memory`` (buffers every
+    local worker maps; no socket), ``broadcast`` (a torch.distributed group, bound and keyed per
+    run: ``agentrl.llm.weight_store``), ``auto`` (default: shared memory for local workers, the
+    group for Ray actors, which may sit on other hosts)."""
 
     groups_per_iteration: int = 6
     group_size: int = 4
@@ -309,6 +313,7 @@ class RolloutConfig:
     sync_probe: Literal["auto", "always", "never"] = "auto"
     sync_probe_tol: Optional[float] = None
     sync_timeout_s: float = 600.0
+    weight_transport: Literal["auto", "broadcast", "shared_memory"] = "auto"
 
     def __post_init__(self) -> None:
         _check_min("rollout.engines", self.engines, 0, "0 = sample in the trainer's process")
@@ -320,6 +325,9 @@ class RolloutConfig:
                f"rollout.max_staleness={self.max_staleness} needs engine workers apart from the trainer: set "
                "rollout.engines >= 1 (or max_staleness: 0 for synchronous rollouts)")
         _check_engine_devices(self)
+        _check(self.weight_transport != "shared_memory" or self.backend == "local",
+               "rollout.weight_transport: shared_memory reaches local engine workers only; Ray engine actors "
+               "(rollout.backend: ray) take the broadcast group: set weight_transport to auto or broadcast")
         engine_keys = self.placement.engine_keys_set()
         _check(not engine_keys or (self.backend == "ray" and self.engines >= 1),
                f"rollout.placement.{', '.join(engine_keys)} act only on Ray engine actors; set rollout.backend: ray and "

@@ -22,6 +22,12 @@ trainer → engine weight groups. Nothing global is touched, so it coexists with
 - **Regroup** after a worker restart: ``push/<seq> = rejoin <host>:<port>`` tells the live
   receivers to join a new group (new store) with the restarted worker; the trainer then
   re-sends its last push (kept as a host snapshot) so the new member holds the current version.
+- **Bound, keyed and signed** (``agentrl.llm.weight_store``, issue 52): the store listens on the
+  one address the engines dial (loopback for engines on the trainer's host), every key lives
+  under a per-run secret, each control message carries an HMAC under it, and a receiver refuses
+  a version lower than the one it holds. Gloo members bind their connections to loopback too
+  when the store is on loopback. Engines on the trainer's host take the shared-memory transport
+  by default (``rollout.weight_transport: auto``), which opens no socket at all.
 - **Device sync** (NCCL): the receiver waits for each broadcast and synchronises its CUDA stream
   before staging, so a load never reads buffers still being written. CUDA IPC (an engine on the
   trainer's own GPU reading the trainer's tensors by handle) is not used here.
@@ -29,10 +35,11 @@ trainer → engine weight groups. Nothing global is touched, so it coexists with
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Mapping
 
@@ -40,23 +47,25 @@ import torch
 import torch.distributed as dist
 
 from agentrl.llm.weight_layout import ALIGN, WeightLayout
+from agentrl.llm.weight_store import is_loopback, new_secret, scoped, serve_store, sign, verify
 
 __all__ = ["GroupAddress", "WeightLayout", "WeightSender", "WeightReceiver", "ALIGN"]
 
-_PREFIX = "agentrl-weights"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class GroupAddress:
     """Where an engine joins the weight group: the trainer's store ``host:port`` (the
-    ``init_method``), the group size (1 + engines), ``backend`` (``gloo`` | ``nccl``) and the
-    collective timeout in seconds."""
+    ``init_method``), the group size (1 + engines), ``backend`` (``gloo`` | ``nccl``), the
+    collective timeout in seconds and the run's ``secret`` (``weight_store``; not in the repr)."""
 
     host: str
     port: int
     world_size: int
     backend: str = "gloo"
     timeout_s: float = 600.0
+    secret: str = field(default="", repr=False)
 
     @property
     def init_method(self) -> str:
@@ -65,21 +74,23 @@ class GroupAddress:
 
 
 def _group(address: GroupAddress, rank: int, store: dist.Store, bind: str | None = None):
-    """A process group of ``address.world_size`` ranks on ``store`` (not the default group).
-    Gloo: this member's connections on the address ``bind`` (its node IP; the peers dial it),
-    unless ``GLOO_SOCKET_IFNAME`` names the interface or ``bind`` is None (the address the
-    host name resolves to — loopback on many machines)."""
-    prefixed = dist.PrefixStore(_PREFIX, store)
+    """A process group of ``address.world_size`` ranks on ``store`` (the run's scoped store;
+    not the default group). Gloo: this member's connections on the address ``bind`` (its node
+    IP; the peers dial it) — loopback when the store is on loopback — unless
+    ``GLOO_SOCKET_IFNAME`` names the interface or ``bind`` is None (the address the host name
+    resolves to)."""
+    if bind is None and is_loopback(address.host):
+        bind = address.host
     timeout = timedelta(seconds=address.timeout_s)
     if address.backend == "nccl":
         opts = dist.ProcessGroupNCCL.Options()
         opts._timeout = timeout
-        return dist.ProcessGroupNCCL(prefixed, rank, address.world_size, opts)
+        return dist.ProcessGroupNCCL(store, rank, address.world_size, opts)
     if bind is None or os.environ.get("GLOO_SOCKET_IFNAME"):
-        return dist.ProcessGroupGloo(prefixed, rank, address.world_size, timeout)
+        return dist.ProcessGroupGloo(store, rank, address.world_size, timeout)
     opts = dist.ProcessGroupGloo._Options()
     opts._timeout, opts._devices = timeout, [dist.ProcessGroupGloo.create_device(hostname=bind)]
-    return dist.ProcessGroupGloo(prefixed, rank, address.world_size, opts)
+    return dist.ProcessGroupGloo(store, rank, address.world_size, opts)
 
 
 def _abort(pg) -> None:
@@ -106,7 +117,7 @@ class WeightSender:
     Args:
         layout: the state dict's ``WeightLayout``. n_engines: engines that join (ranks 1…K).
         host: the address the engines reach the trainer at (127.0.0.1 for local workers, the
-            node IP for engines on other nodes; the store listens on every interface).
+            node IP for engines on other nodes); the store listens on this address only.
         device: where bucket buffers are packed (``cuda`` for NCCL, else ``cpu``/gloo).
         timeout_s: collective and join timeout in seconds.
         ports: (first, last) ports the store may listen on, inclusive, the first free one
@@ -122,7 +133,8 @@ class WeightSender:
         self.backend = "nccl" if self.device.type == "cuda" else "gloo"
         self.timeout_s = float(timeout_s)
         self._lock = threading.RLock()
-        self._store = self._pg = None
+        self._store = self._keys = self._pg = None
+        self.secret = new_secret()  #: this run's (handed to the engines inside the GroupAddress)
         self._seq, self._old = 0, []
         self._snapshot: tuple[dict, int] | None = None
         self.pushes, self.bytes_sent = 0, 0
@@ -131,37 +143,32 @@ class WeightSender:
         """Serve a new store and return the address the engines join (the group forms in ``form``)."""
         with self._lock:
             if self._store is not None:
-                self._old.append((self._store, self._pg))
-            self._store, self._pg, self._seq = self._serve(), None, 0
-            return GroupAddress(self.host, int(self._store.port), self.n_engines + 1, self.backend, self.timeout_s)
+                self._old.append((self._store, self._keys, self._pg))
+            self._store = serve_store(self.host, self.ports, self.timeout_s)
+            self._keys, self._pg, self._seq = scoped(self._store, self.secret), None, 0
+            return self._address()
 
-    def _serve(self) -> dist.TCPStore:
-        """A new store on the first free port of ``ports`` (any free port without them)."""
-        first, last = self.ports or (0, 0)
-        for port in range(first, last + 1):
-            try:
-                return dist.TCPStore(self.host, port, None, True, timedelta(seconds=self.timeout_s),
-                                     wait_for_workers=False)
-            except dist.DistNetworkError as exc:
-                error = exc
-        raise RuntimeError(f"no free port for the weight store in {first}-{last} ({error}); widen "
-                           "rollout.placement.broadcast_ports (an engine restart opens a new store)")
+    def _address(self) -> GroupAddress:
+        return GroupAddress(self.host, int(self._store.port), self.n_engines + 1, self.backend, self.timeout_s,
+                            self.secret)
+
+    def _say(self, keys, port: int, seq: int, message: str) -> None:
+        keys.set(f"push/{seq}", sign(self.secret, port, seq, message))
 
     def form(self) -> None:
         """Build the group (blocks until every engine of the address has joined)."""
         with self._lock:
-            address = GroupAddress(self.host, int(self._store.port), self.n_engines + 1, self.backend, self.timeout_s)
-            self._pg = _group(address, 0, self._store, self.bind)
+            self._pg = _group(self._address(), 0, self._keys, self.bind)
             self._old.clear()  # the members have left the previous group's store
 
     def regroup(self) -> GroupAddress:
         """Tell the members of the current group to join a new one (``rejoin``) and return its
         address, for a restarted engine; then ``form`` and ``resend``."""
         with self._lock:
-            old, seq = self._store, self._seq
+            old, keys, seq = self._store, self._keys, self._seq
             address = self.open()
             if old is not None:
-                old.set(f"push/{seq}", f"rejoin {address.host}:{address.port}")
+                self._say(keys, int(old.port), seq, f"rejoin {address.host}:{address.port}")
             return address
 
     @property
@@ -197,7 +204,7 @@ class WeightSender:
 
     def _send(self, state: Mapping[str, torch.Tensor], version: int) -> None:
         lay = self.layout
-        self._store.set(f"push/{self._seq}", str(version))
+        self._say(self._keys, int(self._store.port), self._seq, str(version))
         self._seq += 1
         if self._pg is None:
             raise RuntimeError("the weight group is broken (a member died); regroup() and form() it again")
@@ -222,10 +229,10 @@ class WeightSender:
         with self._lock:
             if self._store is not None:
                 try:
-                    self._store.set(f"push/{self._seq}", "close")
+                    self._say(self._keys, int(self._store.port), self._seq, "close")
                 except Exception:
                     pass
-            self._store = self._pg = None
+            self._store = self._keys = self._pg = None
 
 
 class WeightReceiver:
@@ -255,7 +262,8 @@ class WeightReceiver:
         self._thread.start()
 
     def _join(self, address: GroupAddress):
-        store = dist.TCPStore(address.host, address.port, None, False, timedelta(seconds=address.timeout_s))
+        store = scoped(dist.TCPStore(address.host, address.port, None, False, timedelta(seconds=address.timeout_s)),
+                       address.secret)
         self._address = address
         return store, _group(address, self.rank, store, self.bind)
 
@@ -311,26 +319,44 @@ class WeightReceiver:
                 self._staged = None
         return version
 
+    def _next(self, seq: int) -> str | None:
+        """The verified control message at ``seq``, None while there is none (a value that does
+        not verify is ignored — logged once — until the trainer's own write replaces it)."""
+        key = f"push/{seq}"
+        if not self._store.check([key]):
+            return None
+        value = self._store.get(key).decode()
+        message = verify(self._address.secret, self._address.port, seq, value)
+        if message is None and self._ignored != (self._address.port, seq, value):
+            self._ignored = (self._address.port, seq, value)
+            log.warning("engine rank %d: ignored a weight-group message without the run's signature at %s "
+                        "(written by another process; firewall the weight store's port)", self.rank, key)
+        return message
+
     def _run(self) -> None:
         seq = 0
+        self._ignored = None
         try:
             if self.device.type == "cuda":
                 torch.cuda.set_device(self.device)
             while not self._stop:
-                key = f"push/{seq}"
-                if not self._store.check([key]):
+                value = self._next(seq)
+                if value is None:
                     time.sleep(self.poll_s)
                     continue
-                value = self._store.get(key).decode()
                 if value == "close":
                     break
                 if value.startswith("rejoin "):
                     host, port = value.split(" ", 1)[1].rsplit(":", 1)
                     self._pg = None
-                    self._store, self._pg = self._join(GroupAddress(host, int(port), self._address.world_size,
-                                                                    self._address.backend, self._address.timeout_s))
+                    a = self._address
+                    self._store, self._pg = self._join(GroupAddress(host, int(port), a.world_size, a.backend,
+                                                                    a.timeout_s, a.secret))
                     seq = 0
                     continue
+                if int(value) < self._version:
+                    raise RuntimeError(f"the trainer pushed policy version {value} after {self._version}: an engine "
+                                       "accepts only versions that do not go back")
                 seq += 1
                 try:
                     staged = self._receive()

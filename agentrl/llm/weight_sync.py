@@ -1,6 +1,7 @@
 """Weight transport through shared memory (torch; ``agentrl.rollout`` stays torch-free). Engine
-workers use the broadcast group of ``agentrl.llm.weight_broadcast`` since issue 37; this buffer
-stays for single-machine comparisons (``benchmarks/weight_push.py``) and ``spawn_context``.
+workers on the trainer's host use it (``rollout.weight_transport: shared_memory``, the ``auto``
+choice for local workers, issue 52: no socket, ~6× faster than the broadcast group there);
+engines on other hosts take the broadcast group of ``agentrl.llm.weight_broadcast``.
 
 ``SharedWeights`` holds one copy of the inference state dict that every local engine
 worker process can read: CPU tensors are allocated once in shared memory
@@ -73,7 +74,15 @@ class SharedWeights:
 
     def publish(self, state: Mapping[str, torch.Tensor], version: int) -> None:
         """``write(state)`` and set ``version`` (one writer: the trainer). Loads that overlap
-        it see the sequence counter move and load again."""
+        it see the sequence counter move and load again.
+
+        Raises:
+            ValueError: ``version`` is lower than the buffers' (versions never go back).
+            KeyError / ValueError: see ``write``.
+        """
+        if int(version) < self.version:
+            raise ValueError(f"SharedWeights.publish: version {version} after {self.version}; policy versions "
+                             "published to engines never go back")
         self._seq.value += 1  # odd: writing
         try:
             self.write(state)
@@ -93,6 +102,24 @@ class SharedWeights:
             engine.update_weights(self.tensors, version)
             if int(self._seq.value) == seq:
                 return version
+
+    def wait(self, version: int | None = None, timeout_s: float | None = None, poll_s: float = 0.005) -> int:
+        """Block until the buffers hold ``version`` (None: any); returns their version (the
+        ``WeightReceiver`` call an engine worker makes).
+
+        Raises:
+            TimeoutError: not within ``timeout_s``.
+        """
+        end = None if timeout_s is None else time.monotonic() + timeout_s
+        while version is not None and self.version != int(version):
+            if end is not None and time.monotonic() > end:
+                raise TimeoutError(f"shared weights: version {version} not published in {timeout_s}s "
+                                   f"(they hold {self.version})")
+            time.sleep(poll_s)
+        return self.version
+
+    def close(self) -> None:
+        """Nothing to stop (the buffers go with the last process that maps them)."""
 
     def write(self, state: Mapping[str, torch.Tensor]) -> None:
         """Copy ``state`` into the buffers in place (dtype cast when it differs).

@@ -120,7 +120,7 @@ def open_engines(cfg: Config, policy: Policy, weights: Mapping | None = None) ->
                          "copy to start them from")
     if r.backend == "local":
         return open_engine_workers("local", r.engines, spec, weights, policy.engine.policy_version,
-                                   devices=r.engine_devices)
+                                   devices=r.engine_devices, transport=r.weight_transport)
     pl = r.placement
     workers = open_engine_workers(r.backend, r.engines, spec, weights, policy.engine.policy_version,
                                   num_cpus_per_worker=pl.engine_cpus, num_gpus_per_worker=r.engine_gpus,

@@ -164,19 +164,25 @@ class SyncCheck:
         tol = cfg.rollout.sync_probe_tol or (default_tolerance(policy.model) if cfg.policy.dtype == "float32" else 0.5)
         return cls(prompt, completion, tol, always=mode == "always")
 
-    def engine_scores(self, policy: Policy, engines, local: bool) -> list[tuple[str, np.ndarray]]:
-        """``(label, float32[C])`` of every engine this process checks: its own (when ``local``)
-        and its engine workers."""
+    def engine_scores(self, policy: Policy, engines, local: bool) -> list[tuple[str, np.ndarray, int | None]]:
+        """``(label, float32[C], the policy version it holds or None)`` of every engine this
+        process checks: its own (when ``local``) and its engine workers (which say their version)."""
         out = []
         if local and (self.always or not policy.shares_weights):
-            out.append(("engine", np.asarray(policy.engine.score(self.prompt, self.completion), np.float32)))
+            out.append(("engine", np.asarray(policy.engine.score(self.prompt, self.completion), np.float32), None))
         for s in engines.score(self.prompt, self.completion) if hasattr(engines, "score") else ():
-            out.append((f"engine worker {s.worker}", np.asarray(s.logprobs, np.float32)))
+            out.append((f"engine worker {s.worker}", np.asarray(s.logprobs, np.float32), int(s.policy_version)))
         return out
 
-    def verdict(self, label: str, engine: np.ndarray, trainer: np.ndarray, version: int) -> tuple[float, str | None]:
-        """(max |gap|, None when good, else the one-line reason) of one engine's probe."""
+    def verdict(self, label: str, engine: np.ndarray, trainer: np.ndarray, version: int,
+                held: int | None = None) -> tuple[float, str | None]:
+        """(max |gap|, None when good, else the one-line reason) of one engine's probe;
+        ``held``: the version the engine says it holds (None: not reported) — any other than
+        ``version`` fails, whatever the gap (weights the trainer did not push)."""
         gap = float(np.abs(engine - trainer).max())
+        if held is not None and held != int(version):
+            return gap, (f"{label} holds policy version {held}, but the trainer pushed {version}: it loaded weights "
+                         "the trainer did not send")
         before = self.last.get(label)
         self.last[label] = (engine, trainer)
         if gap > self.tolerance:
@@ -200,7 +206,8 @@ class SyncCheck:
         """
         trainer = trainer_logprobs(policy.model, self.prompt, self.completion)
         rank = f"rank {dp.rank}'s " if dp is not None and dp.world_size > 1 else ""
-        found = [self.verdict(rank + lbl, lp, trainer, version) for lbl, lp in self.engine_scores(policy, engines, local)]
+        found = [self.verdict(rank + lbl, lp, trainer, version, held)
+                 for lbl, lp, held in self.engine_scores(policy, engines, local)]
         worst, self.checked = self._conclude(found, dp)
         return worst
 
@@ -217,6 +224,10 @@ class SyncCheck:
         self.at_version[int(version)] = trainer_logprobs(policy.model, self.prompt, self.completion)
         found = []
         for worker, v, lp in stream.probe_reports() if hasattr(stream, "probe_reports") else ():
+            if v > int(version):  # the trainer's newest push is `version`: nothing above it was sent
+                found.append((float("inf"), f"engine worker {worker} loaded policy version {v}, newer than any the "
+                              f"trainer pushed ({version}): weights the trainer did not send"))
+                continue
             ref = self.at_version.get(v)
             if ref is None:  # older than the versions kept (a worker that slept through several)
                 continue

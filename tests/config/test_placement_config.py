@@ -46,3 +46,14 @@ def test_engine_placement_needs_ray_engine_actors():
         _cfg(placement={"separate_nodes": True})
     with pytest.raises(ConfigError, match="engine_resources act only on Ray engine actors"):
         _cfg(engines=2, placement={"engine_resources": {"engine_node": 1}})
+
+
+def test_weight_transport_shared_memory_is_for_local_workers_only():
+    from agentrl.config import ConfigError
+    from agentrl.config.sections import RolloutConfig
+
+    assert RolloutConfig().weight_transport == "auto"
+    assert RolloutConfig(engines=2, weight_transport="shared_memory").weight_transport == "shared_memory"
+    assert RolloutConfig(backend="ray", engines=2, weight_transport="broadcast").weight_transport == "broadcast"
+    with pytest.raises(ConfigError, match="shared_memory reaches local engine workers only"):
+        RolloutConfig(backend="ray", engines=2, weight_transport="shared_memory")

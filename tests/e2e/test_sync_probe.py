@@ -46,6 +46,41 @@ def test_verdicts_by_hand():
     assert gap == pytest.approx(0.09, abs=1e-6) and why is None
 
 
+def test_an_engine_holding_a_version_the_trainer_did_not_push_fails_the_probe(monkeypatch):
+    """Issue 52: equal logprobs are not enough — a worker that says it holds another version
+    than the one pushed (a foreign push staged as "version 999") fails; so does an asynchronous
+    report of a version newer than any the trainer pushed."""
+    from agentrl.rollout.engines.interface import WorkerScore
+
+    chk, trainer = _check(), np.array([-1.0, -2.0], np.float32)
+    gap, why = chk.verdict("engine worker 0", trainer.copy(), trainer, 3, held=3)
+    assert gap == 0.0 and why is None
+    gap, why = chk.verdict("engine worker 1", trainer.copy(), trainer, 3, held=999)
+    assert gap == 0.0 and "holds policy version 999, but the trainer pushed 3" in why
+
+    class Workers:
+        def score(self, prompt, completion):
+            return [WorkerScore(0, trainer.copy(), 3), WorkerScore(1, trainer.copy(), 999)]
+
+    class Policy:
+        shares_weights = True
+
+    assert [(lbl, held) for lbl, _, held in chk.engine_scores(Policy(), Workers(), local=True)] == [
+        ("engine worker 0", 3), ("engine worker 1", 999)]
+
+    class Stream:
+        def probe_reports(self):
+            return [(0, 3, trainer.copy()), (1, 999, trainer.copy())]
+
+    with pytest.raises(SyncError, match="engine worker 1 loaded policy version 999, newer than any the trainer pushed"):
+        import types
+
+        import agentrl.train.sync as sync
+
+        monkeypatch.setattr(sync, "trainer_logprobs", lambda *a: trainer)  # the trainer's probe at version 3
+        chk.check_reports(types.SimpleNamespace(model=None), Stream(), None, 3)
+
+
 def test_probe_tokens_end_with_eos(tiny_dir):
     from transformers import AutoTokenizer
 
@@ -92,7 +127,9 @@ def test_a_sync_that_loads_nothing_stops_at_the_first_probe(tiny_dir, tmp_path, 
     from agentrl.train import train
 
     def push_nothing(self, state, version):  # the bug: the version moves, the weights never arrive
+        self._shared._version.value = int(version)  # (shared memory: the version written, not the buffers)
         self.policy_version = int(version)
+        self._ask_all(("weights", int(version)), "weights_ok")  # every worker "loads" version 1
 
     monkeypatch.setattr(ProcessEngineWorkers, "push_weights", push_nothing)
     cfg = _cfg(tiny_dir, tmp_path, name="probe-bad", rollout__engines=1, run__eval_every=0, run__seed=0)

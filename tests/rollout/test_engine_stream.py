@@ -194,12 +194,13 @@ def test_a_publish_during_a_load_makes_the_worker_load_again():
     assert shared.version == 2
 
 
-@pytest.fixture(scope="module")
-def stream_workers(tiny_dir):
+@pytest.fixture(scope="module", params=["shared_memory", "broadcast"])
+def stream_workers(tiny_dir, request):
     pytest.importorskip("torch")
     from agentrl.rollout.engines.procs import ProcessEngineWorkers
 
-    return lambda n: ProcessEngineWorkers(n, checks.spec_of(tiny_dir), checks.initial_state(tiny_dir), 0)
+    return lambda n: ProcessEngineWorkers(n, checks.spec_of(tiny_dir), checks.initial_state(tiny_dir), 0,
+                                          transport=request.param)
 
 
 def _plan(k):

@@ -91,11 +91,13 @@ def test_shards_keep_groups_whole_and_abort_what_is_missing():
         shard_config(replace(checks.toy_config(), sampling=SamplingParams(seed=None)), (0,))
 
 
-@pytest.fixture(scope="module")
-def workers(tiny_dir):
+@pytest.fixture(scope="module", params=["shared_memory", "broadcast"])
+def workers(tiny_dir, request):
+    """1 and 2 local workers on each weight transport (``auto`` = shared memory for local workers)."""
     state = checks.initial_state(tiny_dir)
-    one = ProcessEngineWorkers(1, checks.spec_of(tiny_dir), state, 0)
-    two = ProcessEngineWorkers(2, checks.spec_of(tiny_dir), state, 0)
+    one = ProcessEngineWorkers(1, checks.spec_of(tiny_dir), state, 0, transport=request.param)
+    two = ProcessEngineWorkers(2, checks.spec_of(tiny_dir), state, 0, transport=request.param)
+    assert one.transport == two.transport == request.param
     yield one, two
     one.close()
     two.close()
@@ -118,3 +120,81 @@ def test_pushed_lora_update_reaches_every_worker_merged(workers, tiny_dir):
 
 def test_killed_worker_is_restarted_and_its_episodes_aborted(workers):
     checks.check_kill(workers[1])
+
+
+def test_auto_takes_shared_memory_for_local_workers_and_refuses_unknown_transports(tiny_dir):
+    state = checks.initial_state(tiny_dir)
+    with pytest.raises(ValueError, match="unknown rollout.weight_transport 'carrier_pigeon'"):
+        ProcessEngineWorkers(1, checks.spec_of(tiny_dir), state, 0, transport="carrier_pigeon")
+    with ProcessEngineWorkers(1, checks.spec_of(tiny_dir), state, 0) as auto:
+        assert auto.transport == "shared_memory" and auto._sender is None
+        assert checks.check_push(auto, tiny_dir) <= 1e-4
+        with pytest.raises(ValueError, match="never go back"):
+            auto.publish(state, auto.policy_version - 1)
+
+
+def _listening(pids) -> dict[int, str]:
+    """{socket inode: local address (hex, /proc/net/tcp{,6})} of the TCP sockets in LISTEN state
+    that the processes ``pids`` hold (what ``ss -ltnp`` lists for them)."""
+    import os
+
+    mine = set()
+    for pid in pids:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                mine.add(int(target[8:-1]))
+    out = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.read().splitlines()[1:]:
+                cols = line.split()
+                if cols[3] == "0A" and int(cols[9]) in mine:
+                    out[int(cols[9])] = cols[1]
+    return out
+
+
+def _loopback(hex_address: str) -> bool:
+    host = hex_address.rsplit(":", 1)[0]
+    return host.endswith("7F") if len(host) == 8 else host in ("00000000000000000000000001000000",
+                                                                "0000000000000000FFFF00000100007F")
+
+
+@pytest.mark.parametrize("transport", ["shared_memory", "broadcast"])
+def test_a_one_host_push_to_two_workers_listens_on_loopback_only(tiny_dir, transport):
+    """Issue 52: ``ss -ltnp`` of the trainer and its 2 workers while pushes run shows no socket
+    on a non-loopback address (before: the weight store on ``*:PORT``); shared memory opens none."""
+    import os
+    import threading
+
+    from agentrl.update.lora import inference_state_dict
+
+    before = set(_listening([os.getpid()]))  # whatever this test process held already
+    state = checks.initial_state(tiny_dir)
+    seen: dict[int, str] = {}
+    with ProcessEngineWorkers(2, checks.spec_of(tiny_dir), state, 0, transport=transport) as w:
+        pids = [os.getpid(), *w.pids()]
+        stop = threading.Event()
+
+        def watch():
+            while not stop.is_set():
+                seen.update({k: v for k, v in _listening(pids).items() if k not in before})
+                stop.wait(0.01)
+
+        t = threading.Thread(target=watch)
+        t.start()
+        try:
+            engine, _ = checks.trained_model(tiny_dir, None)
+            for version in (1, 2):
+                w.push_weights(inference_state_dict(engine.model), version)
+        finally:
+            stop.set()
+            t.join()
+    assert all(_loopback(a) for a in seen.values()), seen
+    if transport == "shared_memory":
+        assert seen == {}
+    else:
+        assert len(seen) >= 2  # the store and the members' gloo listeners, all on 127.0.0.1

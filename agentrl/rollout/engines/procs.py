@@ -6,28 +6,30 @@ torch's reductions — and an ``EngineWorker`` body, on its own device when
 ``rollout.engine_devices`` gives one (``CUDA_VISIBLE_DEVICES`` set in the child before CUDA
 starts; ``place_workers``).
 
-Weights travel over a broadcast group (``agentrl.llm.weight_broadcast``: a separate
-torch.distributed group of the trainer and the K workers — gloo on CPU, NCCL when trainer and
-engines are all on CUDA — in buckets, versioned). Start: each worker loads the folder's model,
-says ``joining``, joins the group, receives the trainer's current weights and says ``ready``.
-A push broadcasts the new version (every worker's receiver thread stages it), then each worker
-is told the version, loads it and acknowledges; asynchronous rollouts skip the message and
-load on their own (``stream_worker.WorkerHooks``).
+Weights travel by ``transport`` (``rollout.weight_transport``; ``agentrl.rollout.engines.proc_child``):
+``shared_memory`` (the default for these local workers: ``SharedWeights`` buffers every worker
+maps, written in place by each publish, no socket) or ``broadcast`` (a separate torch.distributed
+group of the trainer and the K workers, ``agentrl.llm.weight_broadcast`` — gloo on CPU, NCCL when
+trainer and engines are all on CUDA — bound to loopback, keyed and signed with the run's secret).
+Start: each worker loads the folder's model, says ``joining``, opens its weights (joins the
+group and receives the trainer's current weights, or maps the buffers) and says ``ready``. A
+push publishes the new version, then each worker is told the version, loads it and
+acknowledges; asynchronous rollouts skip the message and load on their own
+(``stream_worker.WorkerHooks``).
 
 Collect: each worker gets its shard config (``shard_config``), streams every finished
 episode back at once (``("episode", ep)``) and ends with ``("done", n)``. The parent waits on
 the pipes and the process sentinels together: a worker that exits (killed, OOM, segfault)
 or sends nothing for ``answer_timeout_s`` is killed and restarted with the current weights
-and version (the weight group re-forms with it; the last push is sent again), and the
+and version (the weight group re-forms with it and the last push is sent again; shared memory
+already holds it), and the
 episodes of its shard not yet received come back ``aborted``.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 import time
-import traceback
 import weakref
 from multiprocessing.connection import wait
 from typing import Callable, Mapping, Sequence
@@ -35,92 +37,11 @@ from typing import Callable, Mapping, Sequence
 from agentrl.rollout.collector import CollectConfig
 from agentrl.rollout.engines.interface import (EngineSpec, EngineWorkerError, WorkerScore, aborted_episodes,
                                                place_workers, shard_config, shard_groups)
-from agentrl.rollout.engines.worker import EngineWorker, receiver_device, worker_environment
+from agentrl.rollout.engines.proc_child import TRANSPORTS, serve, stop
 from agentrl.types import Episode
 
 #: Seconds a failed broadcast waits for a killed worker to show as dead (its sockets close first).
 DEATH_GRACE_S = 2.0
-
-
-def _serve(conn, spec: EngineSpec, address, rank: int, layout) -> None:
-    """Worker process loop: set the environment, build the engine, join the weight group at
-    ``address`` as ``rank`` and load the first push, then serve ("collect", cc) | ("stream",
-    (cc, mode)) | ("weights", version) | ("score", (prompt, completion)) | ("env", None) until
-    "close"/EOF."""
-    try:
-        worker_environment(spec)
-        from agentrl.llm.weight_broadcast import WeightReceiver
-
-        worker = EngineWorker(spec, None, -1)
-        conn.send(("joining", os.getpid()))
-        weights = WeightReceiver(address, rank, layout, device=receiver_device(spec, address.backend))
-        weights.wait(None, timeout_s=address.timeout_s)
-        weights.load_into(worker.engine)
-    except BaseException:
-        conn.send(("init_error", traceback.format_exc()))
-        return
-    conn.send(("ready", os.getpid()))
-    probe = None
-    while True:
-        try:
-            cmd, arg = conn.recv()
-        except (EOFError, OSError, KeyboardInterrupt):
-            break
-        if cmd == "close":
-            break
-        try:
-            if cmd == "collect":
-                eps = worker.collect(arg, on_episode=lambda ep: conn.send(("episode", ep)))
-                conn.send(("done", len(eps)))
-            elif cmd == "stream":  # asynchronous rollouts: more plans may arrive while this one plays
-                from agentrl.rollout.engines.stream_worker import StreamClosed, WorkerHooks
-
-                hooks = WorkerHooks(conn, weights, worker.engine, mode=arg[1],
-                                    on_load=lambda v: probe and conn.send(("probe", (v, worker.score(*probe)[0]))))
-                hooks.pull()
-                try:
-                    eps = worker.collect(arg[0], on_episode=lambda ep: conn.send(("episode", ep)), hooks=hooks)
-                except StreamClosed:
-                    break
-                conn.send(("done", len(eps)))
-            elif cmd == "weights":
-                weights.wait(arg, timeout_s=address.timeout_s)
-                conn.send(("weights_ok", weights.load_into(worker.engine)))
-            elif cmd == "score":
-                conn.send(("score", worker.score(*arg)))
-            elif cmd == "probe":  # asynchronous rollouts: score these tokens after every load
-                probe = arg
-                conn.send(("probe_ok", None))
-            elif cmd == "env":
-                conn.send(("env", (os.environ.get("CUDA_VISIBLE_DEVICES"), spec.device)))
-        except (BrokenPipeError, EOFError):
-            break
-        except Exception:
-            conn.send(("error", traceback.format_exc()))
-    weights.close()
-    worker.close()
-
-
-def _stop(procs: list, conns: list, sender=None) -> None:
-    """Ask every worker to close (and their weight receivers), kill what is alive after 5 s."""
-    if sender is not None:
-        sender.close()
-    for c in conns:
-        try:
-            if c is not None:
-                c.send(("close", None))
-        except (BrokenPipeError, OSError):
-            pass
-    deadline = time.monotonic() + 5.0
-    for i, p in enumerate(procs):
-        if p is not None:
-            p.join(max(0.0, deadline - time.monotonic()))
-            if p.is_alive():
-                p.kill()
-                p.join(2.0)
-        if conns[i] is not None:
-            conns[i].close()
-        procs[i] = conns[i] = None
 
 
 class ProcessEngineWorkers:
@@ -135,44 +56,59 @@ class ProcessEngineWorkers:
             every worker on ``spec.device``.
         start_timeout_s: seconds a worker may take to start (imports, model load, joining the group).
         answer_timeout_s: seconds a worker may go without sending anything while it has work.
+        transport: ``auto`` (= ``shared_memory``) | ``shared_memory`` | ``broadcast``
+            (``rollout.weight_transport``; see the module docstring).
     Raises:
         EngineWorkerError: a worker failed to start (its traceback) or not in time.
+        ValueError: an unknown ``transport``.
     """
 
     def __init__(self, n: int, spec: EngineSpec, state: Mapping, version: int, *,
                  devices: Sequence[str] | None = None, start_timeout_s: float = 600.0,
-                 answer_timeout_s: float = 1800.0) -> None:
-        from agentrl.llm.weight_broadcast import WeightLayout, WeightSender
-        from agentrl.llm.weight_sync import spawn_context
+                 answer_timeout_s: float = 1800.0, transport: str = "auto") -> None:
+        from agentrl.llm.weight_sync import SharedWeights, spawn_context
 
+        self.transport = "shared_memory" if transport == "auto" else transport
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"unknown rollout.weight_transport {transport!r} for local engine workers; choose "
+                             f"auto, {' or '.join(TRANSPORTS)}")
         self.n, self.spec, self.restarts, self.policy_version = n, spec, 0, int(version)
         self.specs = place_workers(spec, devices, n)
         self.start_timeout_s, self.answer_timeout_s = start_timeout_s, answer_timeout_s
         self._ctx = spawn_context()
-        cuda = all(s.device.startswith("cuda") for s in self.specs) and all(
-            getattr(t, "is_cuda", False) for t in state.values())
-        self._sender = WeightSender(WeightLayout.of(state, int(spec.weight_bucket_mb * (1 << 20))), n,
-                                    device="cuda" if cuda else "cpu", timeout_s=start_timeout_s)
+        self._sender = self._shared = None
+        if self.transport == "broadcast":
+            from agentrl.llm.weight_broadcast import WeightLayout, WeightSender
+
+            cuda = all(s.device.startswith("cuda") for s in self.specs) and all(
+                getattr(t, "is_cuda", False) for t in state.values())
+            self._sender = WeightSender(WeightLayout.of(state, int(spec.weight_bucket_mb * (1 << 20))), n,
+                                        device="cuda" if cuda else "cpu", timeout_s=start_timeout_s)
+        else:
+            self._shared = SharedWeights(state, self.policy_version)
         self._procs: list = [None] * n
         self._conns: list = [None] * n
         self._pids: list[int | None] = [None] * n
         self._closed = False
         self._lock, self._restarted, self.probe = threading.RLock(), set(), None  # restarted by publish, not yet reported
-        self._finalizer = weakref.finalize(self, _stop, self._procs, self._conns, self._sender)
-        address = self._sender.open()
+        self._finalizer = weakref.finalize(self, stop, self._procs, self._conns, self._sender)
+        source = self._shared if self._sender is None else self._sender.open()
         for i in range(n):
-            self._start(i, address)
+            self._start(i, source)
         for i in range(n):
             self._expect(i, "joining")
-        self._form()
-        self._sender.push(state, self.policy_version)
+        if self._sender is not None:
+            self._form()
+            self._sender.push(state, self.policy_version)
         for i in range(n):
             self._ready(i)
 
     # ---------------------------------------------------------------- lifecycle
-    def _start(self, i: int, address) -> None:
+    def _start(self, i: int, source) -> None:
+        """Spawn worker ``i`` on ``source`` (the shared buffers, or the group's address)."""
         parent, child = self._ctx.Pipe(duplex=True)
-        proc = self._ctx.Process(target=_serve, args=(child, self.specs[i], address, i + 1, self._sender.layout),
+        layout = None if self._sender is None else self._sender.layout
+        proc = self._ctx.Process(target=serve, args=(child, self.specs[i], source, i + 1, layout, self.start_timeout_s),
                                  daemon=False, name=f"agentrl-engine-{i}")
         proc.start()
         child.close()
@@ -205,7 +141,8 @@ class ProcessEngineWorkers:
 
     def _restart(self, i: int, seen=None) -> None:
         """Kill worker ``i`` and start a fresh one with the current weights: the weight group
-        re-forms with it (the live workers rejoin on their own) and the last push is sent again.
+        re-forms with it (the live workers rejoin on their own) and the last push is sent again;
+        shared memory holds them already.
         ``seen``: the process found dead; nothing happens when it was replaced meanwhile."""
         with self._lock:
             proc = self._procs[i]
@@ -215,10 +152,14 @@ class ProcessEngineWorkers:
                 proc.kill()
             proc.join(5.0)
             self._conns[i].close()
-            self._start(i, self._sender.regroup())
-            self._expect(i, "joining")
-            self._form()
-            self._sender.resend()
+            if self._sender is None:
+                self._start(i, self._shared)
+                self._expect(i, "joining")
+            else:
+                self._start(i, self._sender.regroup())
+                self._expect(i, "joining")
+                self._form()
+                self._sender.resend()
             self.restarts += 1
             if self.probe is not None:  # its "probe_ok" goes to the stream, which ignores it
                 self._ready(i)
@@ -317,7 +258,12 @@ class ProcessEngineWorkers:
 
         Raises:
             EngineWorkerError: the broadcast failed with every worker alive.
+            ValueError: ``version`` is lower than the one published before.
         """
+        if self._sender is None:
+            self._shared.publish(state, version)
+            self.policy_version = int(version)
+            return
         self.policy_version = int(version)
         try:
             self._sender.push(state, version)
