@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -66,3 +67,41 @@ def test_sigterm_abandons_the_iteration_closes_everything_and_resumes(tiny_dir, 
     with TurnStore(tmp_path / "term" / "store.sqlite", readonly=True) as store:
         ids = sorted(e.episode_id for e in store.episodes("term"))
     assert ids == list(range(6 * 8))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["rollout", "between", "update", "push", "checkpoint"])
+def test_sigterm_at_each_point_of_an_asynchronous_iteration_resumes_with_each_iteration_once(tiny_dir, tmp_path,
+                                                                                            point):
+    """Issue 52: SIGTERM at five named points of iteration 2 of an asynchronous run
+    (``max_staleness: 1``; ``sigterm_at.py`` says where each point is), then the same command
+    resumes: 3 iterations, each production's 8 episodes stored once, every stored turn credited
+    once, what the interrupted iteration stored set aside."""
+    raw = yaml.safe_load(open(_config(tiny_dir, tmp_path)))
+    raw["run"]["iterations"], raw["run"]["seed"] = 3, 3
+    raw["rollout"].update(max_staleness=1, group_size=8)  # seed 3: iterations 2 and 3 update (1 has no contrast)
+    config = tmp_path / "async.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    hooked = [sys.executable, str(Path(__file__).with_name("sigterm_at.py")), point, str(config)]
+    first = subprocess.run(hooked, capture_output=True, text=True, env=env, timeout=600)
+    assert first.returncode == 143, first.stderr[-3000:]
+    assert "stopped by SIGTERM; the iteration in progress was abandoned" in first.stderr
+    stored = 1 if point == "rollout" else 2  # the point was reached in iteration 2 (not a later one)
+    assert f"[sigterm_at] SIGTERM after {stored} stored iteration(s)" in first.stderr, first.stderr[-2000:]
+    done = subprocess.run([sys.executable, "-m", "agentrl", "train", str(config)], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    with TurnStore(tmp_path / "term" / "store.sqlite", readonly=True) as store:
+        kept = store.load_episodes("term")
+        adv = store.advantages("term")
+        aside = [r for r in store.runs() if r.startswith("term.interrupted-")]
+        aside_n = sum(len(store.episodes(r)) for r in aside)
+    assert sorted(e.episode_id for e in kept) == list(range(48))  # each production's 2 groups x 8, once
+    turns_of = {it: [a.turn_id for a in adv if a.iteration == it] for it in (1, 2, 3)}
+    for it, turns in turns_of.items():
+        assert len(turns) == len(set(turns)) > 0, (point, it)
+    credited = [t for turns in turns_of.values() for t in turns]
+    assert len(credited) == len(set(credited)) == sum(len(e.turns) for e in kept)
+    # what iteration 2 stored before the signal is set aside (none before its store, 16 after it)
+    assert aside_n == {"rollout": 0, "between": 16, "update": 16, "push": 16, "checkpoint": 0}[point], aside
