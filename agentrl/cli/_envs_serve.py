@@ -31,6 +31,11 @@ def add_serve_parser(sub) -> None:
                    "worker is killed and the client gets an EXECUTION_ERROR)")
     p.add_argument("--max-observation-chars", type=int, default=1_000_000, help="longest observation the env may "
                    "answer, characters (longer: the client gets an EXECUTION_ERROR naming observation_too_large)")
+    p.add_argument("--max-body-bytes", type=int, default=64 << 20, help="largest HTTP request body or "
+                   "WebSocket message, bytes (larger: 413)")
+    p.add_argument("--header-timeout", type=float, default=10.0, help="seconds a connection has to complete a "
+                   "request's headers (then it is closed: a slow client cannot hold it)")
+    p.add_argument("--max-connections", type=int, default=256, help="connections served at once (more: 503)")
     p.set_defaults(func=serve_env_cmd)
 
 
@@ -50,13 +55,15 @@ def serve_env_cmd(args: argparse.Namespace) -> int:
     serves until interrupted, returns 0. Raises ``ValueError``/``KeyError`` for bad options or id."""
     from agentrl.env.preflight import check_env_kwargs
     from agentrl.envserve import ServeOptions, serve_env
+    from agentrl.serve_limits import ServeLimits
 
     kwargs = _env_kwargs(args.env_kwargs)
     check_env_kwargs(args.env_id, kwargs)
     opts = ServeOptions(env_id=args.env_id, protocol=args.protocol, host=args.host, port=args.port,
                         slots=args.slots, env_kwargs=kwargs, token=args.token or os.environ.get(TOKEN_ENV) or None,
                         session_timeout_s=args.session_timeout or None, step_timeout_s=args.step_timeout,
-                        max_observation_chars=args.max_observation_chars)
+                        max_observation_chars=args.max_observation_chars,
+                        limits=ServeLimits(args.max_body_bytes, args.header_timeout, args.max_connections))
 
     if args.token:
         print(f"warning: --token is visible to every user of this machine (ps, /proc/PID/cmdline); pass it as "

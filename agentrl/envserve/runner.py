@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from agentrl.env.guards import DEFAULT_MAX_OBSERVATION_CHARS
+from agentrl.serve_limits import ServeLimits, limit_body, uvicorn_limits
 
 PROTOCOLS = ("openenv",)
 LOOPBACK = "127.0.0.1"
@@ -31,6 +32,8 @@ class ServeOptions:
         step_timeout_s / reset_timeout_s: the pool's deadlines per env call, seconds.
         max_observation_chars: the longest observation the env may answer (longer: an
             EXECUTION_ERROR reply, cause ``observation_too_large``).
+        limits: the HTTP server's body cap, header deadline and connection cap
+            (``agentrl.serve_limits``).
     """
 
     env_id: str
@@ -44,6 +47,7 @@ class ServeOptions:
     step_timeout_s: float = 30.0
     reset_timeout_s: float = 120.0
     max_observation_chars: int = DEFAULT_MAX_OBSERVATION_CHARS
+    limits: ServeLimits = ServeLimits()
 
 
 def check_options(opts: ServeOptions) -> None:
@@ -92,8 +96,10 @@ def serve_env(opts: ServeOptions, on_ready: Callable[[str], None] = print) -> No
     hub = PoolHub(opts.env_id, opts.slots, env_kwargs=opts.env_kwargs, step_timeout_s=opts.step_timeout_s,
                   reset_timeout_s=opts.reset_timeout_s, max_observation_chars=opts.max_observation_chars)
     try:
-        app = build_openenv_app(hub, session_timeout_s=opts.session_timeout_s, token=opts.token)
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", ws_ping_interval=20.0, ws_ping_timeout=20.0))
+        app = limit_body(build_openenv_app(hub, session_timeout_s=opts.session_timeout_s, token=opts.token),
+                         opts.limits.max_body_bytes)
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", ws_ping_interval=20.0, ws_ping_timeout=20.0,
+                                               ws_max_size=opts.limits.max_body_bytes, **uvicorn_limits(opts.limits)))
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
         on_ready(f"http://{shown}:{port}")

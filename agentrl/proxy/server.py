@@ -22,6 +22,7 @@ from agentrl.llm.base import LLMClient, SamplingParams
 from agentrl.llm.chat import ChatRenderer
 from agentrl.proxy.calls import ProxyCore
 from agentrl.proxy.sessions import EpisodeHandle, EpisodeSink, EpisodeSummary, SessionRegistry
+from agentrl.serve_limits import ServeLimits, limit_body, uvicorn_limits
 from agentrl.types import Episode, EpisodeStatus
 
 
@@ -42,12 +43,16 @@ class RecordingProxy:
         first_episode_id: id of the first episode created without an explicit id.
         unknown_fields: ``ignore`` | ``refuse`` unknown request keys (None: ``refuse`` in
             ``strict`` mode, else ``ignore``; see ``ProxyCore``).
+        limits: the HTTP server's body cap, header deadline and connection cap
+            (``agentrl.serve_limits``; None: its defaults).
     """
 
     def __init__(self, engine: LLMClient, renderer: ChatRenderer, *, sink: EpisodeSink | None = None,
                  run_id: str = "proxy", mode: str = "tito", sampling: SamplingParams | None = None,
                  admin_token: str | None = None, measure_drift: bool = True, max_batch: int = 32,
-                 model_name: str = "policy", first_episode_id: int = 0, unknown_fields: str | None = None) -> None:
+                 model_name: str = "policy", first_episode_id: int = 0, unknown_fields: str | None = None,
+                 limits: ServeLimits | None = None) -> None:
+        self.limits = limits or ServeLimits()
         self.registry = SessionRegistry(run_id, sink, first_episode_id)
         self.core = ProxyCore(engine, renderer, self.registry, mode=mode, sampling=sampling,
                               measure_drift=measure_drift, max_batch=max_batch, model_name=model_name,
@@ -66,7 +71,8 @@ class RecordingProxy:
         """The ASGI app (for mounting elsewhere or testing)."""
         from agentrl.proxy.app import build_app
 
-        return build_app(self.core, admin_token=self.admin_token, base_url=lambda: self.url)
+        return limit_body(build_app(self.core, admin_token=self.admin_token, base_url=lambda: self.url),
+                          self.limits.max_body_bytes)
 
     def start(self, host: str = "127.0.0.1", port: int = 0, *, log_level: str = "warning",
               timeout_s: float = 30.0) -> str:
@@ -84,7 +90,7 @@ class RecordingProxy:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
         config = uvicorn.Config(self.app(), log_level=log_level, access_log=False, lifespan="off",
-                                timeout_keep_alive=60)
+                                timeout_keep_alive=60, **uvicorn_limits(self.limits))
         self._server = uvicorn.Server(config)
         self.url = f"http://{host}:{sock.getsockname()[1]}"
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},

@@ -225,3 +225,23 @@ def test_prompt_longer_than_context_is_400(serve, renderer, reply_ids):
         r = _post(f"{h.base_url}/chat/completions", {"messages": USER})
         assert r.status_code == 400 and "context of 8 tokens" in r.json()["error"]["message"]
         assert engine.calls == 0 and proxy.close_episode(h.episode_id).turns == []
+
+
+def test_the_proxy_caps_request_bodies_and_closes_stalled_connections(serve, scripted):
+    """Issue 52: a body over the cap is answered 413 (OpenAI-style error) before the proxy parses
+    it; a client that never finishes its headers is disconnected after the header deadline."""
+    import socket
+    from urllib.parse import urlparse
+
+    from agentrl.serve_limits import ServeLimits
+
+    with serve(scripted, limits=ServeLimits(max_body_bytes=2048, header_timeout_s=1.0)) as proxy:
+        big = {"messages": [{"role": "user", "content": "x" * 5000}]}
+        got = _post(f"{proxy.url}/v1/chat/completions", big)
+        assert got.status_code == 413 and "over 2048 bytes" in got.json()["error"]["message"]
+        assert _post(f"{proxy.url}/v1/chat/completions", {"messages": USER}).status_code == 401  # reaches the app
+        u = urlparse(proxy.url)
+        with socket.create_connection((u.hostname, u.port), timeout=10) as s:
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+            s.settimeout(5.0)
+            assert s.recv(1) == b""  # closed by the server
