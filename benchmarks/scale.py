@@ -12,8 +12,9 @@ For each model size (random weights from a config written in code, no downloads)
 2. **Weight push** — (a) the data-parallel sync of the same runs: ``agentrl.distributed.
    inference_state`` (gather to rank 0, LoRA merged) + ``HFEngine.update_weights`` on a second
    engine copy, 1 vs 2 ranks; (b) the rollout engine-worker push:
-   ``open_engine_workers("local", 1 or 2, ...).push_weights`` (the trainer → engine broadcast
-   group since issue 37; shared memory before), with the worker start time.
+   ``open_engine_workers("local", 1 or 2, ...).push_weights`` (``rollout.weight_transport:
+   auto``: shared memory for these local workers — issue 52; the broadcast group from issue 37
+   until then), with the worker start time.
 
 Ratios come from one run, side by side; absolute seconds depend on the machine and its load
 (recorded: load average before/after each run, threads, torch version, date).
