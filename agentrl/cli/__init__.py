@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {markup_safe(msg)}", highlight=False)
         return 2
     except RuntimeError as exc:
-        if type(exc).__name__ != "SyncError":  # agentrl.train.sync's (imported lazily: it needs torch)
+        if type(exc).__name__ not in ("SyncError", "RolloutFailedError"):  # agentrl.train's (lazy: they need torch)
             raise
         from rich.console import Console
 

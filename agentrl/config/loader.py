@@ -25,6 +25,7 @@ from typing import Any, Literal
 import yaml
 
 from agentrl.config.checks import _plain, validate_config
+from agentrl.config.harness_paths import resolve_harness_command
 from agentrl.config.sections import Config, ConfigError, _check
 from agentrl.registry import closest
 
@@ -226,9 +227,13 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> Config:
     (``config_from_dict``). No registry is consulted: ``agentrl.train.checks.load_checked_config``
     also checks the env id, the loss and the estimator's kwargs (filling its defaults in).
 
+    A relative ``rollout.harness.command`` program is read against the config file's folder,
+    then the working directory, and stored absolute (``agentrl.config.harness_paths``).
+
     Raises:
         ConfigError: missing file, invalid YAML, unknown/misspelt key (with the closest valid
-            key), wrong value type or range (see ``validate_config``).
+            key), wrong value type or range (see ``validate_config``), a harness program that
+            does not exist.
     """
     p = Path(path)
     _check(p.is_file(), f"config file {str(p)!r} does not exist; pass the path of a YAML file (see examples/)")
@@ -237,7 +242,12 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> Config:
     except yaml.YAMLError as exc:
         raise ConfigError(_yaml_error(str(p), exc)) from None
     _check(raw is None or isinstance(raw, Mapping), f"{p}: the top level must be a mapping of sections")
-    return config_from_dict(raw or {}, overrides)
+    cfg = config_from_dict(raw or {}, overrides)
+    harness = cfg.rollout.harness
+    if harness is not None:  # its program beside the config file (else the working directory), made absolute
+        harness = dataclasses.replace(harness, command=resolve_harness_command(harness.command, p.parent))
+        cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, harness=harness))
+    return cfg
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

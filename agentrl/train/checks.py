@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.config import AlgorithmConfig, Config, ConfigError, _plain, config_from_dict, load_config, validate_config
+from agentrl.config.harness_paths import check_harness_program
 from agentrl.config.schedule import check_schedule
 from agentrl.credit import validate_estimator_kwargs
 from agentrl.credit.registry import check_group_by_version, get_estimator, tree_estimators
@@ -68,7 +69,8 @@ def check_config(cfg: Config) -> Config:
             ``group_by_version`` with an estimator whose groups are not task groups; HiPER
             without ``policy.action_format: hiper``; a declared step scorer or store query
             nobody registered; an unparsable ``policy.action_format``; ``update.kl_coef`` > 0 (no
-            reference model is loaded by the trainer); and what ``validate_config`` raises.
+            reference model is loaded by the trainer); a harness program that does not exist
+            (``agentrl.config.harness_paths``); and what ``validate_config`` raises.
     """
     cfg = validate_config(cfg)
     _validate_env_id(cfg.env.id)
@@ -81,6 +83,8 @@ def check_config(cfg: Config) -> Config:
     _validate_group_by_version(algorithm.estimator, algorithm.group_by_version)
     _validate_action_format(algorithm.estimator, cfg.policy.action_format)
     _validate_declarations(algorithm.estimator)
+    if cfg.rollout.harness is not None:  # a missing program aborted every episode of a run that exited 0 (issue 53)
+        check_harness_program(cfg.rollout.harness.command)
     if cfg.update.kl_coef > 0:  # the trainer loads no frozen reference: refused here, not after the first rollout
         raise ConfigError(f"update.kl_coef={cfg.update.kl_coef} asks for a KL penalty to a frozen reference model, which "
                           "the trainer does not load yet (the update step supports it given reference logprobs: "

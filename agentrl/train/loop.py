@@ -41,7 +41,7 @@ from agentrl.train.checks import check_config
 from agentrl.train.colocate import engine_asleep
 from agentrl.train.launches import Launch
 from agentrl.train.run_dir import RunLock, prepare_run_dir, set_aside_interrupted
-from agentrl.train.plan import update_policy
+from agentrl.train.plan import report_failures, update_policy
 from agentrl.config.schedule import scheduled_kwargs
 from agentrl.train.scorers import StepScorer, make_scorers
 from agentrl.train.steps import (collect_iteration, episode_id_stride, open_engines, open_pool, open_stream,
@@ -184,6 +184,7 @@ def chain_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
     if parts.is_main:
         # tree branches after their parents (stored first); each tagged with its iteration (what a resume keeps)
         add_linked(parts.store, episodes, run_id=cfg.run.name, iteration=it + 1)
+        report_failures(episodes, it, stop_when_all=parts.dp is None or not parts.dp.distributed)  # stored: viewable
         check_success_reward(cfg.algorithm.estimator, cfg.algorithm.kwargs, episodes)
         table = parts.store.table(run_id=cfg.run.name, episode_ids=[e.episode_id for e in episodes])
         for scorer in parts.scorers:  # e.g. the critic's V(s_t) per turn, before the estimator runs

@@ -30,6 +30,7 @@ from agentrl.update.step import update
 log = logging.getLogger(__name__)
 
 __all__ = ["BatchInputs", "UpdatePlan", "require_tokens", "plan_update", "expectations", "skipped_update_reason",
+           "report_failures", "RolloutFailedError",
            "update_policy"]
 
 
@@ -170,6 +171,38 @@ def failure_summary(episodes: list[Episode]) -> str:
     reason, n = Counter(e.error or "no reason recorded" for e in failed).most_common(1)[0]
     counts = ", ".join(f"{k} {v}" for k, v in by_status.most_common())
     return f"{counts} of {len(episodes)}; most common reason ({n}): {reason}"
+
+
+class RolloutFailedError(RuntimeError):
+    """Every episode of an iteration failed (aborted, timeout or env_error): the run stops with
+    the first error (``agentrl train`` exits 1) instead of training on nothing and writing a
+    checkpoint of an unchanged policy. The episodes stay in the store."""
+
+
+def report_failures(episodes: list[Episode], iteration: int, *, stop_when_all: bool = True) -> str:
+    """Log one warning line when episodes of iteration ``iteration`` (0-based) failed: how many
+    of how many, by status and by cause (``Episode.cause``), and the first failed episode's
+    error; returns that line ("" when none failed).
+
+    Raises:
+        RolloutFailedError: every episode failed (with ``stop_when_all``; a data-parallel run
+            passes False: its other ranks would wait on rank 0 in the next collective).
+    """
+    failed = [e for e in episodes if e.status != EpisodeStatus.OK]
+    if not failed:
+        return ""
+    statuses = ", ".join(f"{k} {v}" for k, v in Counter(e.status.value for e in failed).most_common())
+    causes = Counter(e.cause for e in failed if e.cause)
+    named = ", ".join(f"{k} {v}" for k, v in causes.most_common()) or "none named"
+    first = min(failed, key=lambda e: e.episode_id)
+    line = (f"iteration {iteration + 1}: {len(failed)} of {len(episodes)} episode(s) failed ({statuses}; causes: "
+            f"{named}); first error (episode {first.episode_id}): {first.error or 'no reason recorded'}")
+    log.warning("%s", line)
+    if stop_when_all and len(failed) == len(episodes):
+        raise RolloutFailedError(f"every episode of iteration {iteration + 1} failed, so nothing can be trained: "
+                                 f"{line.split(': ', 1)[1]}. Fix the cause and run the same command again (the "
+                                 "failed episodes are in the store: agentrl view)")
+    return line
 
 
 def skipped_update_reason(table: TurnTable | None, advantages: np.ndarray | None,

@@ -72,16 +72,24 @@ def test_failed_episodes_say_why_in_the_skipped_update_line():
 
 def test_a_system_prompt_longer_than_the_context_is_named_in_the_log(tiny_dir, tmp_path, caplog):
     """Every episode aborts at its first prompt: the run says so and why, instead of 'no episode
-    was collected' (adversarial pass of issue 48)."""
+    was collected' (adversarial pass of issue 48) — and since issue 53 it stops there (no update
+    of nothing, no checkpoint of an unchanged policy), the failed episodes kept in the store."""
     from dataclasses import replace
 
+    from agentrl.store import TurnStore
     from agentrl.train import train
+    from agentrl.train.plan import RolloutFailedError
 
     cfg = _cfg(tiny_dir, tmp_path, 1, 6, "grpo", 1)
     cfg = replace(cfg, policy=replace(cfg.policy, system_prompt="word " * 4000))
-    with caplog.at_level(logging.INFO, logger="agentrl"):
-        result = train(cfg, resume=False)
-    line = next(r.getMessage() for r in caplog.records if "no update" in r.getMessage())
-    assert re.search(r"no episode has a turn \(aborted 8 of 8; most common reason \(8\): first prompt \(\d+ tokens\) "
-                     r"fills the context \(\d+\); shorten policy.system_prompt", line), line
-    assert result.state.optimizer_steps == 0
+    with caplog.at_level(logging.INFO, logger="agentrl"), pytest.raises(RolloutFailedError) as err:
+        train(cfg, resume=False)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("every episode of iteration 1 failed, so nothing can be trained: ")
+    assert re.search(r"8 of 8 episode\(s\) failed \(aborted 8; causes: none named\); first error \(episode 0\): "
+                     r"first prompt \(\d+ tokens\) fills the context \(\d+\); shorten policy.system_prompt", msg), msg
+    assert any("8 of 8 episode(s) failed" in r.getMessage() for r in caplog.records)  # the per-iteration line
+    run_dir = tmp_path / cfg.run.name
+    assert not (run_dir / "checkpoints").exists() or not any((run_dir / "checkpoints").iterdir())
+    with TurnStore(run_dir / "store.sqlite", readonly=True) as store:
+        assert [e.status.value for e in store.episodes(cfg.run.name)] == ["aborted"] * 8

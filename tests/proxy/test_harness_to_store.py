@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_harness_episodes_train_ready(tiny_engine, renderer, tmp_path):
     cfg = load_config(ROOT / "examples" / "harness_toy.yaml")
-    assert cfg.rollout.harness.command[1] == "examples/harness_agent.py" and cfg.env.id == "agentrl/Toy-v0"
+    # the program beside the config file, made absolute (whatever the working directory)
+    assert cfg.rollout.harness.command[1] == str(ROOT / "examples" / "harness_agent.py") and cfg.env.id == "agentrl/Toy-v0"
     spec = HarnessSpec.from_config(cfg.rollout.harness, cfg.env.id)
     spec = replace(spec, cwd=str(ROOT), command=spec.command + ("--max-turns", "3", "--max-tokens", "12"))
     eps = collect_harness_episodes(tiny_engine, renderer, spec, n_groups=2, group_size=2, seed=7, run_id="h",
