@@ -210,8 +210,8 @@ def test_the_scans_see_what_they_forbid():
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Layer L0 (pyproject.toml's import-linter "agentrl layers", last line): imports nothing of ours above it
-BOTTOM = ("agentrl.types", "agentrl.turn_info", "agentrl.failures", "agentrl.deadline", "agentrl.config", "agentrl.registry",
-          "agentrl.log")
+BOTTOM = ("agentrl.types", "agentrl.turn_info", "agentrl.failures", "agentrl.deadline", "agentrl.serve_limits",
+          "agentrl.config", "agentrl.registry", "agentrl.log")
 _IMPORTERS = {"import_module", "__import__"}
 _MODULE_PATH = re.compile(r"agentrl(\.\w+)+")
 
@@ -272,7 +272,8 @@ def upward_imports(module: str, source: str, *, is_package: bool = False) -> lis
 
 
 def test_the_bottom_layer_imports_nothing_above_it():
-    """agentrl.types, turn_info, failures, deadline, config, registry and log import no agentrl module above them:
+    """agentrl.types, turn_info, failures, deadline, serve_limits, config, registry and log import no agentrl module
+    above them:
     not statically, not through importlib (the import-linter contracts cannot see a string)."""
     files = bottom_files()
     found = {m: hits for m, f in files.items()
