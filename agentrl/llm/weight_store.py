@@ -24,6 +24,7 @@ are for trusted networks) and, given a host name, still listens on every interfa
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import ipaddress
@@ -85,7 +86,7 @@ def serve_store(host: str, ports: tuple[int, int] | None, timeout_s: float) -> d
         try:
             sock = _listen(host, port)
         except OSError as exc:
-            if exc.errno not in (98, 48):  # EADDRINUSE (Linux, macOS): try the next port
+            if exc.errno != errno.EADDRINUSE:  # in use: try the next port
                 raise
             error = exc
             continue

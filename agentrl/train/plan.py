@@ -195,14 +195,14 @@ def report_failures(episodes: list[Episode], iteration: int, *, stop_when_all: b
     causes = Counter(e.cause for e in failed if e.cause)
     named = ", ".join(f"{k} {v}" for k, v in causes.most_common()) or "none named"
     first = min(failed, key=lambda e: e.episode_id)
-    line = (f"iteration {iteration + 1}: {len(failed)} of {len(episodes)} episode(s) failed ({statuses}; causes: "
-            f"{named}); first error (episode {first.episode_id}): {first.error or 'no reason recorded'}")
-    log.warning("%s", line)
+    detail = (f"{len(failed)} of {len(episodes)} episode(s) failed ({statuses}; causes: {named}); first error "
+              f"(episode {first.episode_id}): {first.error or 'no reason recorded'}")
+    log.warning("iteration %d: %s", iteration + 1, detail)
     if stop_when_all and len(failed) == len(episodes):
         raise RolloutFailedError(f"every episode of iteration {iteration + 1} failed, so nothing can be trained: "
-                                 f"{line.split(': ', 1)[1]}. Fix the cause and run the same command again (the "
-                                 "failed episodes are in the store: agentrl view)")
-    return line
+                                 f"{detail}. Fix the cause and run the same command again (the failed episodes are "
+                                 "in the store: agentrl view)")
+    return f"iteration {iteration + 1}: {detail}"
 
 
 def skipped_update_reason(table: TurnTable | None, advantages: np.ndarray | None,
