@@ -13,9 +13,17 @@ import re
 
 #: The registered causes. The env pools' answer checks (``agentrl.env.guards``): a reward that is
 #: not a real number, not finite, or outside the env's declared range; an observation that is
-#: not text or longer than ``env.max_observation_chars``.
-FAILURE_CAUSES = ("reward_not_numeric", "reward_not_finite", "reward_out_of_range", "observation_not_text",
-                  "observation_too_large")
+#: not text or longer than ``env.max_observation_chars``. An external harness's episode
+#: (``agentrl.proxy``, ``agentrl.rollout.harness``): a model call the proxy answered with an
+#: error (engine failure, prompt over the context, a refused request — the harness may have
+#: retried it), a client that hung up before the whole reply was delivered (its own timeout, a
+#: crash mid-stream), a turn whose weights changed while it was generated, the harness program
+#: exiting non-zero, passing its deadline, or writing an unreadable action log.
+ENV_CAUSES = ("reward_not_numeric", "reward_not_finite", "reward_out_of_range", "observation_not_text",
+              "observation_too_large")
+HARNESS_CAUSES = ("model_call_failed", "client_disconnected", "mixed_versions", "harness_exit", "harness_timeout",
+                  "bad_action_log")
+FAILURE_CAUSES = ENV_CAUSES + HARNESS_CAUSES
 _CAUSE = re.compile(r"^\[([a-z_]+)\] ")
 
 

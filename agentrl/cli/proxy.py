@@ -44,6 +44,10 @@ def register(subparsers) -> None:
     s.add_argument("--admin-token", default=None, help="bearer token of /admin (default: random, printed)")
     s.add_argument("--max-tokens", type=int, default=256, help="default max_tokens when a request omits it")
     s.add_argument("--max-batch", type=int, default=32, help="most prompts per engine call")
+    s.add_argument("--while-paused", choices=("hold", "reject"), default="hold",
+                   help="a call that arrives during a weight update (POST /admin/pause) waits (default) or gets "
+                        "429 with Retry-After")
+    s.add_argument("--retry-after", type=float, default=1.0, help="seconds of Retry-After in reject mode")
     s.set_defaults(func=serve)
 
 
@@ -114,7 +118,9 @@ def serve(args: argparse.Namespace, *, ready: threading.Event | None = None,
         proxy = RecordingProxy(engine, renderer, sink=store, run_id=run_id, mode=args.mode,
                                admin_token=args.admin_token, sampling=SamplingParams(max_tokens=args.max_tokens),
                                max_batch=args.max_batch, model_name=args.policy,
-                               unknown_fields=getattr(args, "unknown_fields", None))
+                               unknown_fields=getattr(args, "unknown_fields", None),
+                               while_paused=getattr(args, "while_paused", "hold"),
+                               retry_after_s=getattr(args, "retry_after", 1.0))
         try:
             url = proxy.start(args.host, args.port)
         except OSError as exc:  # lost a race for the port since check_port

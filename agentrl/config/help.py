@@ -117,6 +117,8 @@ KEY_HELP: dict[str, str] = {
     "rollout.sync_timeout_s": "seconds a weight sync may take before the run stops",
     "rollout.weight_transport": "weights to engine workers: auto (shared memory for local workers, the "
                                 "broadcast group for Ray actors), shared_memory or broadcast",
+    "rollout.min_group_valid": "ok episodes a group that lost one (failed, never trained on) needs to stay in "
+                               "the update",
     # algorithm
     "algorithm.estimator": "credit estimator, a registered name (grpo, gigpo, turn_ppo, ...)",
     "algorithm.kwargs": "the estimator's keyword hyperparameters (each listed with its default in effect)",

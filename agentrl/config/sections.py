@@ -293,7 +293,10 @@ class RolloutConfig:
     ``weight_transport``: how weights reach engine workers — ``shared_memory`` (buffers every
     local worker maps; no socket), ``broadcast`` (a torch.distributed group, bound and keyed per
     run: ``agentrl.llm.weight_store``), ``auto`` (default: shared memory for local workers, the
-    group for Ray actors, which may sit on other hosts)."""
+    group for Ray actors, which may sit on other hosts).
+    ``min_group_valid`` (default 2): a group that lost an episode (status not ok: it is never
+    trained on) stays in the update only with at least this many ok episodes; otherwise it is
+    dropped and counted (``rollout/groups_dropped``; ``agentrl.train.exclusion``)."""
 
     groups_per_iteration: int = 6
     group_size: int = 4
@@ -314,9 +317,11 @@ class RolloutConfig:
     sync_probe_tol: Optional[float] = None
     sync_timeout_s: float = 600.0
     weight_transport: Literal["auto", "broadcast", "shared_memory"] = "auto"
+    min_group_valid: int = 2
 
     def __post_init__(self) -> None:
         _check_min("rollout.engines", self.engines, 0, "0 = sample in the trainer's process")
+        _check_min("rollout.min_group_valid", self.min_group_valid, 1, "ok episodes a group that lost one needs")
         _check_min("rollout.sync_probe_tol", self.sync_probe_tol, 0, "max |logprob gap| in nats; null: the dtype's "
                    "default", strict=True, null_ok=True)
         _check_min("rollout.sync_timeout_s", self.sync_timeout_s, 0, "seconds", strict=True)

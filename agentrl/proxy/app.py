@@ -54,11 +54,16 @@ def _json(obj, status: int = 200) -> Response:
 
 
 def _error(exc: WireError) -> Response:
-    return Response(exc.body(), status_code=exc.status, media_type=JSON)
+    return Response(exc.body(), status_code=exc.status, media_type=JSON, headers=exc.headers())
 
 
 def _anthropic_error(exc: WireError) -> Response:
-    return Response(error_body(exc), status_code=exc.status, media_type=JSON)
+    return Response(error_body(exc), status_code=exc.status, media_type=JSON, headers=exc.headers())
+
+
+#: Error answers that do not break an episode: an unknown key (no episode), a closed episode or
+#: one past its ``max_calls`` (nothing was sampled), a 429 during a weight update (retry).
+_NOT_A_FAILURE = (401, 409, 429)
 
 
 def _bearer(request: Request) -> str | None:
@@ -90,7 +95,9 @@ def build_app(core: ProxyCore, *, admin_token: str, base_url: Callable[[], str],
     async def generate(request: Request, parse, body, stream, error=_error) -> Response:
         """One data-plane call in any dialect: ``parse(data, session) -> ChatRequest`` or a
         context with ``.req``; ``body(call, ctx)`` / ``stream(call, ctx)`` write the reply;
-        ``error`` formats a ``WireError``."""
+        ``error`` formats a ``WireError``; an error answered to an episode's call is noted on
+        it (``EpisodeSession.note_failure``: the episode closes ``aborted``)."""
+        session = None
         try:
             session = session_of(request)
             data = loads(await request.body())
@@ -100,6 +107,8 @@ def build_app(core: ProxyCore, *, admin_token: str, base_url: Callable[[], str],
                 raise WireError(409, f"episode {session.episode.episode_id} is closed", kind="conflict")
             call: PendingCall = await _watch(request, core.start_async(session, req, run))
         except WireError as exc:
+            if session is not None and exc.status not in _NOT_A_FAILURE:
+                session.note_failure("model_call_failed", f"answered {exc.status}: {exc.message}")
             return error(exc)
         if call is None:  # the client left while the engine ran; start() finished the call
             return Response(status_code=499)

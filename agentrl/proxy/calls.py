@@ -126,13 +126,16 @@ class ProxyCore:
         unknown_fields: ``ignore`` (unknown request keys are ignored and recorded in
             ``info["ignored_fields"]``) | ``refuse`` (a 400); None: ``refuse`` in ``strict``
             mode, else ``ignore``. Null-valued keys are always ignored.
+        while_paused: ``hold`` | ``reject`` — what a call that arrives during a weight update
+            gets (``agentrl.proxy.engine.Gate``); retry_after_s: its ``Retry-After``.
     Raises:
-        ValueError: an unknown mode or ``unknown_fields`` value.
+        ValueError: an unknown mode, ``unknown_fields`` or ``while_paused`` value.
     """
 
     def __init__(self, engine: LLMClient, renderer: ChatRenderer, registry: SessionRegistry, *, mode: str = "tito",
                  sampling: SamplingParams | None = None, measure_drift: bool = True, max_batch: int = 32,
-                 model_name: str = "policy", unknown_fields: str | None = None) -> None:
+                 model_name: str = "policy", unknown_fields: str | None = None, while_paused: str = "hold",
+                 retry_after_s: float = 1.0) -> None:
         if mode not in MODES:
             raise ValueError(f"proxy mode must be one of {MODES}, got {mode!r}")
         unknown_fields = unknown_fields or ("refuse" if mode == "strict" else "ignore")
@@ -148,7 +151,7 @@ class ProxyCore:
         self.sampling = sampling or SamplingParams()
         self.measure_drift, self.model_name = measure_drift, model_name
         self.worker = EngineWorker(engine, max_batch=max_batch)
-        self.gate = Gate()
+        self.gate = Gate(while_paused, retry_after_s)
         self._render_lock = threading.Lock()  # fast tokenizers are not safe under concurrent calls
         self.encoder = Encoder(renderer)  # renderer.encode's ids, faster; incremental full re-encodes
 
@@ -157,15 +160,22 @@ class ProxyCore:
 
         Raises:
             WireError: 409 closed episode, 400 bad prompt (strict drift, context overflow),
-                503 engine failure.
+                429 during a weight update (``while_paused: reject``), 503 engine failure;
+                a 400 or 503 is noted on the episode (it closes ``aborted``).
         """
         session.acquire()
-        self.gate.enter()
+        try:
+            self.gate.enter()
+        except BaseException:
+            session.release()
+            raise
         try:
             plan, sampling, version, t0, retry = self._plan(session, req)
             fut = self.worker.submit(plan.prompt_ids, sampling, req.top_logprobs, self._grammar(req))
             return self._pending(session, req, plan, sampling, version, t0, self._engine_result(fut), retry)
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, WireError):
+                session.note_failure("model_call_failed", f"answered {exc.status}: {exc.message}")
             self.gate.leave()
             session.release()
             raise
@@ -260,7 +270,10 @@ class ProxyCore:
         (see the module docstring). Drift measured before generating (``retokenize``,
         ``strict``) goes into ``info`` here; a pending one is left to ``measure``."""
         s, plan, c = call.session, call.plan, call.completion
-        aborted = not delivered or c.finish_reason == FINISH_ABORT
+        mixed = int(c.policy_version) != call.version_start  # weights changed while it was generated
+        aborted = not delivered or c.finish_reason == FINISH_ABORT or mixed
+        if aborted:
+            s.note_failure(*_failure_of(call, delivered, mixed))
         retry_of = None
         if call.retry_of is not None and not aborted:
             call._superseded = supersede(s, call.retry_of)
@@ -320,6 +333,7 @@ class ProxyCore:
         s, t = call.session, call.turn
         if call._undo is None:  # recorded as aborted already
             return t
+        s.note_failure("client_disconnected", "the client hung up before the whole reply was delivered")
         rewind(s, call)
         if s.last_call is call:
             s.last_call = None
@@ -363,6 +377,17 @@ class ProxyCore:
     def close(self) -> None:
         """Stop the engine worker."""
         self.worker.close()
+
+
+def _failure_of(call: PendingCall, delivered: bool, mixed: bool) -> tuple[str, str]:
+    """(cause, text) of an aborted call (``agentrl.failures.HARNESS_CAUSES``)."""
+    if mixed:
+        return "mixed_versions", (f"the weights changed from policy version {call.version_start} to "
+                                  f"{int(call.completion.policy_version)} while the reply was generated (update weights "
+                                  "through RecordingProxy.update_weights, which holds calls meanwhile)")
+    if not delivered:
+        return "client_disconnected", "the client hung up before the whole reply was delivered"
+    return "model_call_failed", "the engine aborted the generation"
 
 
 def _mark_aborted(info: dict, n_tokens: int) -> None:

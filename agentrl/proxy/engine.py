@@ -4,8 +4,9 @@
 those with equal unseeded ``SamplingParams`` into one ``generate`` call (at most
 ``max_batch`` prompts), and runs seeded requests alone, so a seeded request samples the
 same ids whatever else is in flight. ``Gate`` lets the trainer pause admission around a
-weight update: ``pause`` blocks new calls and waits until the calls in flight have
-finished, so no call straddles two policy versions.
+weight update: ``pause`` stops admission and waits until the calls in flight have
+finished, so no call straddles two policy versions; a call that arrives meanwhile waits
+(``hold``, the default) or is answered 429 with ``Retry-After`` (``reject``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from agentrl.llm.base import Completion, LLMClient, SamplingParams
+from agentrl.proxy.errors import WireError
+
+#: What a call that arrives during a weight update gets (``Gate``).
+WHILE_PAUSED = ("hold", "reject")
 
 
 @dataclass
@@ -119,11 +124,22 @@ def _batches(jobs: list[_Job], max_batch: int) -> list[list[_Job]]:
 class Gate:
     """Admission gate for calls (thread-safe).
 
-    ``enter`` blocks while paused; ``pause`` stops admission and waits for the calls in
-    flight to leave; ``resume`` admits again.
+    ``enter`` blocks while paused (``hold``) or raises a 429 (``reject``); ``pause`` stops
+    admission and waits for the calls in flight to leave; ``resume`` admits again.
+
+    Args:
+        while_paused: ``hold`` | ``reject`` (see the module docstring).
+        retry_after_s: seconds a rejected call is told to wait (``Retry-After``), > 0.
+    Raises:
+        ValueError: an unknown ``while_paused`` or a non-positive ``retry_after_s``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, while_paused: str = "hold", retry_after_s: float = 1.0) -> None:
+        if while_paused not in WHILE_PAUSED:
+            raise ValueError(f"while_paused must be one of {WHILE_PAUSED}, got {while_paused!r}")
+        if not retry_after_s > 0:
+            raise ValueError(f"retry_after_s must be > 0 seconds, got {retry_after_s}")
+        self.while_paused, self.retry_after_s = while_paused, float(retry_after_s)
         self._cv = threading.Condition()
         self._paused = False
         self._in_flight = 0
@@ -133,8 +149,16 @@ class Gate:
         return self._paused
 
     def enter(self) -> None:
-        """Wait while paused, then count one call in flight."""
+        """Wait while paused (``hold``), then count one call in flight.
+
+        Raises:
+            WireError: 429 with ``Retry-After`` while paused in ``reject`` mode.
+        """
         with self._cv:
+            if self._paused and self.while_paused == "reject":
+                raise WireError(429, "the policy's weights are being updated; retry after "
+                                     f"{self.retry_after_s:g} s (Retry-After)", kind="rate_limit_error",
+                                retry_after_s=self.retry_after_s)
             self._cv.wait_for(lambda: not self._paused)
             self._in_flight += 1
 

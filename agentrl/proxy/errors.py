@@ -14,18 +14,27 @@ __all__ = ["WireError", "bad"]
 
 
 class WireError(Exception):
-    """A request the proxy refuses; ``status`` is the HTTP code (400, 401, 404, 409, 503).
+    """A request the proxy refuses; ``status`` is the HTTP code (400, 401, 404, 409, 429, 503).
 
     Args:
         status: HTTP status code.
         message: what is wrong and how to fix it.
         param: the offending request parameter, if any.
         kind: OpenAI error ``type`` (``invalid_request_error``, ``authentication_error`` ...).
+        retry_after_s: seconds sent as ``Retry-After`` (a 429 while the weights are updated).
     """
 
-    def __init__(self, status: int, message: str, *, param: str | None = None, kind: str = "invalid_request_error"):
+    def __init__(self, status: int, message: str, *, param: str | None = None, kind: str = "invalid_request_error",
+                 retry_after_s: float | None = None):
         super().__init__(message)
         self.status, self.message, self.param, self.kind = status, message, param, kind
+        self.retry_after_s = retry_after_s
+
+    def headers(self) -> dict[str, str]:
+        """HTTP headers of the error reply (``Retry-After`` in whole seconds, at least 1)."""
+        if self.retry_after_s is None:
+            return {}
+        return {"Retry-After": str(max(1, int(-(-self.retry_after_s // 1))))}
 
     def body(self) -> bytes:
         """The OpenAI-style JSON error body."""

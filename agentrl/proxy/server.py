@@ -6,7 +6,7 @@
         ...  # a harness calls h.base_url with any OpenAI client
         proxy.set_reward(h.episode_id, 1.0)  # per episode, or turn=t per turn
         episode = proxy.close_episode(h.episode_id)
-        proxy.pause(); engine.update_weights(path, version=1); proxy.resume()
+        proxy.update_weights(path, version=1)   # holds new calls, waits for the ones in flight
 """
 
 from __future__ import annotations
@@ -45,18 +45,21 @@ class RecordingProxy:
             ``strict`` mode, else ``ignore``; see ``ProxyCore``).
         limits: the HTTP server's body cap, header deadline and connection cap
             (``agentrl.serve_limits``; None: its defaults).
+        while_paused: ``hold`` (default) | ``reject`` — a call that arrives while the weights
+            are updated waits, or gets 429 with ``Retry-After: retry_after_s`` (OpenAI SDKs
+            retry it); either way no call is served from half-loaded or changing weights.
     """
 
     def __init__(self, engine: LLMClient, renderer: ChatRenderer, *, sink: EpisodeSink | None = None,
                  run_id: str = "proxy", mode: str = "tito", sampling: SamplingParams | None = None,
                  admin_token: str | None = None, measure_drift: bool = True, max_batch: int = 32,
                  model_name: str = "policy", first_episode_id: int = 0, unknown_fields: str | None = None,
-                 limits: ServeLimits | None = None) -> None:
+                 limits: ServeLimits | None = None, while_paused: str = "hold", retry_after_s: float = 1.0) -> None:
         self.limits = limits or ServeLimits()
         self.registry = SessionRegistry(run_id, sink, first_episode_id)
         self.core = ProxyCore(engine, renderer, self.registry, mode=mode, sampling=sampling,
                               measure_drift=measure_drift, max_batch=max_batch, model_name=model_name,
-                              unknown_fields=unknown_fields)
+                              unknown_fields=unknown_fields, while_paused=while_paused, retry_after_s=retry_after_s)
         self.admin_token = admin_token or secrets.token_hex(16)
         self.url = ""  # "http://host:port" once serving
         self._server = None
@@ -155,6 +158,25 @@ class RecordingProxy:
     def resume(self) -> None:
         """Let the held calls proceed (with the new ``policy_version``)."""
         self.core.gate.resume()
+
+    def update_weights(self, source: object, version: int, *, timeout_s: float | None = None) -> None:
+        """Load new weights into the engine with no call in flight: ``pause`` (new calls wait or
+        get 429, the calls in flight finish under the old weights), ``engine.update_weights``,
+        ``resume`` (also when the load raises). Every turn then carries the version of the
+        weights that produced it (``Turn.policy_version``).
+
+        Args:
+            source: what the engine loads (a checkpoint path or ``(name, tensor)`` pairs).
+            version: the new policy version (int).
+            timeout_s: most seconds to wait for the calls in flight (None: no limit).
+        Raises:
+            TimeoutError: calls still in flight after ``timeout_s`` (nothing loaded, admission resumed).
+        """
+        try:
+            self.core.gate.pause(timeout_s)
+            self.core.engine.update_weights(source, version)
+        finally:
+            self.core.gate.resume()
 
     def __enter__(self) -> "RecordingProxy":
         return self

@@ -5,6 +5,14 @@ URL and the API key). Calls of one episode run one at a time (``acquire`` / ``re
 a second concurrent request waits its turn, never interleaves). Turns stay in memory
 while the episode is open — rewards arrive later and the store is append-only — and the
 finished ``Episode`` goes to the sink (e.g. a ``TurnStore``) in one transaction on close.
+
+**A broken episode is never closed ok.** Each call of the episode that the proxy answered with
+an error, whose reply the client did not take in full, or whose weights changed while it was
+generated is noted on its session (``note_failure``); ``close`` then sets an ``ok`` (or
+``aborted``) episode's status to ``aborted`` with the first such cause (``agentrl.failures``: ``model_call_failed``,
+``client_disconnected``, ``mixed_versions``), so training excludes it while its turns stay in
+the store. A 429 answered while the weights are being updated is not a failure (the harness
+is asked to retry).
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
+from agentrl.failures import tag_cause
 from agentrl.llm.base import SamplingParams
 from agentrl.proxy.errors import WireError
 from agentrl.proxy.tito import ThreadState
@@ -88,6 +97,7 @@ class EpisodeSession:
     final_return: float | None = None
     closed: bool = False
     busy: bool = False
+    failures: list = field(default_factory=list)  # (cause, text) of each failed call, in order
     created_at: float = field(default_factory=time.time)
     cv: threading.Condition = field(default_factory=threading.Condition)
 
@@ -128,6 +138,12 @@ class EpisodeSession:
         with self.cv:
             self.busy = False
             self.cv.notify_all()
+
+    def note_failure(self, cause: str, text: str) -> None:
+        """Note a failed call of this episode (``cause`` from ``agentrl.failures.HARNESS_CAUSES``);
+        ``SessionRegistry.close`` then closes it ``aborted`` with the first cause noted."""
+        with self.cv:
+            self.failures.append((cause, f"call {self.calls}: {text}"))
 
     def effective(self, sampling: SamplingParams) -> SamplingParams:
         """``sampling`` with this episode's overrides applied."""
@@ -241,6 +257,12 @@ class SessionRegistry:
             s.cv.notify_all()
         ep = s.episode
         ep.status, ep.error = status, error
+        if s.failures and status in (EpisodeStatus.OK, EpisodeStatus.ABORTED):  # the root cause of an abort
+            cause, text = s.failures[0]
+            ep.status = EpisodeStatus.ABORTED
+            ep.error = tag_cause(cause, f"{len(s.failures)} model call(s) of this episode failed, first {text}; the "
+                                        "episode is excluded from training (its turns stay in the store)"
+                                 + (f"; then: {error}" if error else ""))
         if annotate is not None:
             annotate(ep)
         _apply_episode_reward(ep, s.episode_reward)

@@ -19,9 +19,14 @@ assigned to the ``i``-th completed call (turn) when the counts match (one LLM ca
 step, the common agent loop). Otherwise the replay's return goes to the last turn (other
 turns 0.0; ``info["reward_alignment"] = "episode"``).
 
-Statuses: the deadline passed → the process group is killed, ``timeout``; the harness
-exited non-zero → ``aborted`` (stderr tail in ``error``); the env raised during replay →
-``env_error``. Failed episodes keep their recorded turns (unscored) and are never scored 0.
+Statuses (and causes, ``agentrl.failures``): the deadline passed → the process group is
+killed, ``timeout`` (``harness_timeout``); the harness exited non-zero → ``aborted``
+(``harness_exit``, stderr tail in ``error``); an unreadable action log → ``aborted``
+(``bad_action_log``); a model call that failed, was cut off or straddled a weight update →
+``aborted`` (``model_call_failed`` / ``client_disconnected`` / ``mixed_versions``, set by the
+proxy even when the harness retried and exited 0); the env raised during replay →
+``env_error``. Failed episodes keep their recorded turns (unscored), are never scored 0 and
+never trained on.
 """
 
 from __future__ import annotations
@@ -217,7 +222,7 @@ def run_harness(proxy: RecordingProxy, spec: HarnessSpec, *, seed: int, group_id
             try:
                 actions = read_action_log(log)
             except ValueError as exc:
-                status, error = EpisodeStatus.ABORTED, f"bad action log: {exc}"
+                status, error = EpisodeStatus.ABORTED, tag_cause("bad_action_log", f"bad action log: {exc}")
     return proxy.close_episode(h.episode_id, status, error, annotate=lambda ep: _verify(ep, spec, seed, actions))
 
 
@@ -229,10 +234,11 @@ def _run_process(spec: HarnessSpec, environ: dict[str, str]) -> tuple[EpisodeSta
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
-        return EpisodeStatus.TIMEOUT, f"harness passed its deadline of {spec.timeout_s:g} s and was killed"
+        return EpisodeStatus.TIMEOUT, tag_cause("harness_timeout", f"harness passed its deadline of {spec.timeout_s:g} s "
+                                                                   "and was killed")
     if proc.returncode != 0:
         tail = err.decode(errors="replace").strip()[-800:]
-        return EpisodeStatus.ABORTED, f"harness exited with code {proc.returncode}: {tail}"
+        return EpisodeStatus.ABORTED, tag_cause("harness_exit", f"harness exited with code {proc.returncode}: {tail}")
     return EpisodeStatus.OK, ""
 
 

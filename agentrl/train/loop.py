@@ -40,6 +40,7 @@ from agentrl.store import EVAL_RUN, TurnStore, get_store_query
 from agentrl.train.checks import check_config
 from agentrl.train.colocate import engine_asleep
 from agentrl.train.launches import Launch
+from agentrl.train.exclusion import drop_thin_groups, excluded_by_cause
 from agentrl.train.run_dir import RunLock, prepare_run_dir, set_aside_interrupted
 from agentrl.train.plan import report_failures, update_policy
 from agentrl.config.schedule import scheduled_kwargs
@@ -187,6 +188,8 @@ def chain_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
         report_failures(episodes, it, stop_when_all=parts.dp is None or not parts.dp.distributed)  # stored: viewable
         check_success_reward(cfg.algorithm.estimator, cfg.algorithm.kwargs, episodes)
         table = parts.store.table(run_id=cfg.run.name, episode_ids=[e.episode_id for e in episodes])
+        table, drop = drop_thin_groups(table, episodes, cfg.rollout.min_group_valid)  # failed episodes: P5 already
+        extra.update({**excluded_by_cause(episodes), **drop.as_metrics()})
         for scorer in parts.scorers:  # e.g. the critic's V(s_t) per turn, before the estimator runs
             table = scorer.score(table, episodes, it)
         query = get_estimator(cfg.algorithm.estimator).declares.store_query

@@ -15,7 +15,7 @@ import pytest
 
 from agentrl.env import EnvPool, EnvPoolError
 from agentrl.env.guards import EnvAnswerError, check_observation, check_reward, declared_reward_range, reward_value
-from agentrl.failures import FAILURE_CAUSES, failure_cause, tag_cause, with_context
+from agentrl.failures import ENV_CAUSES, failure_cause, tag_cause, with_context
 
 
 @pytest.mark.parametrize(("reward", "cause"), [
@@ -64,7 +64,7 @@ def test_cause_tags_round_trip():
     assert failure_cause("[not_a_cause] x") == "" and failure_cause("") == ""
     with pytest.raises(ValueError, match="unknown failure cause 'oops'"):
         tag_cause("oops", "x")
-    assert set(hostile.CAUSE.values()) == set(FAILURE_CAUSES)  # the env below exercises every cause
+    assert set(hostile.CAUSE.values()) == set(ENV_CAUSES)  # the env below exercises every env cause
 
 
 @pytest.mark.parametrize("bad", sorted(hostile.CAUSE))

@@ -59,13 +59,14 @@ CALL = ("from openai import OpenAI; OpenAI(max_retries=0).chat.completions.creat
         "messages=[{'role': 'user', 'content': 'hi'}]); ")
 
 
-@pytest.mark.parametrize("code, status, words", [
-    (CALL + "import time; time.sleep(60)", EpisodeStatus.TIMEOUT, "deadline"),
-    (CALL + "import sys; sys.stderr.write('boom'); sys.exit(3)", EpisodeStatus.ABORTED, "code 3: boom"),
+@pytest.mark.parametrize("code, status, cause, words", [
+    (CALL + "import time; time.sleep(60)", EpisodeStatus.TIMEOUT, "harness_timeout", "deadline"),
+    (CALL + "import sys; sys.stderr.write('boom'); sys.exit(3)", EpisodeStatus.ABORTED, "harness_exit",
+     "code 3: boom"),
     (CALL + "import os; open(os.environ['AGENTRL_ACTION_LOG'], 'w').write('go east')", EpisodeStatus.ABORTED,
-     "bad action log"),
+     "bad_action_log", "bad action log"),
 ])
-def test_failed_harness_is_flagged(serve, renderer, reply_ids, code, status, words):
+def test_failed_harness_is_flagged(serve, renderer, reply_ids, code, status, cause, words):
     engine = ScriptedEngine([reply_ids("look")], eos_token_id=renderer.eos_token_id)
     # The crashing harnesses exit at once but first import openai (seconds on a loaded machine, e.g. beside
     # another pytest-xdist worker): their deadline leaves room for that, the hanging one's stays short.
@@ -74,7 +75,7 @@ def test_failed_harness_is_flagged(serve, renderer, reply_ids, code, status, wor
     with serve(engine) as proxy:
         t0 = time.monotonic()
         ep = run_harness(proxy, spec, seed=0)
-    assert ep.status == status and words in ep.error and time.monotonic() - t0 < 30
+    assert ep.status == status and ep.cause == cause and words in ep.error and time.monotonic() - t0 < 30
     assert len(ep.turns) == 1 and ep.turns[0].reward is None and ep.return_ is None  # unscored, not 0 (P5)
 
 
