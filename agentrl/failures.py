@@ -18,12 +18,14 @@ import re
 #: error (engine failure, prompt over the context, a refused request — the harness may have
 #: retried it), a client that hung up before the whole reply was delivered (its own timeout, a
 #: crash mid-stream), a turn whose weights changed while it was generated, the harness program
-#: exiting non-zero, passing its deadline, or writing an unreadable action log.
+#: exiting non-zero, passing its deadline, or writing an unreadable action log. A judge model
+#: that gave no verdict (``agentrl.rollout.judge``).
 ENV_CAUSES = ("reward_not_numeric", "reward_not_finite", "reward_out_of_range", "observation_not_text",
               "observation_too_large")
 HARNESS_CAUSES = ("model_call_failed", "client_disconnected", "mixed_versions", "harness_exit", "harness_timeout",
                   "bad_action_log")
-FAILURE_CAUSES = ENV_CAUSES + HARNESS_CAUSES
+REWARD_CAUSES = ("judge_error",)
+FAILURE_CAUSES = ENV_CAUSES + HARNESS_CAUSES + REWARD_CAUSES
 _CAUSE = re.compile(r"^\[([a-z_]+)\] ")
 
 

@@ -9,7 +9,8 @@ What it owns, one module each (their public names are re-exported here, except
 - ``sections``: one frozen dataclass per pipeline stage (``RunConfig``, ``EnvConfig``,
   ``PolicyConfig``, ``RolloutConfig``, ``AlgorithmConfig``, ``LogConfig``, ``Config``) with
   range checks in ``__post_init__``; ``update`` (``UpdateConfig``), ``vllm`` (``VLLMSpec``)
-  and ``placement`` (``PlacementSpec``) are sections of their own;
+  ``placement`` (``PlacementSpec``) and ``reward`` (``RewardConfig``, ``JudgeConfig``) are
+  sections of their own;
 - ``loader``: YAML loading, overrides (``apply_overrides``), ``load_config``,
   ``config_from_dict``, ``to_dict``, ``dump_config``;
 - ``checks``: the checks that need no registry (``validate_config``: defaults in effect
@@ -60,12 +61,13 @@ from agentrl.config.sections import (
     UpdateConfig,
     _check,  # noqa: F401
 )
+from agentrl.config.reward import JudgeConfig, RewardConfig
 from agentrl.config.vllm import VLLMSpec
 
 __all__ = [
     "ConfigError", "RunConfig", "EnvConfig", "LoraSpec", "PolicyConfig", "HarnessConfig", "TreeConfig", "RolloutConfig",
     "AlgorithmConfig", "UpdateConfig", "LogConfig", "Config", "load_config", "config_from_dict",
     "apply_overrides", "validate_config", "to_dict", "dump_config", "resolve_rollout_correction",
-    "resolve_master_weights", "VLLMSpec",
+    "resolve_master_weights", "VLLMSpec", "RewardConfig", "JudgeConfig",
 ]
 

@@ -127,6 +127,22 @@ KEY_HELP: dict[str, str] = {
     "algorithm.schedule": "linear schedules of algorithm.kwargs: {name: {to: value, iterations: n}} "
                           "(e.g. {lambda_mix: {to: 0.0, iterations: 50}})",
     "algorithm.group_by_version": "compute group statistics per policy version (asynchronous runs)",
+    # reward
+    "reward.judge": "score each ok episode with a judge model (null = off); agentrl.rollout.judge",
+    "reward.judge.endpoint": "policy (the policy's engine), local:<model> (a second engine) or an OpenAI-compatible "
+                             "http(s) base URL",
+    "reward.judge.model": "model name sent to an http endpoint",
+    "reward.judge.api_key_env": "environment variable holding the http endpoint's API key (null = none)",
+    "reward.judge.rubric": "prompt template with {task}, {transcript} and {env_id} (null = a generic pass/fail rubric)",
+    "reward.judge.verdict": "pass_fail ({verdict: pass|fail} -> 1|0) or scale ({score: 0..scale_max} -> score/scale_max)",
+    "reward.judge.scale_max": "top of the scale verdict",
+    "reward.judge.mode": "replace the env's reward with the judge's score x weight, or add it",
+    "reward.judge.weight": "factor on the judge's score",
+    "reward.judge.concurrency": "judge calls at once",
+    "reward.judge.timeout_s": "seconds per judge call",
+    "reward.judge.retries": "further attempts after an error or an unreadable verdict",
+    "reward.judge.max_tokens": "most tokens per verdict",
+    "reward.judge.observation_chars": "each observation in the transcript cut to this many characters",
     # update
     "update.loss": "registered policy loss: ppo_clip or gspo",
     "update.clip_low": "ratio clip below: 1 − clip_low, in [0, 1)",

@@ -15,6 +15,7 @@ from agentrl.config.errors import ConfigError
 from agentrl.config.errors import check as _check
 from agentrl.config.errors import check_min as _check_min
 from agentrl.config.placement import PlacementSpec
+from agentrl.config.reward import RewardConfig  # noqa: F401  (a section of Config, re-exported)
 from agentrl.config.update import UpdateConfig  # noqa: F401  (a section of Config, re-exported)
 from agentrl.config.vllm import VLLMSpec
 
@@ -394,4 +395,5 @@ class Config:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     update: UpdateConfig = field(default_factory=UpdateConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
     log: LogConfig = field(default_factory=LogConfig)

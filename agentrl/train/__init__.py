@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 # registry checks ``agentrl eval``, ``agentrl sft`` and ``--print-config`` run) does not import
 # the loop, torch or the engines
 _EXPORTS = {
-    "Launch": "launches", "CONSOLE_KEYS": "loop", "IterationResult": "loop", "RunParts": "loop", "TrainResult": "loop",
+    "Launch": "launches", "CONSOLE_KEYS": "loop", "IterationResult": "metrics", "RunParts": "loop", "TrainResult": "loop",
     "start_run": "loop", "train": "loop", "set_aside": "run_dir", "set_aside_interrupted": "run_dir",
     "check_config": "checks", "load_checked_config": "checks", "checked_config_from_dict": "checks",
 }
@@ -30,7 +30,8 @@ __all__ = list(_EXPORTS)
 if TYPE_CHECKING:
     from agentrl.train.checks import check_config, checked_config_from_dict, load_checked_config
     from agentrl.train.launches import Launch
-    from agentrl.train.loop import CONSOLE_KEYS, IterationResult, RunParts, TrainResult, start_run, train
+    from agentrl.train.loop import CONSOLE_KEYS, RunParts, TrainResult, start_run, train
+    from agentrl.train.metrics import IterationResult
     from agentrl.train.run_dir import set_aside, set_aside_interrupted
 
 

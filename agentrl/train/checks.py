@@ -70,7 +70,9 @@ def check_config(cfg: Config) -> Config:
             without ``policy.action_format: hiper``; a declared step scorer or store query
             nobody registered; an unparsable ``policy.action_format``; ``update.kl_coef`` > 0 (no
             reference model is loaded by the trainer); a harness program that does not exist
-            (``agentrl.config.harness_paths``); and what ``validate_config`` raises.
+            (``agentrl.config.harness_paths``); ``reward.judge`` with ``rollout.sampler: rtpo``
+            (its rounds update between rollouts; the judge scores the chain loop's episodes); and
+            what ``validate_config`` raises.
     """
     cfg = validate_config(cfg)
     _validate_env_id(cfg.env.id)
@@ -85,6 +87,9 @@ def check_config(cfg: Config) -> Config:
     _validate_declarations(algorithm.estimator)
     if cfg.rollout.harness is not None:  # a missing program aborted every episode of a run that exited 0 (issue 53)
         check_harness_program(cfg.rollout.harness.command)
+    if cfg.reward.judge is not None and cfg.rollout.sampler == "rtpo":
+        raise ConfigError("reward.judge is not supported with rollout.sampler: rtpo yet (its reverse-turn rounds "
+                          "are scored inside the update); use sampler chain or tree, or reward.judge: null")
     if cfg.update.kl_coef > 0:  # the trainer loads no frozen reference: refused here, not after the first rollout
         raise ConfigError(f"update.kl_coef={cfg.update.kl_coef} asks for a KL penalty to a frozen reference model, which "
                           "the trainer does not load yet (the update step supports it given reference logprobs: "

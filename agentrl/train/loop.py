@@ -26,20 +26,20 @@ import torch
 
 from agentrl.config import Config, ConfigError, to_dict
 from agentrl.credit import check_success_reward, compute_advantages, get_estimator
-from agentrl.credit.stats import advantage_stats
-from agentrl.credit.versions import version_mixing
 from agentrl.distributed import DistContext, inference_state, trained_policy
 from agentrl.env.panels import Panel
 from agentrl.eval import EvalResult, eval_panel, evaluate, fresh_run_id, record_panel
 from agentrl.llm.models import resolve_model
 from agentrl.llm.policy import Policy, load_policy
 from agentrl.log import make_logger
-from agentrl.rollout.stats import proxy_metrics, rollout_stats, sample_turns
+from agentrl.rollout.stats import sample_turns
 from agentrl.rollout.tree import add_linked
 from agentrl.store import EVAL_RUN, TurnStore, get_store_query
 from agentrl.train.checks import check_config
 from agentrl.train.colocate import engine_asleep
+from agentrl.train.judging import open_judge
 from agentrl.train.launches import Launch
+from agentrl.train.metrics import IterationResult, iteration_metrics
 from agentrl.train.exclusion import drop_thin_groups, excluded_by_cause
 from agentrl.train.run_dir import RunLock, prepare_run_dir, set_aside_interrupted
 from agentrl.train.plan import report_failures, update_policy
@@ -48,7 +48,6 @@ from agentrl.train.scorers import StepScorer, make_scorers
 from agentrl.train.steps import (collect_iteration, episode_id_stride, open_engines, open_pool, open_stream,
                                  rolls_out_on_ranks, rtpo_iteration)
 from agentrl.train.sync import SyncCheck, synced
-from agentrl.types import TurnTable
 from agentrl.update.checkpoint import TrainState, load_checkpoint, save_checkpoint
 from agentrl.update.step import make_optimizer
 
@@ -94,6 +93,7 @@ class RunParts:
     engines: object | None = None
     dp: DistContext | None = None
     sync: SyncCheck | None = None
+    judge: object | None = None  # agentrl.rollout.judge.Judge, opened at the first judged iteration
 
     @property
     def is_main(self) -> bool:
@@ -130,11 +130,20 @@ class RunParts:
             self.pool = open_pool(cfg, self.dp)
         return self.pool
 
+    def reward_judge(self, cfg: Config):
+        """The run's ``Judge`` (``reward.judge``; None when off), opened on first use."""
+        if self.judge is None and cfg.reward.judge is not None:
+            self.judge = open_judge(cfg, self.policy)
+        return self.judge
+
     def close(self) -> None:
-        """Close the engine workers, the env pool, the policy's engine when it has a ``close``
+        """Close the judge, the engine workers, the env pool, the policy's engine when it has a ``close``
         (vLLM: after the run's last collective — its shutdown ends the process group it shares
         under torchrun) and the store (the store even when closing the others fails)."""
         try:
+            if self.judge is not None:
+                self.judge.close()
+                self.judge = None
             if self.engines is not None:
                 self.engines.close()
                 self.engines = None
@@ -147,21 +156,6 @@ class RunParts:
         finally:
             if self.store is not None:
                 self.store.close()
-
-
-@dataclass(frozen=True)
-class IterationResult:
-    """One iteration's episodes, their TurnTable, advantages (float64[N]), update stats, the step
-    scorers' metrics (``{"critic/loss": ...}``), wall seconds per stage (rollout, credit, update)
-    and further metrics (the asynchronous stream's ``async/*``)."""
-
-    episodes: list
-    table: TurnTable
-    advantages: np.ndarray
-    stats: list
-    scorer_metrics: dict
-    seconds: dict
-    extra: dict = field(default_factory=dict)
 
 
 def chain_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
@@ -183,6 +177,8 @@ def chain_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
                                      engines=parts.chain_engines(cfg), dp=parts.dp)
     t1 = time.perf_counter()
     if parts.is_main:
+        if parts.reward_judge(cfg) is not None:  # the judge's score as (or added to) each ok episode's reward
+            extra.update(parts.judge.apply(episodes).as_metrics())
         # tree branches after their parents (stored first); each tagged with its iteration (what a resume keeps)
         add_linked(parts.store, episodes, run_id=cfg.run.name, iteration=it + 1)
         report_failures(episodes, it, stop_when_all=parts.dp is None or not parts.dp.distributed)  # stored: viewable
@@ -220,26 +216,6 @@ def run_iteration(parts: RunParts, cfg: Config, it: int) -> IterationResult:
     t0 = time.perf_counter()
     episodes, table, adv, stats, audited = rtpo_iteration(parts.policy, parts.optimizer, cfg, parts.store, it)
     return IterationResult(episodes, table, adv, stats, {}, {"rollout+update": time.perf_counter() - t0}, audited)
-
-
-def iteration_metrics(out: IterationResult) -> dict[str, float]:
-    """The per-iteration metrics logged to every sink and to the store."""
-    m = rollout_stats(out.episodes).as_metrics()
-    m.update(proxy_metrics(out.episodes))  # harness episodes: drift rate, segments, forks by cause
-    m.update(advantage_stats(out.table, out.advantages).as_metrics())
-    if out.table.policy_version is not None:  # comparison groups that mix policy versions (async runs)
-        m.update(version_mixing(out.table).as_metrics())
-    if out.stats:
-        for key in ("loss", "clip_frac", "approx_kl", "entropy", "grad_norm", "kl"):
-            m[f"update/{key}"] = float(np.mean([getattr(s, key) for s in out.stats]))
-        m["update/steps"] = float(len(out.stats))
-    m.update({k: float(v) for k, v in out.scorer_metrics.items()})
-    m.update({f"time/{k}_s": v for k, v in out.seconds.items()})
-    m.update(out.extra)
-    if "rollout" in out.seconds and "async/wait_s" not in out.extra:  # async: "rollout" is the wait
-        gen = sum(t.completion_ids.size for e in out.episodes for t in e.turns)
-        m["perf/gen_tokens_per_s"] = gen / max(out.seconds["rollout"], 1e-9)
-    return m
 
 
 def check_distributed(cfg: Config, ctx: DistContext) -> None:

@@ -31,6 +31,32 @@ class AdvantageValue:
 
 
 @dataclass(frozen=True, slots=True)
+class JudgeRecord:
+    """A judge's verdict on the episode (``info["judge"]`` of its last turn, ``agentrl.rollout.judge``):
+    ``score`` in [0, 1] (None: the judge failed, ``error`` says why), the judge's ``reply``,
+    ``latency_s`` (seconds; 0 for a cache hit), ``attempts``, ``cached``, the ``endpoint`` and the
+    ``prompt`` it was shown."""
+
+    score: float | None
+    reply: str
+    error: str
+    latency_s: float
+    attempts: int
+    cached: bool
+    endpoint: str
+    prompt: str
+
+    @classmethod
+    def of(cls, info: dict) -> "JudgeRecord | None":
+        j = info.get("judge")
+        if not isinstance(j, dict):
+            return None
+        return cls(j.get("score"), str(j.get("reply", "")), str(j.get("error", "")), float(j.get("latency_s") or 0.0),
+                   int(j.get("attempts") or 0), bool(j.get("cached")), str(j.get("endpoint", "")),
+                   str(j.get("prompt", "")))
+
+
+@dataclass(frozen=True, slots=True)
 class TurnRow:
     """Every stored field of one turn, decoded.
 
@@ -40,6 +66,7 @@ class TurnRow:
         segment: ``info["segment"]`` (prompt segment of a chat context; ``None`` without one).
         new_segment: the segment differs from the previous turn's (the chat template rewrote
             history and the prompt was rebuilt: a fork).
+        judge: the judge's verdict on the episode (on its last turn), else None.
     """
 
     turn_id: int
@@ -61,6 +88,7 @@ class TurnRow:
     info: str
     segment: int | None
     new_segment: bool
+    judge: JudgeRecord | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +135,8 @@ def episode_turns(conn: sqlite3.Connection, key: int, episode_id: int, *, after:
         seg = _segment(info)
         new = seg is not None and prev_seg is not None and seg != prev_seg
         out.append(TurnRow(*r[:9], bool(r[9]), r[10], bool(r[11]), bool(r[12]), from_i32(r[13]), from_i32(r[14]),
-                           from_f32(r[15]), json.dumps(info, indent=1, sort_keys=True), seg, new))
+                           from_f32(r[15]), json.dumps(info, indent=1, sort_keys=True), seg, new,
+                           JudgeRecord.of(info)))
         prev_seg = seg
     return Page(out, page.next_after, page.prev_before)
 

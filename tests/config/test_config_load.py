@@ -127,7 +127,7 @@ def test_dump_round_trip_with_every_default(tmp_path: Path) -> None:
     path = dump_config(cfg, tmp_path / "run" / "config.yaml")
     raw = yaml.safe_load(path.read_text())
     assert raw["update"]["sum_norm_tokens"] == 64 and raw["algorithm"]["kwargs"]["stats_over"] == "steps"
-    assert set(raw) == {"env", "run", "policy", "rollout", "algorithm", "update", "log"}
+    assert set(raw) == {"env", "run", "policy", "rollout", "algorithm", "update", "reward", "log"}
     assert raw["update"]["kl_estimator"] == "k3" and raw["policy"]["lora"]["target_modules"] == list(LoraSpec().target_modules)
     assert load_config(path) == cfg
 

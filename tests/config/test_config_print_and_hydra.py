@@ -60,7 +60,7 @@ def test_every_key_has_its_own_help_never_a_clipped_fragment() -> None:
     from agentrl.config.help import KEY_HELP
     from agentrl.train.checks import estimator_docstring
 
-    cfg = load_config(TOY, ["policy.lora=null", "rollout.harness.command=[x]"])
+    cfg = load_config(TOY, ["policy.lora=null", "rollout.harness.command=[x]", "reward.judge.endpoint=policy"])
     keys = {k.key: k.doc for c in (load_config(TOY), cfg) for k in describe_config(c, estimator_doc=estimator_docstring)}
     for key, doc in keys.items():
         assert doc and "…" not in doc and "``" not in doc, key

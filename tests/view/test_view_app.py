@@ -253,3 +253,34 @@ def test_parent_badge_only_where_a_turn_does_not_continue_the_previous_one(hand_
     assert 'class="badge parent"' not in linear
     branch = c.get("/episode?run=hand&episode=3").text  # t=0 branches off episode 2's first turn
     assert f'<span class="badge parent" title="this turn continues turn {hand_store.turn_ids[2][0]}' in branch
+
+
+def test_episode_page_shows_the_judges_prompt_verdict_and_latency(tmp_path):
+    """A judged episode (``reward.judge``) and a judge that failed: score, reply, latency,
+    attempts, cache flag and the prompt as stored; the failure's error and status."""
+    from agentrl.config.reward import JudgeConfig
+    from agentrl.rollout.judge import Judge
+
+    class Replies:
+        name = "http://judge/v1"
+
+        def complete(self, messages, schema, max_tokens):
+            if "act 1" in messages[0]["content"]:
+                raise RuntimeError("judge endpoint down")
+            return '{"verdict": "pass"}'
+
+    good = make_episode(0, "agentrl/Toy-v0", "t0", [make_turn(0, "a", 0.0), make_turn(2, "b", 1.0, won=True)])
+    twin = make_episode(0, "agentrl/Toy-v0", "t0", [make_turn(0, "a", 0.0), make_turn(2, "b", 1.0, won=True)])
+    bad = make_episode(1, "agentrl/Toy-v0", "t1", [make_turn(1, "c", 0.0)])
+    Judge(JudgeConfig(retries=0), Replies()).apply([good, twin, bad])
+    with TurnStore(tmp_path / "s.db") as store:
+        store.add_episodes([good, twin, bad], run_id="judged")
+        ids = [e.episode_id for e in store.episodes("judged")]
+    c = _client(tmp_path / "s.db")
+    html = unescape(c.get(f"/episode?run=judged&episode={ids[0]}").text)
+    assert 'score <b class="judge-score">1</b>' in html and 'reply <code>{"verdict": "pass"}</code>' in html
+    assert "(http://judge/v1)" in html and "1 attempt" in html and "Transcript:" in html
+    assert "Action: act 2" in html and "cached" not in html.split('class="judge"')[1].split("</div>")[0]
+    assert '<span class="badge">cached</span>' in unescape(c.get(f"/episode?run=judged&episode={ids[1]}").text)
+    html = unescape(c.get(f"/episode?run=judged&episode={ids[2]}").text)
+    assert "no verdict" in html and "judge endpoint down" in html and "[judge_error]" in html and "env_error" in html
