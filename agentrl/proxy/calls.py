@@ -36,6 +36,7 @@ from agentrl.proxy.messages import canonical, split_tool_calls
 from agentrl.proxy.retry import drop_completion, restore, retry_target, rewind, supersede, threads_before
 from agentrl.proxy.sessions import EpisodeSession, SessionRegistry
 from agentrl.proxy.stops import StopCut, cut_completion, find_stop
+from agentrl.proxy.turn_fields import failure_of, mark_aborted, observation_of, sampling_info, tool_call_checks
 from agentrl.proxy.tito import (MODES, PromptPlan, commit_thread, drift_of, new_segment, plan_chat, plan_completion,
                                 thread_index)
 from agentrl.proxy.wire import ChatRequest, ToolCall, WireMessage
@@ -273,7 +274,7 @@ class ProxyCore:
         mixed = int(c.policy_version) != call.version_start  # weights changed while it was generated
         aborted = not delivered or c.finish_reason == FINISH_ABORT or mixed
         if aborted:
-            s.note_failure(*_failure_of(call, delivered, mixed))
+            s.note_failure(*failure_of(call.version_start, int(c.policy_version), delivered))
         retry_of = None
         if call.retry_of is not None and not aborted:
             call._superseded = supersede(s, call.retry_of)
@@ -283,11 +284,13 @@ class ProxyCore:
         info = {"call": s.calls, "thread": thread_index(s.threads, plan.key), "prompt_source": plan.source,
                 "cause": plan.cause, "fork": plan.fork and not aborted,
                 "finish_reason": "abort" if aborted else call.finish_reason,
-                "trainable": not aborted, "stream": call.request.stream, "sampling": _sampling_info(call.sampling),
+                "trainable": not aborted, "stream": call.request.stream, "sampling": sampling_info(call.sampling),
                 "sampling_sent": call.request.sent, "policy_version_start": call.version_start,
                 "token_faithful": bool(c.token_faithful), "logprob_mode": c.logprob_mode,
                 "latency_s": round(time.time() - call.t_start, 6), "tool_calls": len(call.tool_calls),
                 "dialect": call.request.dialect}
+        info.update(tool_call_checks(call.text[:call.stop.chars] if call.stop else call.text, call.tool_calls,
+                                     call.request.tools))
         if call.request.ignored:
             info["ignored_fields"] = list(call.request.ignored)
         if call.stop is not None:
@@ -300,7 +303,7 @@ class ProxyCore:
                 info["first_mismatch"] = plan.first_mismatch
         ids, lps = c.token_ids, c.logprobs
         if aborted:
-            _mark_aborted(info, int(ids.size))
+            mark_aborted(info, int(ids.size))
             ids, lps = np.zeros(0, np.int32), np.zeros(0, np.float32)
         else:
             call._undo = (s.segment, s.n_segments, s.forks, old)
@@ -317,7 +320,7 @@ class ProxyCore:
         if retry_of is not None:
             info["retry_of"] = retry_of
         ep = s.episode
-        obs = _observation(call.request)
+        obs = observation_of(call.request)
         turn = Turn(run_id=ep.run_id, episode_id=ep.episode_id, group_id=ep.group_id, t=len(ep.turns), observation=obs,
                     anchor_obs=obs, action=self.renderer_text(call), action_valid=not aborted, reward=None,
                     prompt_ids=plan.prompt_ids, completion_ids=ids, completion_logprobs=lps,
@@ -341,7 +344,7 @@ class ProxyCore:
             restore(s, call._superseded)
             call._superseded = None
         info = {k: v for k, v in t.info.items() if k not in ("segment", "forks", "retry_of")}
-        _mark_aborted(info, int(t.completion_ids.size))
+        mark_aborted(info, int(t.completion_ids.size))
         return drop_completion(s, t, info)
 
     def measure(self, call: PendingCall) -> None:
@@ -377,33 +380,3 @@ class ProxyCore:
     def close(self) -> None:
         """Stop the engine worker."""
         self.worker.close()
-
-
-def _failure_of(call: PendingCall, delivered: bool, mixed: bool) -> tuple[str, str]:
-    """(cause, text) of an aborted call (``agentrl.failures.HARNESS_CAUSES``)."""
-    if mixed:
-        return "mixed_versions", (f"the weights changed from policy version {call.version_start} to "
-                                  f"{int(call.completion.policy_version)} while the reply was generated (update weights "
-                                  "through RecordingProxy.update_weights, which holds calls meanwhile)")
-    if not delivered:
-        return "client_disconnected", "the client hung up before the whole reply was delivered"
-    return "model_call_failed", "the engine aborted the generation"
-
-
-def _mark_aborted(info: dict, n_tokens: int) -> None:
-    """Mark a turn's ``info`` as an aborted call whose ``n_tokens`` sampled ids are dropped."""
-    info.update(fork=False, finish_reason="abort", trainable=False, aborted_completion_tokens=n_tokens)
-
-
-def _sampling_info(s: SamplingParams) -> dict:
-    return {"temperature": s.temperature, "top_p": s.top_p, "max_tokens": s.max_tokens, "seed": s.seed,
-            "greedy": s.greedy}
-
-
-def _observation(req: ChatRequest) -> str:
-    """What the agent was newly shown: the messages after the last assistant message
-    (the raw prompt for ``completions``)."""
-    if req.prompt is not None:
-        return req.prompt if isinstance(req.prompt, str) else ""
-    last = max((i for i, m in enumerate(req.messages) if m.role == "assistant"), default=-1)
-    return "\n".join(m.content for m in req.messages[last + 1:])

@@ -64,7 +64,10 @@ def proxy_metrics(episodes: Sequence[Episode], prefix: str = "proxy/") -> dict[s
     Returns ``{prefix + name: value}`` with ``drift_rate`` (fraction of turns whose measured
     prompt was not a token-prefix extension of the thread, over the turns where it was
     measured; NaN when none was), ``segments_per_episode`` (mean over the proxied episodes),
-    ``forks`` (turns that forked a thread) and ``forks/<cause>`` per fork cause.
+    ``forks`` (turns that forked a thread) and ``forks/<cause>`` per fork cause; where tools were
+    offered, ``tool_markup_unparsed`` (``<tool_call>`` blocks the parser did not turn into a
+    call), ``tool_args_invalid`` (calls of a tool not offered or whose arguments break its
+    schema) and ``tool_turns_flagged`` (turns with either), summed over the turns.
     """
     turns = [t for e in episodes for t in e.turns if "cause" in t.info]
     if not turns:
@@ -78,6 +81,11 @@ def proxy_metrics(episodes: Sequence[Episode], prefix: str = "proxy/") -> dict[s
            prefix + "segments_per_episode": float(np.mean(segments)), prefix + "forks": float(len(forks))}
     for cause in sorted({str(t.info.get("cause")) for t in forks}):
         out[f"{prefix}forks/{cause}"] = float(sum(str(t.info.get("cause")) == cause for t in forks))
+    with_tools = [t for t in turns if "tool_markup_unparsed" in t.info]
+    if with_tools:  # tool-call parse fidelity (agentrl.proxy.turn_fields)
+        out[prefix + "tool_markup_unparsed"] = float(sum(t.info["tool_markup_unparsed"] for t in with_tools))
+        out[prefix + "tool_args_invalid"] = float(sum(t.info["tool_args_invalid"] for t in with_tools))
+        out[prefix + "tool_turns_flagged"] = float(sum(bool(t.info.get("tool_call_errors")) for t in with_tools))
     return out
 
 

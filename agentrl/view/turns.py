@@ -67,6 +67,8 @@ class TurnRow:
         new_segment: the segment differs from the previous turn's (the chat template rewrote
             history and the prompt was rebuilt: a fork).
         judge: the judge's verdict on the episode (on its last turn), else None.
+        tool_errors: the tool-call parse problems of the reply (``info["tool_call_errors"]``:
+            markup not parsed, arguments against their schema), () when none.
     """
 
     turn_id: int
@@ -89,6 +91,7 @@ class TurnRow:
     segment: int | None
     new_segment: bool
     judge: JudgeRecord | None = None
+    tool_errors: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +139,7 @@ def episode_turns(conn: sqlite3.Connection, key: int, episode_id: int, *, after:
         new = seg is not None and prev_seg is not None and seg != prev_seg
         out.append(TurnRow(*r[:9], bool(r[9]), r[10], bool(r[11]), bool(r[12]), from_i32(r[13]), from_i32(r[14]),
                            from_f32(r[15]), json.dumps(info, indent=1, sort_keys=True), seg, new,
-                           JudgeRecord.of(info)))
+                           JudgeRecord.of(info), tuple(str(e) for e in info.get("tool_call_errors") or ())))
         prev_seg = seg
     return Page(out, page.next_after, page.prev_before)
 
