@@ -43,6 +43,10 @@ def iteration_metrics(out: IterationResult) -> dict[str, float]:
     m.update({k: float(v) for k, v in out.scorer_metrics.items()})
     m.update({f"time/{k}_s": v for k, v in out.seconds.items()})
     m.update(out.extra)
+    if "proxy/segments_per_episode" in m:  # harness episodes: the proxy's recorded logprobs vs the trainer's recompute
+        for key in ("logprob_corr", "logprob_mae"):
+            if f"correction/{key}" in m:
+                m[f"proxy/{key}"] = m[f"correction/{key}"]
     if "rollout" in out.seconds and "async/wait_s" not in out.extra:  # async: "rollout" is the wait
         gen = sum(t.completion_ids.size for e in out.episodes for t in e.turns)
         m["perf/gen_tokens_per_s"] = gen / max(out.seconds["rollout"], 1e-9)

@@ -101,6 +101,11 @@ class Correction:
         masked_frac: fraction of loss-mask tokens masked to weight 0 (``mis``, ``icepop``).
         mean_weight: mean weight over loss-mask tokens.
         tokens: number of loss-mask tokens.
+        logprob_corr: Pearson correlation of the trainer's and the sampler's logprobs over the
+            loss-mask tokens (NaN with fewer than 2 tokens or a constant side): how well the
+            recorded logprobs (an engine's, the proxy's) agree with the trainer's recompute
+            (LEGO-RL, arXiv 2608.17393, reports > 0.99 through its proxy).
+        logprob_mae: mean |log π_old − log π_behav| over the same tokens, in nats.
     At sequence level the fractions still count tokens (every token of a capped or masked
     turn counts).
     """
@@ -111,10 +116,12 @@ class Correction:
     masked_frac: float
     mean_weight: float
     tokens: int
+    logprob_corr: float = float("nan")
+    logprob_mae: float = float("nan")
 
     def as_metrics(self, prefix: str = "correction/") -> dict[str, float]:
         """``{prefix + name: value}`` of the scalar diagnostics (for ``agentrl.log``)."""
-        names = ("kl", "capped_frac", "masked_frac", "mean_weight")
+        names = ("kl", "capped_frac", "masked_frac", "mean_weight", "logprob_corr", "logprob_mae")
         return {prefix + n: float(getattr(self, n)) for n in names}
 
 
@@ -163,9 +170,22 @@ def correction_weights(train_logprobs: torch.Tensor, behaviour_logprobs: torch.T
     weights = torch.where(on, weights, zero).detach()
     n = max(int(on.sum().item()), 1)
     k3 = torch.where(on, torch.expm1(log_rho) - log_rho, zero)  # token k3 of KL(π_behav‖π_old)
+    corr, mae = _agreement(train_logprobs.detach().double()[on], behaviour_logprobs.double()[on])
     return Correction(weights=weights, kl=float(k3.sum()) / n, capped_frac=float((capped & on).sum()) / n,
                       masked_frac=float((masked & on).sum()) / n, mean_weight=float(weights.sum()) / n,
-                      tokens=int(on.sum().item()))
+                      tokens=int(on.sum().item()), logprob_corr=corr, logprob_mae=mae)
+
+
+def _agreement(train: torch.Tensor, behaviour: torch.Tensor) -> tuple[float, float]:
+    """(Pearson correlation, mean absolute difference) of two float64[K] logprob vectors."""
+    if train.numel() == 0:
+        return float("nan"), float("nan")
+    mae = float((train - behaviour).abs().mean())
+    if train.numel() < 2:
+        return float("nan"), mae
+    a, b = train - train.mean(), behaviour - behaviour.mean()
+    den = float(a.norm() * b.norm())
+    return (float((a * b).sum()) / den if den > 0 else float("nan")), mae
 
 
 def apply_rollout_correction(model: torch.nn.Module, batch: TrainBatch, cfg: UpdateConfig, *,

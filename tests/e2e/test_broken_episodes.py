@@ -63,6 +63,8 @@ def test_a_lost_model_call_excludes_its_episode_and_a_thin_group_is_dropped(tiny
         else:  # the kept group: its winner above its loser
             assert np.all(values > 0) if e.success else np.all(values < 0)
     assert row["update/steps"] >= 1.0  # the rest trained
+    # the proxy's recorded logprobs against the trainer's recompute of the trained tokens (fp32, in process)
+    assert row["proxy/logprob_corr"] > 0.999 and row["proxy/logprob_mae"] < 1e-4
 
 
 def _episode(eid, group, status=EpisodeStatus.OK, error=""):

@@ -54,7 +54,22 @@ def test_token_level_weights_by_hand(mode: str, low: float, want: list, capped: 
     assert c.mean_weight == pytest.approx(sum(want) / 5, abs=1e-6) and c.tokens == 5
     assert c.kl == pytest.approx(_k3(RHO), abs=1e-6)  # the token k3 whatever the mode
     assert set(c.as_metrics()) == {"correction/kl", "correction/capped_frac", "correction/masked_frac",
-                                   "correction/mean_weight"}
+                                   "correction/mean_weight", "correction/logprob_corr", "correction/logprob_mae"}
+    # agreement over the 5 trained tokens only: numpy's Pearson r and mean |log ρ| of the same values
+    t, b = (train[0, 1:6].double().numpy(), behav[0, 1:6].double().numpy())
+    assert c.logprob_corr == pytest.approx(float(np.corrcoef(t, b)[0, 1]), abs=1e-12)
+    assert c.logprob_mae == pytest.approx(sum(abs(math.log(r)) for r in RHO) / 5, abs=1e-6)
+
+
+def test_logprob_agreement_edges() -> None:
+    b = torch.tensor([[-1.0, -2.0, -0.5]])
+    mask, tid = torch.ones(1, 3), torch.zeros(1, 3, dtype=torch.long)
+    same = correction_weights(b.clone(), b, mask, tid, mode="none")
+    assert same.logprob_corr == pytest.approx(1.0) and same.logprob_mae == 0.0
+    one = correction_weights(b, b, torch.tensor([[0.0, 1.0, 0.0]]), tid, mode="none")
+    assert math.isnan(one.logprob_corr) and one.logprob_mae == 0.0
+    none = correction_weights(b, b, torch.zeros(1, 3), tid, mode="none")
+    assert math.isnan(none.logprob_corr) and math.isnan(none.logprob_mae)
 
 
 def test_sequence_level_uses_one_product_per_turn() -> None:
