@@ -13,6 +13,11 @@ Sampled evaluation draws every (episode, turn) from the explicit evaluation seed
 (``run.eval_seed``, ``agentrl eval --seed``; ``CollectConfig.turn_seeds``): the same seed
 repeats the draw, another seed draws anew. The seed is in the result (``EvalResult.seed``,
 its metrics and JSON) and in every turn of a stored eval episode (``info["eval"]``).
+
+A config with ``rollout.harness`` is evaluated by its harness: each panel task is played by the
+harness program through the recording proxy (``AGENTRL_TASK_ID`` names the task), with the
+evaluation's decoding forced on every call — what the harness does, not what the built-in
+agent loop would.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from agentrl.llm.base import LLMClient, SamplingParams
 from agentrl.llm.chat import ChatRenderer
 from agentrl.rollout.agent_loop import LoopConfig
 from agentrl.rollout.collector import CollectConfig, collect
+from agentrl.rollout.harness import HarnessSpec, collect_harness_episodes
 from agentrl.rollout.stats import rollout_stats
 from agentrl.types import Episode, EpisodeStatus
 
@@ -292,13 +298,19 @@ def evaluate(engine: LLMClient, renderer: ChatRenderer, cfg: Config, *, greedy: 
         raise ValueError("evaluate: storing eval episodes needs a run_id")
     sampling = SamplingParams(temperature=cfg.policy.temperature, top_p=cfg.policy.top_p,
                               max_tokens=cfg.policy.max_tokens, seed=seed, greedy=greedy)
-    cc = CollectConfig(env_id=cfg.env.id, n_groups=len(panel.entries), group_size=1,
-                       tasks=tuple((e.task_id, e.seed) for e in panel.entries), turn_seeds=not greedy,
-                       loop=loop_config(cfg), sampling=sampling, env_kwargs=env_kwargs(cfg, cfg.env.eval_split),
-                       num_workers=cfg.rollout.num_workers, step_timeout_s=cfg.rollout.step_timeout_s,
-                       max_observation_chars=cfg.env.max_observation_chars, max_batch=cfg.policy.max_batch,
-                       run_id=run_id, progress=progress)
-    episodes = collect(engine, renderer, cc)
+    tasks = tuple((e.task_id, e.seed) for e in panel.entries)
+    if cfg.rollout.harness is not None:  # the harness itself plays the panel, through the proxy, decoding forced
+        h = cfg.rollout.harness
+        spec = HarnessSpec.from_config(h, cfg.env.id, env_kwargs(cfg, cfg.env.eval_split))
+        episodes = collect_harness_episodes(engine, renderer, spec, n_groups=len(tasks), run_id=run_id,
+                                            sampling=sampling, max_parallel=h.max_parallel, mode=h.mode, tasks=tasks)
+    else:
+        cc = CollectConfig(env_id=cfg.env.id, n_groups=len(panel.entries), group_size=1, tasks=tasks,
+                           turn_seeds=not greedy, loop=loop_config(cfg), sampling=sampling,
+                           env_kwargs=env_kwargs(cfg, cfg.env.eval_split), num_workers=cfg.rollout.num_workers,
+                           step_timeout_s=cfg.rollout.step_timeout_s, max_observation_chars=cfg.env.max_observation_chars,
+                           max_batch=cfg.policy.max_batch, run_id=run_id, progress=progress)
+        episodes = collect(engine, renderer, cc)
     stamp = {"seed": seed, "mode": "greedy" if greedy else "sampled", "panel": panel.sha256}
     for ep in episodes:
         for turn in ep.turns:

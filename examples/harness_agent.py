@@ -3,16 +3,23 @@
 It knows nothing about agentrl's training: it reads ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``
 like any OpenAI program, so when ``agentrl.rollout.harness`` runs it, every chat call goes
 through the recording proxy and becomes a token-faithful turn. The env contract it follows
-(``agentrl.rollout.harness``): play ``AGENTRL_ENV_ID`` reset with ``AGENTRL_SEED`` and append
-each action sent to the env to ``AGENTRL_ACTION_LOG`` as ``{"action": ...}`` — the trainer
-replays those actions in its own env to compute the reward.
+(``agentrl.rollout.harness``): play ``AGENTRL_ENV_ID`` reset with ``AGENTRL_SEED`` (and the task
+``AGENTRL_TASK_ID`` when set) and append each action sent to the env to ``AGENTRL_ACTION_LOG``
+as ``{"action": ...}`` — the trainer replays those actions in its own env for the reward.
+
+``--json-actions`` asks for structured output: every call sends ``response_format`` with a JSON
+schema whose ``action`` is one of the env's admissible actions, which the proxy enforces by
+grammar-constrained decoding — a small model (SmolLM2-135M) then never writes an invalid
+command (free-form, nearly all of its commands are invalid). ``examples/harness_toy.yaml``
+trains it that way.
 
 Run by hand against a proxy (``agentrl proxy serve``, then create an episode)::
 
     OPENAI_BASE_URL=http://127.0.0.1:8000/e/<key>/v1 OPENAI_API_KEY=<key> \\
-    AGENTRL_ENV_ID=agentrl/Toy-v0 AGENTRL_SEED=0 python examples/harness_agent.py
+    AGENTRL_ENV_ID=agentrl/Toy-v0 AGENTRL_SEED=0 python examples/harness_agent.py --json-actions
 
-Options: ``--max-turns`` (default 8), ``--max-tokens`` per reply (default 32), ``--stream``.
+Options: ``--max-turns`` (default 8), ``--max-tokens`` per reply (default 32), ``--stream``,
+``--json-actions``.
 """
 
 from __future__ import annotations
@@ -26,14 +33,21 @@ from openai import OpenAI
 
 SYSTEM = ("You are playing a text game. Reply with exactly one command inside <action></action> tags, "
           "for example <action>go east</action>.")
+SYSTEM_JSON = "You are playing a text game. Answer with the next command as JSON: {\"action\": \"...\"}."
 _ACTION = re.compile(r"<action>(.*?)</action>", re.S)
 
 
 def parse_action(text: str) -> str:
-    """The command inside ``<action>`` tags, else the first non-empty line."""
+    """The command inside ``<action>`` tags, a ``{"action": ...}`` object's, else the first non-empty line."""
     m = _ACTION.search(text)
     if m:
         return m.group(1).strip()
+    try:
+        obj = json.loads(text)
+        if isinstance(obj, dict) and isinstance(obj.get("action"), str):
+            return obj["action"].strip()
+    except ValueError:
+        pass
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
@@ -42,27 +56,43 @@ def show(obs: str, info: dict) -> str:
     return f"{obs}\nAdmissible actions: {', '.join(acts)}" if acts else obs
 
 
-def ask(client: OpenAI, messages: list[dict], max_tokens: int, stream: bool) -> str:
+def action_format(info: dict) -> dict | None:
+    """``response_format`` whose only field ``action`` is one of the admissible actions (None when
+    the env lists none)."""
+    acts = info.get("admissible_actions")
+    if not acts:
+        return None
+    schema = {"type": "object", "properties": {"action": {"type": "string", "enum": list(acts)}},
+              "required": ["action"], "additionalProperties": False}
+    return {"type": "json_schema", "json_schema": {"name": "command", "schema": schema, "strict": True}}
+
+
+def ask(client: OpenAI, messages: list[dict], max_tokens: int, stream: bool, response_format: dict | None = None) -> str:
     """One chat call; the reply text (streamed or not)."""
+    extra = {"response_format": response_format} if response_format else {}
     if not stream:
-        out = client.chat.completions.create(model="policy", messages=messages, max_tokens=max_tokens)
+        out = client.chat.completions.create(model="policy", messages=messages, max_tokens=max_tokens, **extra)
         return out.choices[0].message.content or ""
-    chunks = client.chat.completions.create(model="policy", messages=messages, max_tokens=max_tokens, stream=True)
+    chunks = client.chat.completions.create(model="policy", messages=messages, max_tokens=max_tokens, stream=True,
+                                            **extra)
     return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
 
 
-def play(client: OpenAI, max_turns: int, max_tokens: int, stream: bool = False, choose=None) -> None:
+def play(client: OpenAI, max_turns: int, max_tokens: int, stream: bool = False, choose=None,
+         json_actions: bool = False) -> None:
     """Play one episode of the env the harness contract names, logging each action;
     ``choose(reply, info) -> action`` picks the command (default: ``parse_action(reply)``)."""
     from agentrl.env import make  # any gymnasium text env works; agentrl's registry has the ids
 
     env = make(os.environ["AGENTRL_ENV_ID"], **json.loads(os.environ.get("AGENTRL_ENV_KWARGS", "{}")))
-    obs, info = env.reset(seed=int(os.environ.get("AGENTRL_SEED", "0")))
-    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": show(obs, info)}]
+    task = os.environ.get("AGENTRL_TASK_ID", "")
+    obs, info = env.reset(seed=int(os.environ.get("AGENTRL_SEED", "0")), options={"task_id": task} if task else None)
+    messages = [{"role": "system", "content": SYSTEM_JSON if json_actions else SYSTEM},
+                {"role": "user", "content": show(obs, info)}]
     log_path = os.environ.get("AGENTRL_ACTION_LOG")
     with open(log_path or os.devnull, "a", encoding="utf-8") as log:
         for _ in range(max_turns):
-            reply = ask(client, messages, max_tokens, stream)
+            reply = ask(client, messages, max_tokens, stream, action_format(info) if json_actions else None)
             action = choose(reply, info) if choose is not None else parse_action(reply)
             log.write(json.dumps({"action": action}) + "\n")
             log.flush()
@@ -78,8 +108,11 @@ def main() -> int:
     ap.add_argument("--max-turns", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--stream", action="store_true")
+    ap.add_argument("--json-actions", action="store_true",
+                    help="structured output: each reply is {\"action\": one of the admissible actions}")
     args = ap.parse_args()
-    play(OpenAI(max_retries=0), args.max_turns, args.max_tokens, args.stream)  # base URL and key from the environment
+    play(OpenAI(max_retries=0), args.max_turns, args.max_tokens, args.stream,  # base URL and key from the environment
+         json_actions=args.json_actions)
     return 0
 
 

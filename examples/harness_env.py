@@ -1,7 +1,8 @@
 """The env side shared by the framework harness examples (``examples/harness_*.py``).
 
 A framework agent gets one function tool, ``act(command)``: it sends a command to the env
-that ``agentrl.rollout.harness`` asked for (``AGENTRL_ENV_ID`` reset with ``AGENTRL_SEED``)
+that ``agentrl.rollout.harness`` asked for (``AGENTRL_ENV_ID`` reset with ``AGENTRL_SEED``, and
+the task ``AGENTRL_TASK_ID`` when it is set: a held-out evaluation)
 and returns the observation. Each command is appended to ``AGENTRL_ACTION_LOG`` as
 ``{"action": ...}``, the log the trainer replays in its own copy of the env for the reward.
 Nothing here knows about the proxy: the frameworks find it through their usual
@@ -24,6 +25,12 @@ PARAMETERS = {"type": "object", "properties": {"command": {"type": "string", "de
               "required": ["command"]}
 
 
+def reset_options() -> dict | None:
+    """``reset``'s options of the harness contract: the task ``AGENTRL_TASK_ID`` names, if any."""
+    task = os.environ.get("AGENTRL_TASK_ID", "")
+    return {"task_id": task} if task else None
+
+
 def describe(obs: str, info: dict) -> str:
     """An observation followed by the admissible actions when the env lists them."""
     acts = info.get("admissible_actions")
@@ -43,7 +50,7 @@ class ToolEnv:
         from agentrl.env import make  # any registered text env; agentrl's registry has the ids
 
         self._env = make(os.environ["AGENTRL_ENV_ID"], **json.loads(os.environ.get("AGENTRL_ENV_KWARGS", "{}")))
-        obs, info = self._env.reset(seed=int(os.environ.get("AGENTRL_SEED", "0")))
+        obs, info = self._env.reset(seed=int(os.environ.get("AGENTRL_SEED", "0")), options=reset_options())
         self.first_observation = describe(obs, info)
         self.done = False
         self._log = open(os.environ.get("AGENTRL_ACTION_LOG") or os.devnull, "a", encoding="utf-8")

@@ -7,7 +7,8 @@ The harness is any command. Its environment gets, per episode:
 - ``ANTHROPIC_BASE_URL`` / ``ANTHROPIC_API_KEY``: the same endpoint for Anthropic SDKs
   (``/v1/messages``; the base URL without ``/v1``);
 - ``AGENTRL_ENV_ID``, ``AGENTRL_ENV_KWARGS`` (JSON), ``AGENTRL_SEED``: the registered env
-  and the seed to ``reset`` it with;
+  and the seed to ``reset`` it with; ``AGENTRL_TASK_ID``: when not empty, the task to play
+  (``reset(seed=..., options={"task_id": ...})``: a held-out panel's task, ``agentrl.eval``);
 - ``AGENTRL_ACTION_LOG``: a file where the harness appends one JSON line
   ``{"action": "..."}`` per env step, in order.
 
@@ -108,12 +109,12 @@ def _argv(spec: HarnessSpec) -> list[str]:
     return [sys.executable if a == "{python}" else a for a in spec.command]
 
 
-def _environ(spec: HarnessSpec, base_url: str, key: str, seed: int, log: Path) -> dict[str, str]:
+def _environ(spec: HarnessSpec, base_url: str, key: str, seed: int, log: Path, task_id: str = "") -> dict[str, str]:
     env = {**os.environ, **{k: str(v) for k, v in spec.environ.items()}}
     root = base_url[:-3] if base_url.endswith("/v1") else base_url  # Anthropic SDKs append /v1/messages
     env.update(OPENAI_BASE_URL=base_url, OPENAI_API_KEY=key, ANTHROPIC_BASE_URL=root, ANTHROPIC_API_KEY=key,
                AGENTRL_ENV_ID=spec.env_id, AGENTRL_SEED=str(seed),
-               AGENTRL_ENV_KWARGS=json.dumps(spec.env_kwargs), AGENTRL_ACTION_LOG=str(log))
+               AGENTRL_ENV_KWARGS=json.dumps(spec.env_kwargs), AGENTRL_ACTION_LOG=str(log), AGENTRL_TASK_ID=task_id)
     return env
 
 
@@ -139,15 +140,17 @@ def read_action_log(path: Path) -> list[str]:
     return out
 
 
-def replay(env_id: str, env_kwargs: dict, seed: int, actions: Sequence[str]) -> tuple[str, list[StepResult]]:
-    """Reset ``env_id`` with ``seed`` and step through ``actions`` (stops at the end of the
-    episode; later actions are ignored). Returns ``(task_id, steps)``. Env exceptions propagate;
-    an answer that breaks the contract raises ``agentrl.env.guards.EnvAnswerError``."""
+def replay(env_id: str, env_kwargs: dict, seed: int, actions: Sequence[str],
+           task_id: str = "") -> tuple[str, list[StepResult]]:
+    """Reset ``env_id`` with ``seed`` (and ``options={"task_id": task_id}`` when given) and step
+    through ``actions`` (stops at the end of the episode; later actions are ignored). Returns
+    ``(task_id, steps)``. Env exceptions propagate; an answer that breaks the contract raises
+    ``agentrl.env.guards.EnvAnswerError``."""
     from agentrl.env import make
 
     env = make(env_id, **env_kwargs)
     try:
-        obs, info = env.reset(seed=seed)
+        obs, info = env.reset(seed=seed, options={INFO_TASK: task_id} if task_id else None)
         anchor, task, steps = str(info.get(INFO_ANCHOR, obs)), str(info.get(INFO_TASK, "")), []
         for a in actions:
             obs, r, term, trunc, info = env.step(a)
@@ -200,11 +203,12 @@ def _fill(t: Turn, s: StepResult) -> None:
 
 
 def run_harness(proxy: RecordingProxy, spec: HarnessSpec, *, seed: int, group_id: int = 0,
-                episode_id: int | None = None, sampling: dict | None = None) -> Episode:
+                episode_id: int | None = None, sampling: dict | None = None, task_id: str = "") -> Episode:
     """Run one harness episode through ``proxy`` (which must be serving) and verify it.
 
     Args:
         sampling: ``SamplingParams`` fields forced on every call of the episode.
+        task_id: the task to play (``AGENTRL_TASK_ID``; "" = the one ``seed`` draws).
     Returns:
         The closed ``Episode`` (also sent to the proxy's sink, if any).
     Raises:
@@ -212,18 +216,18 @@ def run_harness(proxy: RecordingProxy, spec: HarnessSpec, *, seed: int, group_id
     """
     if not proxy.url:
         raise RuntimeError("the proxy is not serving; call proxy.start() (or use proxy.serve()) first")
-    h = proxy.create_episode(env_id=spec.env_id, seed=seed, group_id=group_id, episode_id=episode_id,
-                             sampling=sampling)
+    h = proxy.create_episode(env_id=spec.env_id, task_id=task_id, seed=seed, group_id=group_id,
+                             episode_id=episode_id, sampling=sampling)
     with tempfile.TemporaryDirectory(prefix="agentrl-harness-") as tmp:
         log = Path(tmp) / "actions.jsonl"
-        status, error = _run_process(spec, _environ(spec, h.base_url, h.key, seed, log))
+        status, error = _run_process(spec, _environ(spec, h.base_url, h.key, seed, log, task_id))
         actions: list[str] = []
         if status == EpisodeStatus.OK:
             try:
                 actions = read_action_log(log)
             except ValueError as exc:
                 status, error = EpisodeStatus.ABORTED, tag_cause("bad_action_log", f"bad action log: {exc}")
-    return proxy.close_episode(h.episode_id, status, error, annotate=lambda ep: _verify(ep, spec, seed, actions))
+    return proxy.close_episode(h.episode_id, status, error, annotate=lambda ep: _verify(ep, spec, seed, actions, task_id))
 
 
 def _run_process(spec: HarnessSpec, environ: dict[str, str]) -> tuple[EpisodeStatus, str]:
@@ -245,21 +249,25 @@ def _run_process(spec: HarnessSpec, environ: dict[str, str]) -> tuple[EpisodeSta
 def collect_harness_episodes(engine: LLMClient, renderer: ChatRenderer, spec: HarnessSpec, *, n_groups: int,
                              group_size: int = 1, seed: int = 0, run_id: str = "",
                              sampling: SamplingParams | None = None, max_parallel: int = 8,
-                             mode: str = "tito") -> list[Episode]:
+                             mode: str = "tito", tasks: Sequence[tuple[str, int]] | None = None) -> list[Episode]:
     """Play ``n_groups × group_size`` harness episodes through a fresh recording proxy.
 
     Group ``g`` plays env seed ``seed + g`` in all its episodes; episode ids are
     ``g * group_size + j`` and group ids ``g`` (as ``agentrl.rollout.collector.collect``).
     ``sampling`` gives the defaults for parameters a harness leaves out, and its
     ``temperature`` / ``top_p`` are forced on every call (on-policy samples; its seed is not
-    used, so group members differ). Returns the episodes in id order; the caller writes the store.
+    used, so group members differ). ``tasks``: ``(task_id, seed)`` per group instead (a held-out
+    panel; ``n_groups`` must equal its length). Returns the episodes in id order; the caller
+    writes the store.
 
     Raises:
-        ValueError: non-positive counts.
+        ValueError: non-positive counts, or ``tasks`` of another length than ``n_groups``.
     """
     if n_groups < 1 or group_size < 1 or max_parallel < 1:
         raise ValueError(f"n_groups, group_size and max_parallel must be >= 1, got {n_groups}, {group_size}, "
                          f"{max_parallel}")
+    if tasks is not None and len(tasks) != n_groups:
+        raise ValueError(f"tasks lists {len(tasks)} (task_id, seed) pairs for n_groups={n_groups}; give one per group")
     base = sampling or SamplingParams()
     force = {"temperature": base.temperature, "top_p": base.top_p, "greedy": base.greedy}
     proxy = RecordingProxy(engine, renderer, run_id=run_id, mode=mode, max_batch=max_parallel,
@@ -269,18 +277,20 @@ def collect_harness_episodes(engine: LLMClient, renderer: ChatRenderer, spec: Ha
 
     def one(job: tuple[int, int]) -> Episode:
         g, j = job
-        return run_harness(proxy, spec, seed=seed + g, group_id=g, episode_id=g * group_size + j, sampling=force)
+        task_id, s = ("", seed + g) if tasks is None else (str(tasks[g][0]), int(tasks[g][1]))
+        return run_harness(proxy, spec, seed=s, group_id=g, episode_id=g * group_size + j, sampling=force,
+                           task_id=task_id)
 
     with proxy.serve(), ThreadPoolExecutor(max_workers=max_parallel) as pool:
         episodes = list(pool.map(one, jobs))
     return sorted(episodes, key=lambda e: e.episode_id)
 
 
-def _verify(ep: Episode, spec: HarnessSpec, seed: int, actions: list[str]) -> None:
+def _verify(ep: Episode, spec: HarnessSpec, seed: int, actions: list[str], task_id: str = "") -> None:
     if ep.status != EpisodeStatus.OK:
         return
     try:
-        ep.task_id, steps = replay(spec.env_id, spec.env_kwargs, seed, actions)
+        ep.task_id, steps = replay(spec.env_id, spec.env_kwargs, seed, actions, task_id)
     except EnvAnswerError as exc:  # a reward that is not a finite number, an observation that is not text
         ep.status, ep.error = EpisodeStatus.ENV_ERROR, tag_cause(exc.cause, f"verifier replay failed: {exc}")
         return

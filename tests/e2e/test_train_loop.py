@@ -205,10 +205,20 @@ def test_harness_config_trains_on_proxy_recorded_episodes(tiny_dir, tmp_path):
     root = Path(__file__).resolve().parents[2]
     cfg = load_config(root / "examples" / "harness_toy.yaml", [
         f"policy.model={tiny_dir}", f"run.out_dir={tmp_path}", "run.iterations=1", "log.console=false",
-        "rollout.groups_per_iteration=2", "rollout.group_size=2",
+        "policy.lora=null", "policy.dtype=float32",
+        "rollout.groups_per_iteration=2", "rollout.group_size=2", "run.eval_before=true", "run.eval_every=1",
+        "env.eval_panel_size=2",
         f"rollout.harness.command=['{{python}}', '{root / 'examples' / 'harness_agent.py'}', '--max-turns', '3', "
         "'--max-tokens', '8']"])
     result = train(cfg, resume=False)
+    # the held-out panel is played by the harness itself (through the proxy), task by task, greedy
+    panel = json.loads((result.run_dir / "eval_panel.json").read_text())
+    with TurnStore(result.store_path, readonly=True) as store:
+        for run in (f"{result.run_id}/eval-before", f"{result.run_id}/eval-iter1"):
+            evals = store.episodes(run)
+            assert sorted(e.task_id for e in evals) == sorted(x["task_id"] for x in panel["entries"])
+            turns = [t for e in evals for t in store.turns(e.episode_id, run_id=run)]
+            assert turns and all("prompt_source" in t.info and t.info["sampling"]["greedy"] for t in turns)
     with TurnStore(result.store_path, readonly=True) as store:
         eps = store.episodes(result.run_id)
         assert len(eps) == 4
@@ -216,9 +226,7 @@ def test_harness_config_trains_on_proxy_recorded_episodes(tiny_dir, tmp_path):
         assert len(table) >= 4 and len(store.advantages(result.run_id)) == len(table)
         turns = store.turns(eps[0].episode_id, run_id=result.run_id)
     assert all(t.prompt_ids.size > 0 and t.completion_ids.size == t.completion_logprobs.size for t in turns)
-    import json
-
-    row = json.loads((result.run_dir / "metrics.jsonl").read_text().splitlines()[0])
+    row = json.loads((result.run_dir / "metrics.jsonl").read_text().splitlines()[-1])  # iteration 1 (the first line is the eval before)
     assert row["proxy/segments_per_episode"] >= 1.0 and row["proxy/forks"] >= 0.0  # fidelity counts reach the run
     assert "proxy/drift_rate" in row
 

@@ -110,3 +110,31 @@ def test_harness_spec_validation():
         HarnessSpec(command=("x",), env_id="agentrl/Toy-v0", timeout_s=0)
     with pytest.raises(KeyError, match="did you mean 'agentrl/Toy-v0'"):
         HarnessSpec(command=("x",), env_id="agentrl/Toyy-v0")
+
+
+def test_collect_harness_episodes_plays_the_named_tasks(renderer, reply_ids):
+    """``tasks`` (a held-out panel): each group plays its task by id (``AGENTRL_TASK_ID``), and the
+    verifier replays that task, not the one the seed would draw."""
+    engine = ScriptedEngine([reply_ids("<action>look</action>")], eos_token_id=renderer.eos_token_id)
+    spec = HarnessSpec(command=AGENT + ("--max-turns", "1"), env_id="agentrl/Toy-v0", env_kwargs={"split": "eval"},
+                       timeout_s=60)
+    tasks = [("rooms5-key4-door2", 7), ("rooms3-key2-door1", 7)]
+    eps = collect_harness_episodes(engine, renderer, spec, n_groups=2, tasks=tasks, max_parallel=2)
+    assert [(e.task_id, e.seed) for e in eps] == tasks and all(e.status == EpisodeStatus.OK for e in eps)
+    assert eps[0].turns[0].observation.endswith("You are in room 1 of 5.\nAdmissible actions: go east, inventory, look")
+    assert "room 1 of 3" in eps[1].turns[0].observation
+    with pytest.raises(ValueError, match="tasks lists 2"):
+        collect_harness_episodes(engine, renderer, spec, n_groups=3, tasks=tasks)
+
+
+def test_json_actions_are_constrained_to_the_admissible_ones(tiny_engine, renderer):
+    """examples/harness_agent.py --json-actions on the tiny random model: every reply is
+    {"action": one of the admissible actions} (grammar-constrained through the proxy), recorded
+    with its grammar; no action is invalid."""
+    spec = HarnessSpec(command=AGENT + ("--max-turns", "4", "--max-tokens", "24", "--json-actions"),
+                       env_id="agentrl/Toy-v0", timeout_s=120)
+    eps = collect_harness_episodes(tiny_engine, renderer, spec, n_groups=2, group_size=2, seed=3, max_parallel=4)
+    turns = [t for e in eps for t in e.turns]
+    assert all(e.status == EpisodeStatus.OK for e in eps) and len(turns) >= 4
+    assert all(t.action_valid and t.info["grammar"]["kind"] == "json_schema" for t in turns)
+    assert all(t.action in ("go east", "go west", "take key", "open door", "look", "inventory") for t in turns)
