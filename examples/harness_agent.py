@@ -19,7 +19,11 @@ Run by hand against a proxy (``agentrl proxy serve``, then create an episode)::
     AGENTRL_ENV_ID=agentrl/Toy-v0 AGENTRL_SEED=0 python examples/harness_agent.py --json-actions
 
 Options: ``--max-turns`` (default 8), ``--max-tokens`` per reply (default 32), ``--stream``,
-``--json-actions``.
+``--json-actions``, ``--goal`` (a sentence saying what to achieve, put in the system prompt; the
+env's own ``info["instructions"]`` are used when it gives them), ``--window K`` (K > 0: each call
+sends only the system prompt, the last K actions and the current observation instead of the
+whole conversation — a short prompt a small model does not fall into repeating itself in; the
+proxy then records each call as a new segment).
 """
 
 from __future__ import annotations
@@ -78,8 +82,15 @@ def ask(client: OpenAI, messages: list[dict], max_tokens: int, stream: bool, res
     return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
 
 
+def windowed(system: str, actions: list[str], current: str, k: int) -> list[dict]:
+    """The messages of a windowed call: the system prompt, then the last ``k`` actions and the
+    current observation in one user message."""
+    done = f"Your last actions: {', '.join(actions[-k:])}.\n" if actions else ""
+    return [{"role": "system", "content": system}, {"role": "user", "content": done + current}]
+
+
 def play(client: OpenAI, max_turns: int, max_tokens: int, stream: bool = False, choose=None,
-         json_actions: bool = False) -> None:
+         json_actions: bool = False, goal: str = "", window: int = 0) -> None:
     """Play one episode of the env the harness contract names, logging each action;
     ``choose(reply, info) -> action`` picks the command (default: ``parse_action(reply)``)."""
     from agentrl.env import make  # any gymnasium text env works; agentrl's registry has the ids
@@ -87,13 +98,17 @@ def play(client: OpenAI, max_turns: int, max_tokens: int, stream: bool = False, 
     env = make(os.environ["AGENTRL_ENV_ID"], **json.loads(os.environ.get("AGENTRL_ENV_KWARGS", "{}")))
     task = os.environ.get("AGENTRL_TASK_ID", "")
     obs, info = env.reset(seed=int(os.environ.get("AGENTRL_SEED", "0")), options={"task_id": task} if task else None)
-    messages = [{"role": "system", "content": SYSTEM_JSON if json_actions else SYSTEM},
+    goal = str(info.get("instructions") or goal).strip()
+    system = SYSTEM_JSON if json_actions else SYSTEM
+    messages = [{"role": "system", "content": f"{system} {goal}" if goal else system},
                 {"role": "user", "content": show(obs, info)}]
-    log_path = os.environ.get("AGENTRL_ACTION_LOG")
+    log_path, actions = os.environ.get("AGENTRL_ACTION_LOG"), []
     with open(log_path or os.devnull, "a", encoding="utf-8") as log:
         for _ in range(max_turns):
-            reply = ask(client, messages, max_tokens, stream, action_format(info) if json_actions else None)
+            sent = windowed(messages[0]["content"], actions, show(obs, info), window) if window > 0 else messages
+            reply = ask(client, sent, max_tokens, stream, action_format(info) if json_actions else None)
             action = choose(reply, info) if choose is not None else parse_action(reply)
+            actions.append(action)
             log.write(json.dumps({"action": action}) + "\n")
             log.flush()
             obs, reward, terminated, truncated, info = env.step(action)
@@ -110,9 +125,13 @@ def main() -> int:
     ap.add_argument("--stream", action="store_true")
     ap.add_argument("--json-actions", action="store_true",
                     help="structured output: each reply is {\"action\": one of the admissible actions}")
+    ap.add_argument("--goal", default="", help="what to achieve, for the system prompt (the env's own instructions "
+                                                 "win when it gives them)")
+    ap.add_argument("--window", type=int, default=0,
+                    help="K > 0: send only the last K actions and the current observation (default 0: the whole chat)")
     args = ap.parse_args()
     play(OpenAI(max_retries=0), args.max_turns, args.max_tokens, args.stream,  # base URL and key from the environment
-         json_actions=args.json_actions)
+         json_actions=args.json_actions, goal=args.goal, window=args.window)
     return 0
 
 

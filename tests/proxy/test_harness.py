@@ -138,3 +138,18 @@ def test_json_actions_are_constrained_to_the_admissible_ones(tiny_engine, render
     assert all(e.status == EpisodeStatus.OK for e in eps) and len(turns) >= 4
     assert all(t.action_valid and t.info["grammar"]["kind"] == "json_schema" for t in turns)
     assert all(t.action in ("go east", "go west", "take key", "open door", "look", "inventory") for t in turns)
+
+
+def test_example_agent_window_and_goal(renderer, reply_ids):
+    """--window 2: each call sends the system prompt (with --goal) and one user message holding the
+    last 2 actions and the current observation, so every call is its own segment."""
+    engine = ScriptedEngine([reply_ids("<action>go east</action>")], eos_token_id=renderer.eos_token_id)
+    spec = HarnessSpec(command=AGENT + ("--max-turns", "3", "--window", "2", "--goal", "Open the door."),
+                       env_id="agentrl/Toy-v0", timeout_s=60)
+    (ep,) = collect_harness_episodes(engine, renderer, spec, n_groups=1, seed=5)
+    obs = [t.observation for t in ep.turns]
+    assert [t.action for t in ep.turns] == ["go east"] * 3
+    assert obs[0].endswith("Open the door.\nYou are in room 1 of " + obs[0].split(" of ")[1]) and "last actions" not in obs[0]
+    assert "Your last actions: go east.\nYou are in room 2" in obs[1]
+    assert "Your last actions: go east, go east.\nYou are in room 3" in obs[2]
+    assert [t.info["segment"] for t in ep.turns] == [0, 1, 2]  # a new prompt each call, not a continuation
