@@ -21,7 +21,7 @@ def test_the_shipped_harness_config_loads_from_any_working_folder(tmp_path, monk
     monkeypatch.chdir(tmp_path)  # not the repository
     cfg = load_config(ROOT / "examples" / "harness_toy.yaml")
     assert cfg.rollout.harness.command[:2] == ("{python}", str(ROOT / "examples" / "harness_agent.py"))
-    assert cfg.rollout.harness.command[2:4] == ("--max-turns", "8")
+    assert cfg.rollout.harness.command[2:4] == ("--max-turns", "12")
 
 
 def test_a_copy_whose_program_is_missing_stops_at_start_naming_the_path(tmp_path, monkeypatch):
@@ -72,14 +72,15 @@ def test_agentrl_train_stops_at_start_or_at_the_first_all_failed_iteration(tiny_
     err = capsys.readouterr().err
     assert "the harness program 'harness_agent.py' is neither beside the config" in err
     broken = ["{python}", "-c", "import sys; sys.exit(3)"]
-    code = main(["train", str(ROOT / "examples" / "harness_toy.yaml"), f"policy.model={tiny_dir}",
-                 f"run.out_dir={tmp_path}", "run.iterations=2", "log.console=false", "rollout.groups_per_iteration=1",
-                 "rollout.group_size=2", f"rollout.harness.command={broken}"])
+    code = main(["train", str(ROOT / "examples" / "harness_toy.yaml"), f"policy.model={tiny_dir}", "policy.lora=null",
+                 "policy.dtype=float32", "run.eval_before=false", "run.eval_every=0", f"run.out_dir={tmp_path}",
+                 "run.iterations=2", "log.console=false", "rollout.groups_per_iteration=1", "rollout.group_size=2",
+                 f"rollout.harness.command={broken}"])
     err = capsys.readouterr().err
     assert code == 1, err[-2000:]
     assert "every episode of iteration 1 failed, so nothing can be trained: 2 of 2 episode(s) failed (aborted 2" in err
     assert "first error (episode 0): " in err
-    run = tmp_path / "harness-toy-grpo"
+    run = tmp_path / "harness-toy"
     with TurnStore(run / "store.sqlite", readonly=True) as store:
-        assert [e.status.value for e in store.episodes("harness-toy-grpo")] == ["aborted", "aborted"]
+        assert [e.status.value for e in store.episodes("harness-toy")] == ["aborted", "aborted"]
     assert not (run / "checkpoints").exists() or not any((run / "checkpoints").iterdir())

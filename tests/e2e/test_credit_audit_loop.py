@@ -82,6 +82,7 @@ def test_harness_turns_through_the_proxy_are_audited(layout, tiny_dir, tmp_path)
     root = Path(__file__).resolve().parents[2]
     cfg = load_config(root / "examples" / "harness_toy.yaml", [
         f"policy.model={tiny_dir}", f"run.out_dir={tmp_path}", "run.iterations=2", "log.console=false",
+        "policy.lora=null", "policy.dtype=float32", "run.eval_before=false", "run.eval_every=0",
         "rollout.groups_per_iteration=2", "rollout.group_size=4", "env.max_turns=8",
         *(["update.pack=true", "update.micro_batch=2"] if layout == "packed" else []),
         f"rollout.harness.command=['{{python}}', '{Path(__file__).parent / 'audit_harness_agent.py'}', '8']"])

@@ -23,11 +23,12 @@ def test_harness_episodes_train_ready(tiny_engine, renderer, tmp_path):
     # the program beside the config file, made absolute (whatever the working directory)
     assert cfg.rollout.harness.command[1] == str(ROOT / "examples" / "harness_agent.py") and cfg.env.id == "agentrl/Toy-v0"
     spec = HarnessSpec.from_config(cfg.rollout.harness, cfg.env.id)
-    spec = replace(spec, cwd=str(ROOT), command=spec.command + ("--max-turns", "3", "--max-tokens", "12"))
+    spec = replace(spec, cwd=str(ROOT), command=spec.command + ("--max-turns", "3", "--max-tokens", "12", "--window", "0"))
     eps = collect_harness_episodes(tiny_engine, renderer, spec, n_groups=2, group_size=2, seed=7, run_id="h",
                                    sampling=SamplingParams(temperature=1.0, max_tokens=12), max_parallel=4)
     assert all(e.status == EpisodeStatus.OK and len(e.turns) == 3 for e in eps), [e.error for e in eps]
-    # the harness echoes the replies verbatim: one segment per episode, even where a re-render drifts
+    # the whole chat each call (--window 0), the replies echoed verbatim: one segment per episode, even where a
+    # re-render drifts
     assert all(t.info["segment"] == 0 and t.info["prompt_source"] in ("rendered", "tito") for e in eps for t in e.turns)
     with TurnStore(tmp_path / "s.sqlite") as store:
         store.add_episodes(eps, run_id="h")
