@@ -21,7 +21,7 @@ def test_the_shipped_harness_config_loads_from_any_working_folder(tmp_path, monk
     monkeypatch.chdir(tmp_path)  # not the repository
     cfg = load_config(ROOT / "examples" / "harness_toy.yaml")
     assert cfg.rollout.harness.command[:2] == ("{python}", str(ROOT / "examples" / "harness_agent.py"))
-    assert cfg.rollout.harness.command[2:4] == ("--max-turns", "12")
+    assert cfg.rollout.harness.command[2:4] == ("--max-turns", "20")
 
 
 def test_a_copy_whose_program_is_missing_stops_at_start_naming_the_path(tmp_path, monkeypatch):
