@@ -117,6 +117,9 @@ KEY_HELP: dict[str, str] = {
     "rollout.sync_timeout_s": "seconds a weight sync may take before the run stops",
     "rollout.weight_transport": "weights to engine workers: auto (shared memory for local workers, the "
                                 "broadcast group for Ray actors), shared_memory or broadcast",
+    "rollout.harness.tool_schemas": "tool name -> JSON schema the proxy decodes that tool's forced calls under "
+                                    "(null = the harness's own)",
+    "rollout.harness.force_tool_call": "every call that offers tools must call one (the proxy forces it)",
     "rollout.min_group_valid": "ok episodes a group that lost one (failed, never trained on) needs to stay in "
                                "the update",
     # algorithm

@@ -18,6 +18,7 @@ A failing drift measurement never loses the turn: ``token_prefix_ok`` is None an
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import logging
 import threading
@@ -30,6 +31,7 @@ from agentrl.llm.base import FINISH_ABORT, FINISH_LENGTH, Completion, LLMClient,
 from agentrl.llm.chat import ChatRenderer
 from agentrl.llm.grammar import compiler_for, grammar_info
 from agentrl.proxy.encoder import Encoder
+from agentrl.proxy.forcing import server_constraints
 from agentrl.proxy.engine import EngineWorker, Gate
 from agentrl.proxy.errors import WireError
 from agentrl.proxy.messages import canonical, split_tool_calls
@@ -129,6 +131,8 @@ class ProxyCore:
             mode, else ``ignore``. Null-valued keys are always ignored.
         while_paused: ``hold`` | ``reject`` — what a call that arrives during a weight update
             gets (``agentrl.proxy.engine.Gate``); retry_after_s: its ``Retry-After``.
+        tool_schemas / force_tools: the server's own decoding constraints on tool calls
+            (``agentrl.proxy.forcing.server_constraints``), recorded with every call's grammar.
     Raises:
         ValueError: an unknown mode, ``unknown_fields`` or ``while_paused`` value.
     """
@@ -136,7 +140,7 @@ class ProxyCore:
     def __init__(self, engine: LLMClient, renderer: ChatRenderer, registry: SessionRegistry, *, mode: str = "tito",
                  sampling: SamplingParams | None = None, measure_drift: bool = True, max_batch: int = 32,
                  model_name: str = "policy", unknown_fields: str | None = None, while_paused: str = "hold",
-                 retry_after_s: float = 1.0) -> None:
+                 retry_after_s: float = 1.0, tool_schemas: dict | None = None, force_tools: bool = False) -> None:
         if mode not in MODES:
             raise ValueError(f"proxy mode must be one of {MODES}, got {mode!r}")
         unknown_fields = unknown_fields or ("refuse" if mode == "strict" else "ignore")
@@ -153,6 +157,7 @@ class ProxyCore:
         self.measure_drift, self.model_name = measure_drift, model_name
         self.worker = EngineWorker(engine, max_batch=max_batch)
         self.gate = Gate(while_paused, retry_after_s)
+        self.tool_schemas, self.force_tools = dict(tool_schemas or {}), bool(force_tools)
         self._render_lock = threading.Lock()  # fast tokenizers are not safe under concurrent calls
         self.encoder = Encoder(renderer)  # renderer.encode's ids, faster; incremental full re-encodes
 
@@ -164,6 +169,7 @@ class ProxyCore:
                 429 during a weight update (``while_paused: reject``), 503 engine failure;
                 a 400 or 503 is noted on the episode (it closes ``aborted``).
         """
+        req = self._constrained(req)
         session.acquire()
         try:
             self.gate.enter()
@@ -184,6 +190,7 @@ class ProxyCore:
     async def start_async(self, session: EpisodeSession, req: ChatRequest, run) -> PendingCall:
         """``start`` for the event loop: admission and rendering run inline when they need no
         waiting (``run(fn)`` runs the blocking waits in a thread), the engine is awaited."""
+        req = self._constrained(req)
         if not session.try_acquire():
             await run(session.acquire)
         try:
@@ -225,6 +232,13 @@ class ProxyCore:
             raise WireError(400, f"the prompt has {plan.prompt_ids.size} tokens and leaves no room in the model's "
                                  f"context of {limit} tokens; shorten or compact the conversation", param="messages")
         return plan, session.effective(req.sampling), int(self.engine.policy_version), t0, retry
+
+    def _constrained(self, req: ChatRequest) -> ChatRequest:
+        """``req`` with the server's tool-call constraints applied to its grammar (``forcing``)."""
+        if not (self.tool_schemas or self.force_tools) or req.prompt is not None:
+            return req
+        grammar = server_constraints(req.grammar, req.tools, self.tool_schemas, self.force_tools)
+        return req if grammar is req.grammar else dataclasses.replace(req, grammar=grammar)
 
     def _grammar(self, req: ChatRequest):
         """The compiled grammar of ``req`` (None: unconstrained). Raises ``WireError`` 400 when

@@ -22,12 +22,13 @@ is a 400 (one completion cannot be both). Errors are ``WireError`` 400s naming t
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from agentrl.llm.grammar import GrammarSpec
 from agentrl.proxy.errors import bad
 
-__all__ = ["chat_grammar", "responses_grammar", "messages_grammar"]
+__all__ = ["chat_grammar", "responses_grammar", "messages_grammar", "server_constraints"]
 
 
 def _tools_spec(tools: tuple[dict, ...], name: str | None, param: str) -> GrammarSpec:
@@ -118,3 +119,26 @@ def messages_grammar(choice: Any, fmt: Any, tools: tuple[dict, ...]) -> GrammarS
                   "{\"type\": \"tool\", \"name\": ...}", "tool_choice")
     spec = _format_spec(fmt, "output_config.format", lambda f: f.get("schema"), "output_config.format.schema", ())
     return _one(tool, spec, "tool_choice", "output_config.format")
+
+
+def server_constraints(grammar: GrammarSpec | None, tools: tuple[dict, ...], tool_schemas: dict | None,
+                       force_tools: bool) -> GrammarSpec | None:
+    """The grammar a request is decoded under once the *server's* constraints apply (declared by
+    whoever runs the proxy, e.g. ``rollout.harness.tool_schemas``, never by the harness):
+
+    - ``force_tools``: a request that offers tools and forces nothing must call one of them
+      (as ``tool_choice: required``); a request that asks for JSON output keeps its own grammar;
+    - ``tool_schemas`` (tool name → JSON schema): the arguments of a forced call of that tool are
+      decoded under this schema instead of the one the harness sent (e.g. an ``enum`` of the
+      env's commands where the framework declared a free string). The prompt still shows the
+      harness's own tool definitions.
+
+    Returns ``grammar`` unchanged when neither applies.
+    """
+    if force_tools and grammar is None and any(isinstance(t.get("function"), dict) for t in tools):
+        grammar = _tools_spec(tools, None, "tool_choice")
+    if not tool_schemas or grammar is None or grammar.kind != "tool_call":
+        return grammar
+    offered = [(name, tool_schemas[name] if name in tool_schemas else json.loads(schema))
+               for name, schema in grammar.tools]
+    return GrammarSpec.tool_call(offered)

@@ -48,18 +48,23 @@ class RecordingProxy:
         while_paused: ``hold`` (default) | ``reject`` — a call that arrives while the weights
             are updated waits, or gets 429 with ``Retry-After: retry_after_s`` (OpenAI SDKs
             retry it); either way no call is served from half-loaded or changing weights.
+        tool_schemas: tool name → JSON schema its forced calls' arguments are decoded under,
+            instead of the harness's; force_tools: every request that offers tools and forces
+            nothing must call one (``agentrl.proxy.forcing.server_constraints``).
     """
 
     def __init__(self, engine: LLMClient, renderer: ChatRenderer, *, sink: EpisodeSink | None = None,
                  run_id: str = "proxy", mode: str = "tito", sampling: SamplingParams | None = None,
                  admin_token: str | None = None, measure_drift: bool = True, max_batch: int = 32,
                  model_name: str = "policy", first_episode_id: int = 0, unknown_fields: str | None = None,
-                 limits: ServeLimits | None = None, while_paused: str = "hold", retry_after_s: float = 1.0) -> None:
+                 limits: ServeLimits | None = None, while_paused: str = "hold", retry_after_s: float = 1.0,
+                 tool_schemas: dict | None = None, force_tools: bool = False) -> None:
         self.limits = limits or ServeLimits()
         self.registry = SessionRegistry(run_id, sink, first_episode_id)
         self.core = ProxyCore(engine, renderer, self.registry, mode=mode, sampling=sampling,
                               measure_drift=measure_drift, max_batch=max_batch, model_name=model_name,
-                              unknown_fields=unknown_fields, while_paused=while_paused, retry_after_s=retry_after_s)
+                              unknown_fields=unknown_fields, while_paused=while_paused, retry_after_s=retry_after_s,
+                              tool_schemas=tool_schemas, force_tools=force_tools)
         self.admin_token = admin_token or secrets.token_hex(16)
         self.url = ""  # "http://host:port" once serving
         self._server = None

@@ -105,3 +105,46 @@ def test_an_engine_without_grammars_refuses_by_name(serve, renderer, reply_ids):
         body = {"messages": MSG, "tools": TOOLS, "tool_choice": "required"}
         r = httpx.post(f"{h.base_url}/chat/completions", json=body, timeout=30)
     assert r.status_code == 400 and "ScriptedEngine does not provide" in r.json()["error"]["message"]
+
+
+def test_server_side_tool_constraints(serve, renderer, tiny_engine, update_logprob_gap):
+    """``tool_schemas`` / ``force_tools`` (``rollout.harness.tool_schemas``, ``force_tool_call``):
+    the harness offers ``act(command: string)`` and forces nothing, the proxy forces a call and
+    decodes ``command`` under its own enum — recorded in the turn's grammar, trained with it."""
+    act = [{"type": "function", "function": {"name": "act", "parameters": {
+        "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
+    enum = {"type": "object", "properties": {"command": {"enum": ["go east", "go west"]}}, "required": ["command"],
+            "additionalProperties": False}
+    with serve(tiny_engine, tool_schemas={"act": enum}, force_tools=True) as proxy:
+        h = proxy.create_episode()
+        client = openai.OpenAI(base_url=h.base_url, api_key=h.api_key, max_retries=0)
+        outs = [client.chat.completions.create(model="p", messages=[{"role": "user", "content": f"room {s}"}], tools=act,
+                                               max_tokens=40, temperature=1.0, seed=s) for s in range(4)]
+        free = client.chat.completions.create(model="p", messages=MSG, max_tokens=4, seed=0)  # no tools: untouched
+        ep = proxy.close_episode(h.episode_id)
+    for out in outs:
+        (call,) = out.choices[0].message.tool_calls
+        assert call.function.name == "act" and json.loads(call.function.arguments)["command"] in ("go east", "go west")
+    assert free.choices[0].message.tool_calls is None and "grammar" not in ep.turns[-1].info
+    for t in ep.turns[:4]:
+        assert t.info["grammar"]["kind"] == "tool_call" and json.loads(t.info["grammar"]["tools"][0][1]) == enum
+        assert t.info["tool_args_invalid"] == 0
+    ep.turns = ep.turns[:4]  # the constrained ones
+    _check_turns(ep, renderer, tiny_engine.model, update_logprob_gap)
+
+
+def test_server_constraints_by_hand():
+    from agentrl.llm.grammar import GrammarSpec
+    from agentrl.proxy.forcing import server_constraints
+
+    spec = GrammarSpec.tool_call([("get_weather", ARGS), ("noop", None)])
+    assert server_constraints(spec, tuple(TOOLS), None, False) is spec
+    assert server_constraints(None, tuple(TOOLS), None, False) is None
+    forced = server_constraints(None, tuple(TOOLS), None, True)
+    assert forced.kind == "tool_call" and [n for n, _ in forced.tools] == ["get_weather", "noop"]
+    swapped = server_constraints(spec, tuple(TOOLS), {"noop": {"type": "object", "maxProperties": 0}}, False)
+    assert json.loads(dict(swapped.tools)["noop"]) == {"type": "object", "maxProperties": 0}
+    assert json.loads(dict(swapped.tools)["get_weather"]) == ARGS
+    fmt = GrammarSpec.json_schema(ARGS)  # JSON output asked for: kept, never forced into a tool call
+    assert server_constraints(fmt, tuple(TOOLS), {"noop": {}}, True) is fmt
+    assert server_constraints(None, ({"type": "web_search"},), None, True) is None  # no function tool to force
