@@ -21,8 +21,8 @@ Run by hand against a proxy (``agentrl proxy serve``, then create an episode)::
 Options: ``--max-turns`` (default 8), ``--max-tokens`` per reply (default 32), ``--stream``,
 ``--json-actions``, ``--goal`` (a sentence saying what to achieve, put in the system prompt; the
 env's own ``info["instructions"]`` are used when it gives them), ``--window K`` (K > 0: each call
-sends only the system prompt, the last K actions and the current observation instead of the
-whole conversation — a short prompt a small model does not fall into repeating itself in; the
+sends only the system prompt, the turn number, the last K actions and the current observation
+instead of the whole conversation — a short prompt a small model does not fall into repeating itself in; the
 proxy then records each call as a new segment).
 """
 
@@ -82,11 +82,13 @@ def ask(client: OpenAI, messages: list[dict], max_tokens: int, stream: bool, res
     return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
 
 
-def windowed(system: str, actions: list[str], current: str, k: int) -> list[dict]:
-    """The messages of a windowed call: the system prompt, then the last ``k`` actions and the
-    current observation in one user message."""
+def windowed(system: str, actions: list[str], current: str, k: int, max_turns: int) -> list[dict]:
+    """The messages of a windowed call: the system prompt, then the turn number, the last ``k``
+    actions and the current observation in one user message. The turn number keeps two calls
+    from ever being identical: the proxy reads an exact resend as a retry of the last call."""
     done = f"Your last actions: {', '.join(actions[-k:])}.\n" if actions else ""
-    return [{"role": "system", "content": system}, {"role": "user", "content": done + current}]
+    turn = f"Turn {len(actions) + 1} of {max_turns}.\n"
+    return [{"role": "system", "content": system}, {"role": "user", "content": turn + done + current}]
 
 
 def play(client: OpenAI, max_turns: int, max_tokens: int, stream: bool = False, choose=None,
@@ -105,7 +107,8 @@ def play(client: OpenAI, max_turns: int, max_tokens: int, stream: bool = False, 
     log_path, actions = os.environ.get("AGENTRL_ACTION_LOG"), []
     with open(log_path or os.devnull, "a", encoding="utf-8") as log:
         for _ in range(max_turns):
-            sent = windowed(messages[0]["content"], actions, show(obs, info), window) if window > 0 else messages
+            sent = windowed(messages[0]["content"], actions, show(obs, info), window, max_turns) if window > 0 \
+                else messages
             reply = ask(client, sent, max_tokens, stream, action_format(info) if json_actions else None)
             action = choose(reply, info) if choose is not None else parse_action(reply)
             actions.append(action)

@@ -149,7 +149,7 @@ def test_example_agent_window_and_goal(renderer, reply_ids):
     (ep,) = collect_harness_episodes(engine, renderer, spec, n_groups=1, seed=5)
     obs = [t.observation for t in ep.turns]
     assert [t.action for t in ep.turns] == ["go east"] * 3
-    assert obs[0].endswith("Open the door.\nYou are in room 1 of " + obs[0].split(" of ")[1]) and "last actions" not in obs[0]
-    assert "Your last actions: go east.\nYou are in room 2" in obs[1]
-    assert "Your last actions: go east, go east.\nYou are in room 3" in obs[2]
+    assert "Open the door.\nTurn 1 of 3.\nYou are in room 1 of " in obs[0] and "last actions" not in obs[0]
+    assert "Turn 2 of 3.\nYour last actions: go east.\nYou are in room 2" in obs[1]
+    assert "Turn 3 of 3.\nYour last actions: go east, go east.\nYou are in room 3" in obs[2]
     assert [t.info["segment"] for t in ep.turns] == [0, 1, 2]  # a new prompt each call, not a continuation
