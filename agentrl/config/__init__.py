@@ -9,8 +9,8 @@ What it owns, one module each (their public names are re-exported here, except
 - ``sections``: one frozen dataclass per pipeline stage (``RunConfig``, ``EnvConfig``,
   ``PolicyConfig``, ``RolloutConfig``, ``AlgorithmConfig``, ``LogConfig``, ``Config``) with
   range checks in ``__post_init__``; ``update`` (``UpdateConfig``), ``vllm`` (``VLLMSpec``)
-  ``placement`` (``PlacementSpec``) and ``reward`` (``RewardConfig``, ``JudgeConfig``) are
-  sections of their own;
+  ``placement`` (``PlacementSpec``), ``harness`` (``HarnessConfig``) and ``reward``
+  (``RewardConfig``, ``JudgeConfig``) are sections of their own;
 - ``loader``: YAML loading, overrides (``apply_overrides``), ``load_config``,
   ``config_from_dict``, ``to_dict``, ``dump_config``;
 - ``checks``: the checks that need no registry (``validate_config``: defaults in effect

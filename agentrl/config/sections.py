@@ -15,6 +15,7 @@ from agentrl.config.errors import ConfigError
 from agentrl.config.errors import check as _check
 from agentrl.config.errors import check_min as _check_min
 from agentrl.config.placement import PlacementSpec
+from agentrl.config.harness import HarnessConfig  # noqa: F401  (a section of RolloutConfig, re-exported)
 from agentrl.config.reward import RewardConfig  # noqa: F401  (a section of Config, re-exported)
 from agentrl.config.update import UpdateConfig  # noqa: F401  (a section of Config, re-exported)
 from agentrl.config.vllm import VLLMSpec
@@ -183,30 +184,6 @@ class PolicyConfig:
         _check(not (self.device == "cpu" and self.vllm.enable_sleep_mode),
                "policy.vllm.enable_sleep_mode=true needs CUDA (vLLM's sleep mode); set it to null or false with "
                "policy.device: cpu")
-
-
-@dataclass(frozen=True)
-class HarnessConfig:
-    """``rollout.harness``: play episodes with an external agent program through the recording
-    proxy (``agentrl.rollout.harness``). ``command`` is its argv (``{python}`` = this
-    interpreter); ``timeout_s`` the per-episode deadline in seconds; ``max_parallel`` harnesses
-    run at once; ``mode`` the proxy's prompt continuation (tito | retokenize | strict).
-    ``tool_schemas`` (tool name → JSON schema) and ``force_tool_call``: decoding constraints the
-    proxy applies whatever the harness sends (``agentrl.proxy.forcing.server_constraints``)."""
-
-    command: tuple[str, ...]
-    timeout_s: float = 300.0
-    max_parallel: int = 8
-    mode: Literal["tito", "retokenize", "strict"] = "tito"
-    tool_schemas: Optional[dict] = None
-    force_tool_call: bool = False
-
-    def __post_init__(self) -> None:
-        _check(len(self.command) > 0, "rollout.harness.command must name a program, e.g. ['{python}', 'agent.py']")
-        _check_min("rollout.harness.timeout_s", self.timeout_s, 0, "seconds", strict=True)
-        _check_min("rollout.harness.max_parallel", self.max_parallel, 1)
-        _check(all(isinstance(v, dict) for v in (self.tool_schemas or {}).values()),
-               "rollout.harness.tool_schemas maps a tool name to a JSON schema object, e.g. {act: {type: object, ...}}")
 
 
 @dataclass(frozen=True)
