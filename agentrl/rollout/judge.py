@@ -172,8 +172,8 @@ class Judge:
         stats, seen = JudgeStats(judged=len(todo)), set()
         for ep, prompt in zip(todo, prompts):
             out = first[prompt]
-            if prompt in seen:
-                out = JudgeOutcome(out.score, out.reply, out.error, cached=True) if out.score is not None else out
+            if prompt in seen:  # judged once in this batch: no further calls or seconds to count
+                out = JudgeOutcome(out.score, out.reply, out.error, cached=out.score is not None)
             seen.add(prompt)
             stats.calls += out.attempts
             stats.cache_hits += out.cached

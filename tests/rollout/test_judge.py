@@ -186,3 +186,11 @@ def renderer_tiny(tiny_tokenizer):
     from agentrl.llm.chat import ChatRenderer
 
     return ChatRenderer(tiny_tokenizer)
+
+
+def test_a_failing_prompt_twice_in_a_batch_is_tried_once_and_both_flagged():
+    client = ScriptedJudge(lambda p, i: "RAISE")
+    a, b = _ep(0, ["x"]), _ep(1, ["x"])
+    stats = Judge(JudgeConfig(retries=1), client).apply([a, b])
+    assert client.calls == 2 and stats.calls == 2 and stats.errors == 2 and stats.cache_hits == 0
+    assert a.cause == b.cause == "judge_error" and b.turns[0].info["judge"]["attempts"] == 0
