@@ -304,7 +304,8 @@ def evaluate(engine: LLMClient, renderer: ChatRenderer, cfg: Config, *, greedy: 
         spec = HarnessSpec.from_config(h, cfg.env.id, env_kwargs(cfg, cfg.env.eval_split))
         episodes = collect_harness_episodes(engine, renderer, spec, n_groups=len(tasks), run_id=run_id,
                                             sampling=sampling, max_parallel=h.max_parallel, mode=h.mode, tasks=tasks,
-                                            tool_schemas=h.tool_schemas, force_tools=h.force_tool_call)
+                                            tool_schemas=h.tool_schemas, force_tools=h.force_tool_call,
+                                            resends=h.resends)
     else:
         cc = CollectConfig(env_id=cfg.env.id, n_groups=len(panel.entries), group_size=1, tasks=tasks,
                            turn_seeds=not greedy, loop=loop_config(cfg), sampling=sampling,

@@ -21,7 +21,9 @@ class HarnessConfig:
     interpreter); ``timeout_s`` the per-episode deadline in seconds; ``max_parallel`` harnesses
     run at once; ``mode`` the proxy's prompt continuation (tito | retokenize | strict).
     ``tool_schemas`` (tool name → JSON schema) and ``force_tool_call``: decoding constraints the
-    proxy applies whatever the harness sends (``agentrl.proxy.forcing.server_constraints``)."""
+    proxy applies whatever the harness sends (``agentrl.proxy.forcing.server_constraints``).
+    ``resends``: ``retry`` (an exact resend of the last call supersedes it) or ``new_call`` (for a
+    stateless agent whose prompt can repeat on purpose; ``agentrl.proxy.retry``)."""
 
     command: tuple[str, ...]
     timeout_s: float = 300.0
@@ -29,6 +31,7 @@ class HarnessConfig:
     mode: Literal["tito", "retokenize", "strict"] = "tito"
     tool_schemas: Optional[dict] = None
     force_tool_call: bool = False
+    resends: Literal["retry", "new_call"] = "retry"
 
     def __post_init__(self) -> None:
         _check(len(self.command) > 0, "rollout.harness.command must name a program, e.g. ['{python}', 'agent.py']")

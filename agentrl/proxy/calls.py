@@ -129,18 +129,19 @@ class ProxyCore:
         unknown_fields: ``ignore`` (unknown request keys are ignored and recorded in
             ``info["ignored_fields"]``) | ``refuse`` (a 400); None: ``refuse`` in ``strict``
             mode, else ``ignore``. Null-valued keys are always ignored.
-        while_paused: ``hold`` | ``reject`` — what a call that arrives during a weight update
-            gets (``agentrl.proxy.engine.Gate``); retry_after_s: its ``Retry-After``.
-        tool_schemas / force_tools: the server's own decoding constraints on tool calls
-            (``agentrl.proxy.forcing.server_constraints``), recorded with every call's grammar.
+        while_paused / retry_after_s: a call during a weight update waits or gets 429 (``Gate``).
+        tool_schemas / force_tools: the server's tool-call constraints (``forcing.server_constraints``).
+        resends: ``retry`` (an exact resend of the last call supersedes it, ``agentrl.proxy.retry``)
+            | ``new_call`` (its own turn: a stateless agent's prompt can repeat on purpose).
     Raises:
-        ValueError: an unknown mode, ``unknown_fields`` or ``while_paused`` value.
+        ValueError: an unknown mode, ``unknown_fields``, ``while_paused`` or ``resends`` value.
     """
 
     def __init__(self, engine: LLMClient, renderer: ChatRenderer, registry: SessionRegistry, *, mode: str = "tito",
                  sampling: SamplingParams | None = None, measure_drift: bool = True, max_batch: int = 32,
                  model_name: str = "policy", unknown_fields: str | None = None, while_paused: str = "hold",
-                 retry_after_s: float = 1.0, tool_schemas: dict | None = None, force_tools: bool = False) -> None:
+                 retry_after_s: float = 1.0, tool_schemas: dict | None = None, force_tools: bool = False,
+                 resends: str = "retry") -> None:
         if mode not in MODES:
             raise ValueError(f"proxy mode must be one of {MODES}, got {mode!r}")
         unknown_fields = unknown_fields or ("refuse" if mode == "strict" else "ignore")
@@ -158,6 +159,9 @@ class ProxyCore:
         self.worker = EngineWorker(engine, max_batch=max_batch)
         self.gate = Gate(while_paused, retry_after_s)
         self.tool_schemas, self.force_tools = dict(tool_schemas or {}), bool(force_tools)
+        if resends not in ("retry", "new_call"):
+            raise ValueError(f"resends must be 'retry' or 'new_call', got {resends!r}")
+        self.resends = resends
         self._render_lock = threading.Lock()  # fast tokenizers are not safe under concurrent calls
         self.encoder = Encoder(renderer)  # renderer.encode's ids, faster; incremental full re-encodes
 
@@ -219,7 +223,7 @@ class ProxyCore:
             raise WireError(400, f"'top_logprobs' needs an engine that returns the top alternatives of each token; "
                                  f"{type(self.engine).__name__} does not (HFEngine does); remove 'top_logprobs'",
                             param="top_logprobs" if req.dialect != "completions" else "logprobs")
-        retry = retry_target(session, req)  # an identical resend plans as the first attempt did
+        retry = retry_target(session, req) if self.resends == "retry" else None  # planned as the first attempt
         threads = session.threads if retry is None else threads_before(session, retry)
         with self._render_lock:
             if req.prompt is not None:

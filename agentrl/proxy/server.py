@@ -51,6 +51,8 @@ class RecordingProxy:
         tool_schemas: tool name → JSON schema its forced calls' arguments are decoded under,
             instead of the harness's; force_tools: every request that offers tools and forces
             nothing must call one (``agentrl.proxy.forcing.server_constraints``).
+        resends: ``retry`` | ``new_call`` — whether an exact resend of an episode's last call
+            supersedes it (``ProxyCore``).
     """
 
     def __init__(self, engine: LLMClient, renderer: ChatRenderer, *, sink: EpisodeSink | None = None,
@@ -58,13 +60,13 @@ class RecordingProxy:
                  admin_token: str | None = None, measure_drift: bool = True, max_batch: int = 32,
                  model_name: str = "policy", first_episode_id: int = 0, unknown_fields: str | None = None,
                  limits: ServeLimits | None = None, while_paused: str = "hold", retry_after_s: float = 1.0,
-                 tool_schemas: dict | None = None, force_tools: bool = False) -> None:
+                 tool_schemas: dict | None = None, force_tools: bool = False, resends: str = "retry") -> None:
         self.limits = limits or ServeLimits()
         self.registry = SessionRegistry(run_id, sink, first_episode_id)
         self.core = ProxyCore(engine, renderer, self.registry, mode=mode, sampling=sampling,
                               measure_drift=measure_drift, max_batch=max_batch, model_name=model_name,
                               unknown_fields=unknown_fields, while_paused=while_paused, retry_after_s=retry_after_s,
-                              tool_schemas=tool_schemas, force_tools=force_tools)
+                              tool_schemas=tool_schemas, force_tools=force_tools, resends=resends)
         self.admin_token = admin_token or secrets.token_hex(16)
         self.url = ""  # "http://host:port" once serving
         self._server = None

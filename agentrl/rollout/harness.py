@@ -250,7 +250,8 @@ def collect_harness_episodes(engine: LLMClient, renderer: ChatRenderer, spec: Ha
                              group_size: int = 1, seed: int = 0, run_id: str = "",
                              sampling: SamplingParams | None = None, max_parallel: int = 8,
                              mode: str = "tito", tasks: Sequence[tuple[str, int]] | None = None,
-                             tool_schemas: dict | None = None, force_tools: bool = False) -> list[Episode]:
+                             tool_schemas: dict | None = None, force_tools: bool = False,
+                             resends: str = "retry") -> list[Episode]:
     """Play ``n_groups × group_size`` harness episodes through a fresh recording proxy.
 
     Group ``g`` plays env seed ``seed + g`` in all its episodes; episode ids are
@@ -259,7 +260,7 @@ def collect_harness_episodes(engine: LLMClient, renderer: ChatRenderer, spec: Ha
     ``temperature`` / ``top_p`` are forced on every call (on-policy samples; its seed is not
     used, so group members differ). ``tasks``: ``(task_id, seed)`` per group instead (a held-out
     panel; ``n_groups`` must equal its length). ``tool_schemas`` / ``force_tools``: the proxy's
-    decoding constraints on tool calls (``RecordingProxy``). Returns the episodes in id order;
+    decoding constraints on tool calls; ``resends``: how it reads an exact resend (``RecordingProxy``). Returns the episodes in id order;
     the caller writes the store.
 
     Raises:
@@ -273,7 +274,7 @@ def collect_harness_episodes(engine: LLMClient, renderer: ChatRenderer, spec: Ha
     base = sampling or SamplingParams()
     force = {"temperature": base.temperature, "top_p": base.top_p, "greedy": base.greedy}
     proxy = RecordingProxy(engine, renderer, run_id=run_id, mode=mode, max_batch=max_parallel,
-                           tool_schemas=tool_schemas, force_tools=force_tools,
+                           tool_schemas=tool_schemas, force_tools=force_tools, resends=resends,
                            sampling=SamplingParams(temperature=base.temperature, top_p=base.top_p,
                                                    max_tokens=base.max_tokens, stop_token_ids=base.stop_token_ids))
     jobs = [(g, j) for g in range(n_groups) for j in range(group_size)]

@@ -122,3 +122,27 @@ def test_retry_recorded_then_not_delivered_keeps_the_first_attempt(renderer, rep
         proxy.core.close()
     assert again.turn.info["retry_of"] == 1 and ep.turns[1].info["superseded_by_retry"] is True
     assert TurnTable.from_episodes([ep]).trainable.tolist() == [True, False, False, True]
+
+
+def test_resends_as_new_calls_keep_both_turns(serve, renderer, reply_ids):
+    """``resends="new_call"`` (``rollout.harness.resends``): a stateless agent that sends the same
+    request twice on purpose gets two trainable turns, neither superseded."""
+    import httpx
+    import pytest
+
+    from agentrl.llm.scripted import ScriptedEngine
+
+    engine = ScriptedEngine([reply_ids("look")], eos_token_id=renderer.eos_token_id)
+    body = {"messages": [{"role": "user", "content": "You are in room 2."}]}
+    for resends, trainable in (("retry", [False, True]), ("new_call", [True, True])):
+        with serve(engine, resends=resends) as proxy:
+            h = proxy.create_episode()
+            for _ in range(2):
+                assert httpx.post(f"{h.base_url}/chat/completions", json=body, timeout=30).status_code == 200
+            ep = proxy.close_episode(h.episode_id)
+        assert [t.info["trainable"] for t in ep.turns] == trainable and ep.status.value == "ok"
+        assert ("retry_of" in ep.turns[1].info) is (resends == "retry")
+    from agentrl.proxy import RecordingProxy
+
+    with pytest.raises(ValueError, match="resends must be"):
+        RecordingProxy(engine, renderer, resends="dedupe")
