@@ -34,8 +34,9 @@ if [ ! -f "$VENV/.agentrl-stamp" ] || [ "$(cat "$VENV/.agentrl-stamp")" != "$sta
     "$VENV/bin/python" -m pip install -q "torch==2.13.0"
   fi
   echo "[setup] installing agentrl with all extras (first time: several minutes)"
-  # harness: the agent frameworks the harness tests drive (not in `all`: examples, not the library)
-  "$VENV/bin/python" -m pip install -q -e "$ROOT[all,dev,harness]"
+  # harness: the agent frameworks the harness tests drive; studies: matplotlib for the studies' plots
+  # (neither in `all`: examples and studies, not the library)
+  "$VENV/bin/python" -m pip install -q -e "$ROOT[all,dev,harness,studies]"
   echo "$stamp_key" > "$VENV/.agentrl-stamp"
 fi
 

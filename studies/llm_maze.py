@@ -7,8 +7,10 @@ policy's probabilities in *every* non-terminal state of each maze (the DP sums o
 batch may never visit), so each state's prompt is rebuilt the way the rollout builds it (a
 ``window`` context with ``window_k = 0``: system prompt, task text = the maze's first
 observation, current observation with its admissible actions; ``state_prompts``) and checked
-against every stored prompt. The policy over a state's admissible actions comes from one batched
-forward per distinct prompt (``action_probs``): each action's completion (its text + EOS, as
+against every stored prompt. The policy over a state's admissible actions comes from each distinct
+prompt scored once (``batch_action_probs`` over a graph's new prompts: their shared prefix once,
+then one row per token-trie path that reaches a branch point; ``action_probs``, one padded
+forward per prompt, agrees within ~1e-6): each action's completion (its text + EOS, as
 ``completion_sequences`` renders it) is teacher-forced after the prompt and each token's raw
 logprob renormalised over the ids the token trie allows at that position, exactly as the
 engine's constrained sampler does (``agentrl.llm.step_logprobs``); the product over the
@@ -127,8 +129,11 @@ def _key(ids) -> bytes:
 @dataclass
 class PolicyTables:
     """The policy's probabilities, cached by prompt (mazes share prompts: same entrance text and
-    room text). ``by_prompt``: prompt bytes -> float64[A]; ``forwards``: prompts scored (one forward
-    each at paraphrase 0; batched, ``batch_action_probs``, at paraphrase 1); ``by_task``: task id
+    room text). ``by_prompt``: prompt bytes -> float64[A]; ``forwards``: prompts scored (each call's
+    new prompts in one ``batch_action_probs``: their common prefix once, within ~1e-6 of one
+    ``action_probs`` forward per prompt; ``batched`` False: that one forward per prompt, the path
+    before issue 51, kept for ``benchmarks/cell_speed.py``; paraphrase 1 is always batched);
+    ``by_task``: task id
     (paraphrase: (task id, first wording, member)) -> ``MazeValues`` (``maze``);
     ``paraphrase_bank``: 0 for the env's ``paraphrase=0``, else its ``paraphrase_bank`` B."""
 
@@ -140,20 +145,27 @@ class PolicyTables:
     forwards: int = 0
     by_task: dict | None = None
     paraphrase_bank: int = 0
+    batched: bool = True
 
     def graph_policy(self, graph: TaskGraph) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """(π per non-terminal state: float64[len(actions)] summing to 1; prompt ids per state)."""
         self.by_prompt = {} if self.by_prompt is None else self.by_prompt
-        prompts, pi = state_prompts(graph, self.renderer, self.loop), {}
-        fmt, eos = self.loop.action_format, self.renderer.eos_token_id
+        prompts = state_prompts(graph, self.renderer, self.loop)
+        todo: dict[bytes, tuple[np.ndarray, str]] = {}
         for s, prompt in prompts.items():
-            key = prompt.tobytes()
-            if key not in self.by_prompt:
-                seqs = completion_sequences(graph.actions[s], fmt, self.renderer.encode, eos)
-                self.by_prompt[key] = renormalised(action_probs(self.model, prompt, seqs, self.pad_id))
-                self.forwards += 1
-            pi[s] = self.by_prompt[key]
-        return pi, prompts
+            if prompt.tobytes() not in self.by_prompt:
+                todo.setdefault(prompt.tobytes(), (prompt, s))
+        if todo:  # the graph's new prompts in one call: their common prefix once, rows batched
+            fmt, eos = self.loop.action_format, self.renderer.eos_token_id
+            keys = list(todo)
+            seqs = [completion_sequences(graph.actions[todo[k][1]], fmt, self.renderer.encode, eos) for k in keys]
+            if self.batched:
+                probs = batch_action_probs(self.model, [todo[k][0] for k in keys], seqs, self.pad_id)
+            else:
+                probs = [renormalised(action_probs(self.model, todo[k][0], q, self.pad_id)) for k, q in zip(keys, seqs)]
+            self.by_prompt.update(zip(keys, probs))
+            self.forwards += len(keys)
+        return {s: self.by_prompt[p.tobytes()] for s, p in prompts.items()}, prompts
 
     def member_wordings(self, graph: TaskGraph, task_id: str, member: tuple[int, int] = (0, 1)) -> dict[str, tuple]:
         """{non-terminal state: the wordings member ``(j, G)`` can be shown there}: the slice

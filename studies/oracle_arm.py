@@ -34,6 +34,9 @@ from agentrl_envs.junction.maze import Maze
 from studies.llm_maze import PolicyTables, group_members
 
 ORACLE = "exact_oracle"
+#: ``PolicyTables.batched`` of the oracle's calls (False: one forward per prompt, the path before
+#: issue 51; ``benchmarks/cell_speed.py`` sets it to time both)
+BATCHED = True
 
 
 @dataclass
@@ -127,7 +130,8 @@ def _exact_oracle(table: TurnTable) -> np.ndarray:
     was_training = pol.model.training
     pol.model.eval()
     try:
-        tables = PolicyTables(pol.model, pol.renderer, LIVE.loop, pol.pad_id, paraphrase_bank=LIVE.paraphrase_bank)
+        tables = PolicyTables(pol.model, pol.renderer, LIVE.loop, pol.pad_id, paraphrase_bank=LIVE.paraphrase_bank,
+                              batched=BATCHED)
         adv, checks = oracle_advantages(table, LIVE.episodes, tables, LIVE.loop.max_turns)
     finally:
         pol.model.train(was_training)

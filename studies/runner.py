@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent  #: studies/: runs/ (git-ignored) and results/
-STUDIES = ("learning", "junction_llm", "expert_fidelity", "overlap_fidelity", "paraphrase_learning")  #: modules of this package with a STUDY
+STUDIES = ("learning", "junction_llm", "expert_fidelity", "overlap_fidelity", "paraphrase_learning",
+           "junction_map")  #: modules of this package with a STUDY
 MARKER = "RUNNING.json"
 
 
