@@ -42,7 +42,9 @@ def validate_config(cfg: Config) -> Config:
     by ``agentrl.train.checks.check_config``, which runs this first.
     Raises:
         ConfigError: a file where ``run.out_dir`` (or the run folder in it) needs a folder;
-            ``update.master_weights: on`` with LoRA or float32 weights.
+            ``update.master_weights: on`` with LoRA or float32 weights; ``update.sampler_kl_every``
+            other than 1 where ``rollout_correction: auto`` resolves to a correcting mode (the
+            resolved ``UpdateConfig``'s own check).
     """
     update = cfg.update
     if update.sum_norm_tokens is None:

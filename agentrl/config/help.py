@@ -173,6 +173,7 @@ KEY_HELP: dict[str, str] = {
     "update.critic_top_n_layers": "turn-PPO critic: only the top n layers train (null = all of them)",
     "update.value_clip": "turn-PPO critic's value clip (null = off)",
     "update.rollout_correction": "off-policy correction of sampler/trainer mismatch: auto, none, tis, mis or icepop",
+    "update.sampler_kl_every": "with rollout_correction none: probe the sampler-trainer KL every k-th update (0 = never)",
     "update.correction_level": "correction ratio per token or per turn (sequence)",
     "update.correction_high": "tis/mis/icepop cap C of the correction ratio (> 1)",
     "update.correction_low": "icepop's lower bound α of the correction ratio, in (0, 1)",

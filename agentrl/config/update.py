@@ -62,7 +62,13 @@ class UpdateConfig:
     ``correction_level``: ``token`` (one ρ per token) | ``sequence`` (one ρ per turn, the
     product of its tokens' ρ, on all its tokens). Masked tokens stay in the denominators.
     Every mode, ``none`` included, logs ``correction/kl`` (the trainer–sampler KL, measured by
-    one forward pass without gradients per update phase).
+    one forward pass without gradients per update phase). ``sampler_kl_every`` k (``none``
+    only): that probe on every k-th update phase (iterations 1, 1 + k, ...; default 1, every
+    phase), 0 never — for a sampler that *is* the trained model (fp32 ``hf`` in one process, no
+    engine workers), where the KL is 0 by construction and the probe costs a forward pass over
+    the trained rows (``correction/*`` metrics then appear only on probed iterations). The modes
+    that correct need π_old every phase: ``tis`` / ``mis`` / ``icepop`` with a value other than 1
+    is a ConfigError.
 
     ``master_weights``: ``auto`` (default: ``on`` for full fine-tuning with a bfloat16/float16
     ``policy.dtype``, else ``off``; resolved when the config is loaded) | ``on``: the trained
@@ -105,6 +111,7 @@ class UpdateConfig:
     correction_level: Literal["token", "sequence"] = "token"
     correction_high: float = 2.0
     correction_low: float = 0.5
+    sampler_kl_every: int = 1
     master_weights: Literal["auto", "on", "off"] = "auto"
     audit: bool = True
 
@@ -128,5 +135,10 @@ class UpdateConfig:
                    "null: all of them", null_ok=True)
         _check(self.correction_high > 1, f"update.correction_high must be > 1 (the cap C of tis/mis, the upper bound "
                f"β of icepop; ρ = 1 is on-policy), got {self.correction_high}")
+        _check_min("update.sampler_kl_every", self.sampler_kl_every, 0, "0 = never probe the sampler's KL")
+        _check(self.sampler_kl_every == 1 or self.rollout_correction in ("auto", "none"),
+               f"update.sampler_kl_every: {self.sampler_kl_every} with rollout_correction: "
+               f"{self.rollout_correction}; a correcting mode recomputes pi_old on every update phase, so leave "
+               f"sampler_kl_every at 1 or set rollout_correction: none")
         _check(0 < self.correction_low < 1, f"update.correction_low must be in (0, 1) (the lower bound α of icepop), "
                f"got {self.correction_low}")

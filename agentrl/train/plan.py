@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from agentrl.config import Config
+from agentrl.config import Config, UpdateConfig
 from agentrl.config.schedule import scheduled_kwargs
 from agentrl.credit import get_estimator, update_groups
 from agentrl.credit.registry import prepare_table
@@ -224,12 +224,20 @@ def skipped_update_reason(table: TurnTable | None, advantages: np.ndarray | None
             f"scored the same); larger groups or an easier task split give some")
 
 
+def probes_sampler(ucfg: UpdateConfig, iteration: int) -> bool:
+    """Whether the update phase of ``iteration`` (0-based) runs ``apply_rollout_correction``:
+    always for a correcting mode; for ``none``, on iterations 0, k, 2k, ... of
+    ``update.sampler_kl_every`` k (never for 0)."""
+    k = ucfg.sampler_kl_every
+    return ucfg.rollout_correction not in ("auto", "none") or (k > 0 and iteration % k == 0)
+
+
 def update_policy(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config, table: TurnTable | None,
                   advantages: np.ndarray | None, episodes: list[Episode], iteration: int,
                   dp: DistContext | None = None) -> tuple[list, Correction | None, dict[str, float]]:
     """Run the steps of ``plan_update``; returns their UpdateStats, the off-policy
     correction of the phase (``update.rollout_correction``; its KL is measured for ``none``
-    too; None when no step was taken) and the credit audit's metrics (``audit/rows``,
+    too; None when no step was taken or the phase skips the probe, ``probes_sampler``) and the credit audit's metrics (``audit/rows``,
     ``audit/tokens``, ``audit/seconds``; {} with ``update.audit: false`` or no step): with
     ``update.audit`` every micro-batch is checked before its loss (``agentrl.update.audit``;
     CreditAuditError on a misplaced advantage).
@@ -254,7 +262,9 @@ def update_policy(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config,
     if main:
         log.info("iteration %d: update on %d turn(s) in %d optimizer step(s)", iteration + 1, batch.num_turns,
                  sum(len(chunks) for chunks in plan.epochs))
-    batch, corr = apply_rollout_correction(policy.model, batch, cfg.update, temperature=1.0, dp=dp)
+    corr = None
+    if probes_sampler(cfg.update, iteration):
+        batch, corr = apply_rollout_correction(policy.model, batch, cfg.update, temperature=1.0, dp=dp)
     audit = CreditAudit(plan.expected) if cfg.update.audit else None
     stats = [update(policy.model, optimizer, batch.select(chunk), cfg.update, temperature=1.0, dp=dp, audit=audit)
              for chunks in plan.epochs for chunk in chunks]
