@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import signal
 import socket
 import threading
 import time
+from pathlib import Path
 from typing import Iterator
 
 
@@ -48,7 +50,34 @@ def register(subparsers) -> None:
                    help="a call that arrives during a weight update (POST /admin/pause) waits (default) or gets "
                         "429 with Retry-After")
     s.add_argument("--retry-after", type=float, default=1.0, help="seconds of Retry-After in reject mode")
+    s.add_argument("--tool-schemas", type=Path, default=None, metavar="FILE",
+                   help="JSON file {tool name: JSON schema}: a forced call of that tool decodes its arguments under "
+                        "this schema instead of the harness's (rollout.harness.tool_schemas)")
+    s.add_argument("--force-tools", action="store_true",
+                   help="every request that offers tools decodes a call of one of them (rollout.harness.force_tool_call)")
+    s.add_argument("--resends", choices=("retry", "new_call"), default="retry",
+                   help="an exact resend of an episode's last call: retry (replaces it; default) or new_call (its own "
+                        "turn, for stateless agents that repeat themselves; rollout.harness.resends)")
     s.set_defaults(func=serve)
+
+
+def load_tool_schemas(path: Path | None) -> dict | None:
+    """``--tool-schemas``: the JSON object {tool name: JSON schema object} in ``path`` (None: none).
+
+    Raises:
+        ValueError: unreadable, not JSON, or not an object of objects (one line naming the file and the fix).
+    """
+    if path is None:
+        return None
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--tool-schemas {path}: cannot read it as JSON ({exc}); give a JSON file like "
+                         '{"act": {"type": "object", "properties": {...}}}') from None
+    if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, dict) for k, v in data.items()):
+        raise ValueError(f"--tool-schemas {path}: expected an object mapping each tool name to a JSON schema object, "
+                         f'e.g. {{"act": {{"type": "object"}}}}; got {type(data).__name__}')
+    return data
 
 
 def check_port(host: str, port: int) -> None:
@@ -100,7 +129,7 @@ def serve(args: argparse.Namespace, *, ready: threading.Event | None = None,
 
     Raises:
         FileNotFoundError / KeyError: unknown or unprepared policy. ValueError: the port
-        cannot be bound (in use).
+        cannot be bound (in use); a bad ``--tool-schemas`` file.
     """
     from rich.console import Console
 
@@ -110,6 +139,7 @@ def serve(args: argparse.Namespace, *, ready: threading.Event | None = None,
     from agentrl.store import TurnStore
 
     check_port(args.host, args.port)
+    tool_schemas = load_tool_schemas(getattr(args, "tool_schemas", None))
     console = Console()
     engine, renderer = load_hf_policy(args.policy)
     run_id = args.run or f"proxy-{int(time.time())}"
@@ -120,7 +150,9 @@ def serve(args: argparse.Namespace, *, ready: threading.Event | None = None,
                                max_batch=args.max_batch, model_name=args.policy,
                                unknown_fields=getattr(args, "unknown_fields", None),
                                while_paused=getattr(args, "while_paused", "hold"),
-                               retry_after_s=getattr(args, "retry_after", 1.0))
+                               retry_after_s=getattr(args, "retry_after", 1.0), tool_schemas=tool_schemas,
+                               force_tools=getattr(args, "force_tools", False),
+                               resends=getattr(args, "resends", "retry"))
         try:
             url = proxy.start(args.host, args.port)
         except OSError as exc:  # lost a race for the port since check_port

@@ -9,6 +9,7 @@ import threading
 
 import httpx
 import openai
+import pytest
 
 from agentrl.cli import main
 from agentrl.cli.proxy import serve
@@ -53,3 +54,41 @@ def test_proxy_serve_records_into_store_and_replay_shows_info(tiny_dir, tmp_path
     assert [i["segment"] for i in infos] == [0, 0] and [i["prompt_source"] for i in infos] == ["rendered", "tito"]
     assert main(["replay", str(store)]) == 0
     assert "aborted" in capsys.readouterr().out
+
+
+class _Captured(Exception):
+    pass
+
+
+def test_serve_flags_reach_the_proxy_and_a_bad_schema_file_is_named(tiny_dir, tmp_path, monkeypatch):
+    """``--tool-schemas FILE``, ``--force-tools`` and ``--resends`` are the proxy's constraints
+    (``rollout.harness``'s in a training run); a file that is not {name: schema} stops before the
+    model loads, naming itself and the fix."""
+    import agentrl.proxy
+    from agentrl.cli import build_parser
+
+    seen = {}
+
+    def fake_proxy(*a, **kw):
+        seen.update(kw)
+        raise _Captured
+
+    schema = {"act": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}
+    (tmp_path / "tools.json").write_text(json.dumps(schema))
+    monkeypatch.setattr(agentrl.proxy, "RecordingProxy", fake_proxy)
+    base = ["proxy", "serve", "--policy", str(tiny_dir), "--store", str(tmp_path / "s.sqlite"), "--port", "0"]
+    args = build_parser().parse_args(base + ["--tool-schemas", str(tmp_path / "tools.json"), "--force-tools",
+                                            "--resends", "new_call"])
+    with pytest.raises(_Captured):
+        serve(args)
+    assert seen["tool_schemas"] == schema and seen["force_tools"] is True and seen["resends"] == "new_call"
+    plain = build_parser().parse_args(base)
+    with pytest.raises(_Captured):
+        serve(plain)
+    assert seen["tool_schemas"] is None and seen["force_tools"] is False and seen["resends"] == "retry"
+    (tmp_path / "bad.json").write_text(json.dumps(["act"]))
+    for bad, match in ((tmp_path / "bad.json", "mapping each tool name to a JSON schema object"),
+                       (tmp_path / "none.json", "cannot read it as JSON")):
+        with pytest.raises(ValueError, match=match) as err:
+            serve(build_parser().parse_args(base + ["--tool-schemas", str(bad)]))
+        assert str(bad) in str(err.value)
