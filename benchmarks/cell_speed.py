@@ -5,9 +5,10 @@ the top 6 layers, 4 mazes × 8 episodes, Markov prompt, constrained decoding), K
 v2 study pins it. Two settings, each for the GRPO arm and the oracle arm:
 
 - **before**: ``update.sampler_kl_every: 1`` (the trainer re-runs the policy over the trained rows
-  each update phase to log ``correction/kl``, 0 by construction for fp32 in one process) and the
-  oracle's π scored with one ``action_probs`` forward per distinct prompt
-  (``studies.oracle_arm.BATCHED = False``);
+  each update phase to log ``correction/kl``, 0 by construction for fp32 in one process; since
+  issue 51 that recompute runs the update's shared-prefix micro-batches, before it ran every row
+  padded — the first committed run of this script, at d2fbc8d, measured that) and the oracle's π
+  scored with one ``action_probs`` forward per distinct prompt (``studies.oracle_arm.BATCHED = False``);
 - **after**: ``update.sampler_kl_every: 0`` and the oracle's new prompts of a maze scored in one
   ``batch_action_probs`` call (their shared prefix once).
 

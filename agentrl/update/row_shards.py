@@ -17,6 +17,7 @@ import torch
 from agentrl.update.batch import TrainBatch, model_device
 from agentrl.update.logprobs import batch_logprobs, forward_token_stats
 from agentrl.update.packing import pack_rows, rank_bins, shared_prefix, shared_rank_bins, stub_row
+from agentrl.update.shared_prefix import prefix_order
 from agentrl.update.varlen_attention import attends_per_segment
 
 __all__ = ["GatherGroup", "rank_rows", "sharded_batch_logprobs", "packed_batch_logprobs"]
@@ -53,6 +54,10 @@ def sharded_batch_logprobs(model: torch.nn.Module, batch: TrainBatch, dp: Gather
             (``packed_batch_logprobs``), dealt over the ranks by ``packing.rank_bins``;
             ``micro_batch`` is then unused. ``share_prefix`` (with ``loss_only``, on a model
             that attends per segment): rows of one task share a pack, their prefix laid once.
+            Padded rows in one process (``dp`` None or 1 rank) with ``share_prefix`` and
+            ``loss_only``: the update's own micro-batches — rows in ``prefix_order``, identical
+            rows once, each micro-batch's common prefix once (``batch_logprobs(share_prefix=True)``)
+            — so π_old is the update's first forward to float rounding, at its cost.
     Returns:
         (B, T) float32 on the CPU, the same on every rank, equal to ``batch_logprobs`` on the
         whole batch up to float rounding (a row's padding differs with its micro-batch).
@@ -69,6 +74,11 @@ def sharded_batch_logprobs(model: torch.nn.Module, batch: TrainBatch, dp: Gather
                                      loss_only=loss_only, share_prefix=share)
         return mine if world == 1 else dp.all_gather(mine).sum(0)  # rows are disjoint: x + 0 is exact
     if dp is None or dp.world_size == 1:
+        if share_prefix and loss_only and batch.num_rows > 1:  # the update's micro-batches: sorted, shared, deduplicated
+            order = prefix_order(batch.input_ids, batch.attention_mask)
+            part = batch_logprobs(model, batch.select(order), micro_batch=micro_batch, temperature=temperature,
+                                  loss_only=True, share_prefix=True)
+            return torch.empty_like(part).index_copy_(0, order, part)
         return batch_logprobs(model, batch, micro_batch=micro_batch, temperature=temperature, loss_only=loss_only)
     n, world = batch.num_rows, dp.world_size
     per = -(-n // world)  # rows per rank, the largest share

@@ -279,3 +279,34 @@ def test_bf16_sampler_and_trainer_agree_after_the_correction(tiny_dir) -> None:
             assert corr.kl > 0  # the behaviour (KV-cache) logprobs really differ from the recompute
     assert stats["none"].approx_kl > 0.0  # π_old = the sampler's logprobs: the ratio starts off 1
     assert stats["tis"].approx_kl == 0.0 and stats["tis"].clip_frac == 0.0  # recomputed π_old: exactly 1
+
+
+def test_the_recompute_with_share_prefix_runs_the_updates_micro_batches() -> None:
+    """``update.share_prefix`` in one process: π_old is recomputed the way the update's forward
+    runs (rows in prefix order, identical rows once, a micro-batch's common prefix once) — the
+    same logprobs as the plain recompute to float rounding, with fewer decoder rows — and the
+    first step's ratio is 1 to float rounding."""
+    from agentrl.update.row_shards import sharded_batch_logprobs
+
+    model = tiny_model(0)
+    prompts, comps, _, adv = random_turns(3, (3, 2, 3))
+    b = build_batch(prompts, comps, [np.zeros(c.size) for c in comps], adv, pad_id=PAD, pack=False)
+    b = b.select(torch.tensor([0, 5, 1, 0, 2, 6, 3, 5, 4, 7]))  # rows repeated (a group's members in one state)
+    tokens = []  # token positions each decoder call runs (rows × width, padding included)
+    hook = model.get_decoder().register_forward_pre_hook(
+        lambda mod, args, kw: tokens.append(int((kw.get("input_ids") if kw.get("input_ids") is not None
+                                                 else kw["inputs_embeds"][..., 0]).numel())), with_kwargs=True)
+    try:
+        plain = sharded_batch_logprobs(model, b, None, micro_batch=4, loss_only=True)
+        n_plain, tokens[:] = sum(tokens), []
+        shared = sharded_batch_logprobs(model, b, None, micro_batch=4, loss_only=True, share_prefix=True)
+        n_shared = sum(tokens)
+    finally:
+        hook.remove()
+    mask = b.loss_mask > 0
+    assert torch.allclose(shared[mask], plain[mask], atol=2e-5) and torch.all(shared[~mask] == 0)
+    assert n_shared < 0.8 * n_plain, (n_shared, n_plain)  # duplicates once, shared prefixes once
+    cfg = dataclasses.replace(CFG, share_prefix=True, micro_batch=4, rollout_correction="tis")
+    corrected, corr = apply_rollout_correction(model, b.with_(old_logprobs=shared * b.loss_mask), cfg)
+    assert torch.equal(corrected.old_logprobs, shared * b.loss_mask)
+    assert abs(corr.mean_weight - 1.0) < 1e-6 and corr.kl < 1e-9
