@@ -63,17 +63,9 @@ def grid() -> list[Cell]:
 
 def eval_graphs(k: int, exits: int, hinted: int, n: int) -> list:
     """``n`` eval-split task graphs (env seeds 0..n-1): the held-out panel of every seed."""
-    import gymnasium as gym
+    from studies.junction_untrained import maze_graphs
 
-    import agentrl_envs  # noqa: F401  (registers the ids)
-
-    env = gym.make("agentrl/JunctionMaze-v0", k=k, split="eval", n_exits=exits, n_hinted=hinted).unwrapped
-    out = []
-    for s in range(n):
-        env.reset(seed=s)
-        out.append(env.task_graph())
-    env.close()
-    return out
+    return maze_graphs(k, hinted, n, split="eval", n_exits=exits)
 
 
 def held_out(policy, graphs: list) -> tuple[float, float]:

@@ -32,16 +32,14 @@ def measure(conditions: list[tuple[int, int, int]], n_mazes: int, model: str = "
             max_turns: int = 24) -> dict:
     """The JSON of the module doc: ``rows`` (one per condition: k, exits, hinted, mazes, success,
     ci, forwards), ``role_means`` and ``prior`` per exits (str keys), the run's condition."""
-    import gymnasium as gym
     import torch
     from transformers import AutoTokenizer
 
-    import agentrl_envs  # noqa: F401  (registers the ids)
     from agentrl.credit.exact import exact_values
     from agentrl.llm.chat import ChatRenderer
     from agentrl.llm.hf import HFEngine
     from agentrl.llm.models import resolve_model
-    from studies.junction_untrained import bootstrap_ci
+    from studies.junction_untrained import bootstrap_ci, maze_graphs
     from studies.llm_maze import PolicyTables, markov_loop
     from studies.role_policy import prior_logits, role_means
 
@@ -52,16 +50,11 @@ def measure(conditions: list[tuple[int, int, int]], n_mazes: int, model: str = "
                           engine.pad_token_id)
     t0, load0, rows, seen = time.time(), os.getloadavg()[0], [], {}
     for k, exits, hinted in conditions:
-        env = gym.make("agentrl/JunctionMaze-v0", k=k, split="train", n_exits=exits, n_hinted=hinted,
-                       max_turns=max_turns).unwrapped
         f0, succ = tables.forwards, []
-        for seed in range(n_mazes):
-            env.reset(seed=seed)
-            g = env.task_graph()
+        for g in maze_graphs(k, hinted, n_mazes, max_turns, n_exits=exits):
             pi, _ = tables.graph_policy(g)
             seen.setdefault(exits, []).append((g, pi))
             succ.append(exact_values(g, pi).v(0, g.start))
-        env.close()
         x = np.asarray(succ, np.float64)
         rows.append({"k": k, "exits": exits, "hinted": hinted, "mazes": len(x), "success": float(x.mean()),
                      "ci": bootstrap_ci(x), "forwards": tables.forwards - f0})

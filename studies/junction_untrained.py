@@ -30,9 +30,9 @@ import agentrl_envs  # noqa: F401  (registers the ids)
 ENV_ID = "agentrl/JunctionMaze-v0"
 
 
-def maze_graphs(k: int, n_hinted: int, n: int, max_turns: int) -> list:
-    """``n`` task graphs of the train split (env seeds 0..n-1) at (K, n_hinted)."""
-    env = gym.make(ENV_ID, k=k, split="train", n_hinted=n_hinted, max_turns=max_turns).unwrapped
+def maze_graphs(k: int, n_hinted: int, n: int, max_turns: int = 24, split: str = "train", **env_kwargs) -> list:
+    """``n`` task graphs of ``split`` (env seeds 0..n-1) at (K, n_hinted, more env kwargs, e.g. ``n_exits``)."""
+    env = gym.make(ENV_ID, k=k, split=split, n_hinted=n_hinted, max_turns=max_turns, **env_kwargs).unwrapped
     out = []
     for seed in range(n):
         env.reset(seed=seed)
