@@ -183,27 +183,47 @@ def _fmt(d: dict) -> str:
 
 
 def summary(results: list[dict], end: str = "greedy") -> str:
-    """Markdown: one line per finished cell and n: v0, GRPO's value, oracle − GRPO and G2PO − GRPO on ``end``."""
-    lines = [f"Endpoint: {end}. Points; arm − GRPO paired over seeds, 95 % intervals.", "",
-             "| cell | seeds | v0 (tabular) | n | GRPO | oracle − GRPO | G2PO − GRPO |", "|---|---|---|---|---|---|---|"]
+    """Markdown: one line per finished cell and n: v0, the untrained SmolLM2's success, GRPO's value,
+    oracle − GRPO and G2PO − GRPO on ``end``."""
+    llm = _llm_success()
+    lines = [f"Endpoint: {end}. Points; arm − GRPO paired over seeds, 95 % intervals. v0: the calibrated tabular "
+             "policy's exact success at iteration 0; LLM: the untrained SmolLM2's (results/junction_prior.json).", "",
+             "| cell | seeds | v0 | LLM | n | GRPO | oracle − GRPO | G2PO − GRPO |", "|---|---|---|---|---|---|---|---|"]
     for r in results:
-        row = r["row"]
+        row, v = r["row"], llm.get(_condition(r))
         for n in row["checkpoints"]:
             g = row["arms"]["grpo"][end][str(n)]
-            lines.append(f"| {r['key']} | {row['seeds']} | {100 * row['v0']:.1f} % | {n} | {100 * g:.1f} % | "
+            lines.append(f"| {r['key']} | {row['seeds']} | {100 * row['v0']:.1f} % | "
+                         f"{'–' if v is None else f'{100 * v:.1f} %'} | {n} | {100 * g:.1f} % | "
                          f"{_fmt(row['diff']['oracle'][end][str(n)])} | {_fmt(row['diff']['g2po'][end][str(n)])} |")
     return "\n".join(lines)
 
 
+def _condition(result: dict) -> tuple[int, int, int]:
+    c = result["config"]
+    return c["k"], c["exits"], c["hinted"]
+
+
+def _llm_success() -> dict[tuple[int, int, int], float]:
+    """(K, exits, hinted) → the untrained SmolLM2's exact success (``results/junction_prior.json``; {} without it)."""
+    from studies.junction_prior import OUT
+
+    if not OUT.is_file():
+        return {}
+    return {(r["k"], r["exits"], r["hinted"]): r["success"] for r in json.loads(OUT.read_text())["rows"]}
+
+
 def plot(results: list[dict], out: Path) -> Path:
-    """Heatmaps (rows: cells, columns: n) of oracle − GRPO and G2PO − GRPO on ``auc`` and
-    ``greedy``, numbers written in each square; PNG at ``out``."""
+    """Heatmaps (rows: cells, labelled with the untrained SmolLM2's success where
+    ``results/junction_prior.json`` has it; columns: n) of oracle − GRPO and G2PO − GRPO on ``auc``
+    and ``greedy``, numbers written in each square; PNG at ``out``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    keys = [r["key"] for r in results]
+    llm = _llm_success()
+    keys = [r["key"] + (f"  (LLM {100 * llm[_condition(r)]:.1f} %)" if _condition(r) in llm else "") for r in results]
     fig, axes = plt.subplots(2, 2, figsize=(11, 1.2 + 0.42 * len(keys) * 2), squeeze=False)
     for i, end in enumerate(("auc", "greedy")):
         for j, arm in enumerate(("oracle", "g2po")):
@@ -219,7 +239,8 @@ def plot(results: list[dict], out: Path) -> Path:
                          fontsize=9)
             for (y, x), val in np.ndenumerate(m):
                 if np.isfinite(val):
-                    ax.text(x, y, f"{val:+.1f}", ha="center", va="center", fontsize=7)
+                    ax.text(x, y, f"{val:+.1f}", ha="center", va="center", fontsize=7,
+                            color="white" if abs(val) > 0.6 * lim else "black")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)

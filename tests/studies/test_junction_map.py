@@ -159,7 +159,8 @@ def test_a_cell_resumes_at_the_next_seed_and_plots(tmp_path):
     assert len(log.read_text().splitlines()) == 2
     for key in ("arms", "diff", "v0", "seeds"):
         assert resumed[key] == straight[key]
-    results = [{"key": cell.key, "row": straight}, {"key": "k1-x2-h12-2x4b", "row": resumed}]
+    results = [{"key": cell.key, "config": cell.config, "row": straight},
+               {"key": "k1-x2-h12-2x4b", "config": cell.config, "row": resumed}]
     png = jm.plot(results, tmp_path / "map.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = jm.summary(results)
