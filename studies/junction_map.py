@@ -5,8 +5,14 @@ junction, hinted cues per junction's table (of 24), groups × group size per ite
 ``SEEDS`` seeds × 3 arms — GRPO, G2PO (``success_reward`` 1) and the **oracle** (trained on the exact
 A^π, the ceiling of what credit can buy) — train a ``role_policy.RolePolicy`` (per-text logits plus
 shared role skills, its prior calibrated on the untrained SmolLM2: ``results/junction_prior.json``)
-for ``ITERATIONS`` iterations with one Adam step each (lr 0.7), arms paired by seed (same mazes and
-sampling seeds per iteration, ``credit_fidelity.mazes``). Read at ``CHECKPOINTS`` iterations n:
+for ``ITERATIONS`` iterations with one Adam step each, arms paired by seed (same mazes and sampling
+seeds per iteration, ``credit_fidelity.mazes``). The step size ``LR`` is calibrated on the LLM
+(``--calibrate-lr``): at issue 38's pilot condition (K = 5, 2 exits, 20 hinted, 4 × 8) the tabular
+GRPO's gain in training success over 8 iterations (its mean over the iterations minus iteration 1's) is
+matched to SmolLM2's (LoRA, lr 1e-3, one PPO step per iteration; ``results/junction_llm.json``), so an
+iteration of the map moves the policy about as far as an iteration of the LLM (the prototype's lr 0.7
+moved it ~4× too far). The gain, not the level: the calibrated prior starts the tabular policy ~5
+points above SmolLM2 there. Read at ``CHECKPOINTS`` iterations n:
 
 - ``auc``: training success averaged over iterations 1..n (the success AUC);
 - ``greedy``: held-out greedy success on ``EVAL_MAZES`` eval-split mazes (the argmax path);
@@ -25,6 +31,10 @@ Usage::
 
     .venv/bin/python -m studies.runner --study junction_map --left
     .venv/bin/python -m studies.junction_map --summary      # or --plot
+    .venv/bin/python -m studies.junction_map --calibrate-lr 0.02 0.03 0.05 0.07 0.1 0.2 0.35 0.7   # the step size
+
+The first three K = 5, 2-exit cells ran at the prototype's lr 0.7 before the calibration (keys ``-lr0.7``, outside the
+grid; ``--status`` lists them).
 """
 
 from __future__ import annotations
@@ -39,7 +49,10 @@ import numpy as np
 from studies.runner import ROOT, Cell, Study, finished
 
 ARMS = ("grpo", "g2po", "oracle")
-SEEDS, ITERATIONS, EVAL_MAZES, LR = 200, 50, 32, 0.7
+SEEDS, ITERATIONS, EVAL_MAZES = 200, 50, 32
+#: the map's Adam step size: the LLM-calibrated one (``calibrate_lr``, ``results/junction_map_lr.json``)
+LR = 0.07
+PILOT = (5, 2, 20, 4, 8)  #: issue 38's LLM pilot condition, where ``calibrate_lr`` matches the learning speed
 CHECKPOINTS = (8, 16, 30, 50)
 ENDPOINTS = ("auc", "greedy", "v")
 #: (K, exits, hinted cues of 24, groups, group size), in the order the runner plays them: K = 5 on
@@ -49,9 +62,9 @@ CONDITIONS = ([(5, x, h, 4, 8) for x in (2, 3) for h in (0, 12, 20)]
               + [(5, x, h, 8, 8) for x in (2, 3) for h in (0, 12, 20)])
 
 
-def cell_key(k: int, exits: int, hinted: int, groups: int, size: int) -> str:
-    """e.g. ``k5-x2-h12-4x8``."""
-    return f"k{k}-x{exits}-h{hinted}-{groups}x{size}"
+def cell_key(k: int, exits: int, hinted: int, groups: int, size: int, lr: float = LR) -> str:
+    """e.g. ``k5-x2-h12-4x8-lr0.05``."""
+    return f"k{k}-x{exits}-h{hinted}-{groups}x{size}-lr{lr:g}"
 
 
 def grid() -> list[Cell]:
@@ -178,6 +191,37 @@ def run_cell(cell: Cell, run_dir: Path, prior_path: Path | None = None) -> dict:
 STUDY = Study("junction_map", grid, run_cell)
 
 
+def _gain(curve: list[float]) -> float:
+    """Mean success over the iterations minus the first iteration's."""
+    return float(np.mean(curve) - curve[0])
+
+
+def calibrate_lr(lrs: list[float], seeds: int = 100, prior_path: Path | None = None) -> dict:
+    """Per step size: the tabular GRPO's and oracle's mean training success per iteration over
+    ``seeds`` seeds at ``PILOT``, 8 iterations, against the LLM pilot's (``results/junction_llm.json``:
+    K = 5 GRPO and oracle, 3 seeds, bf16); ``chosen`` the lr whose GRPO gain (success averaged over
+    the 8 iterations minus iteration 1's) is nearest the LLM's."""
+    from studies.junction_llm import OUT as PILOT_OUT
+    from studies.junction_prior import OUT, load_prior
+
+    k, exits, hinted, groups, size = PILOT
+    prior = load_prior(prior_path or OUT)[exits]
+    evals = eval_graphs(k, exits, hinted, 1)
+    runs = [r for r in json.loads(PILOT_OUT.read_text())["runs"] if r["k"] == k and r["arm"] in ("grpo", "oracle")]
+    llm = {arm: np.mean([[p["success"] for p in r["per_iter"]] for r in runs if r["arm"] == arm], axis=0).tolist()
+           for arm in ("grpo", "oracle")}
+    rows = []
+    for lr in lrs:
+        cfg = {"k": k, "exits": exits, "hinted": hinted, "groups": groups, "size": size, "iterations": 8,
+               "arms": ["grpo", "oracle"], "lr": lr}
+        recs = [run_seed(cfg, s, prior, evals) for s in range(seeds)]
+        rows.append({"lr": lr, **{arm: np.mean([r[arm]["train"] for r in recs], axis=0).tolist()
+                                  for arm in ("grpo", "oracle")}})
+    chosen = min(rows, key=lambda r: abs(_gain(r["grpo"]) - _gain(llm["grpo"])))["lr"]
+    return {"condition": dict(zip(("k", "exits", "hinted", "groups", "size"), PILOT)), "seeds": seeds,
+            "llm_pilot": llm, "llm_seeds": len(runs) // 2, "rows": rows, "chosen": chosen}
+
+
 def _fmt(d: dict) -> str:
     return f"{d['mean']:+.1f} [{d['ci95'][0]:+.1f}, {d['ci95'][1]:+.1f}]"
 
@@ -252,12 +296,28 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--summary", action="store_true", help="print the map of the finished cells")
     ap.add_argument("--endpoint", choices=ENDPOINTS, default="greedy")
+    ap.add_argument("--lr", type=float, default=LR, help=f"the cells of this step size (default {LR:g})")
     ap.add_argument("--plot", type=Path, nargs="?", const=ROOT / "results" / "junction_map.png",
                     help="write the heatmaps (default results/junction_map.png)")
     ap.add_argument("--root", type=Path, default=ROOT)
+    ap.add_argument("--calibrate-lr", type=float, nargs="+", metavar="LR",
+                    help="match the tabular learning speed to the LLM pilot's over these step sizes; writes "
+                         "results/junction_map_lr.json")
     args = ap.parse_args()
-    order = {cell_key(*c): i for i, c in enumerate(CONDITIONS)}
-    results = sorted(finished(args.root, "junction_map"), key=lambda r: order.get(r["key"], len(order)))
+    if args.calibrate_lr:
+        out = args.root / "results" / "junction_map_lr.json"
+        data = calibrate_lr(args.calibrate_lr)
+        out.write_text(json.dumps(data, indent=1))
+        for r in data["rows"]:
+            print(f"lr {r['lr']:g}: GRPO success over 8 iterations {100 * np.mean(r['grpo']):.1f} % (gain "
+                  f"{100 * _gain(r['grpo']):+.1f}), oracle {100 * np.mean(r['oracle']):.1f} %")
+        llm = data["llm_pilot"]
+        print(f"LLM pilot: GRPO {100 * np.mean(llm['grpo']):.1f} % (gain {100 * _gain(llm['grpo']):+.1f}), oracle "
+              f"{100 * np.mean(llm['oracle']):.1f} % -> lr {data['chosen']:g}")
+        return
+    order = {cell_key(*c, lr=args.lr): i for i, c in enumerate(CONDITIONS)}
+    results = sorted((r for r in finished(args.root, "junction_map") if r["config"]["lr"] == args.lr),
+                     key=lambda r: order.get(r["key"], len(order)))
     if args.plot:
         print(plot(results, args.plot))
     if args.summary or not args.plot:

@@ -169,7 +169,7 @@ def test_a_cell_resumes_at_the_next_seed_and_plots(tmp_path):
 
 def test_the_grid_is_on_the_runner(tmp_path):
     keys = [c.key for c in jm.grid()]
-    assert len(keys) == len(set(keys)) == len(jm.CONDITIONS) and keys[0] == "k5-x2-h0-4x8"
+    assert len(keys) == len(set(keys)) == len(jm.CONDITIONS) and keys[0] == f"k5-x2-h0-4x8-lr{jm.LR:g}"
     rows = status(tmp_path, [jm.STUDY])
     assert {r[1] for r in rows} == set(keys) and all(r[2] == "left" for r in rows)
 
@@ -183,3 +183,16 @@ def test_a_missing_calibration_says_how_to_make_it(tmp_path):
     with pytest.raises(FileNotFoundError):
         run_cell(Study("junction_map", lambda: [cell], lambda c, d: jm.run_cell(c, d, tmp_path / "none.json")),
                  cell, tmp_path)
+
+
+def test_the_step_size_is_matched_to_the_llm_pilots_gain(tmp_path):
+    prior = tmp_path / "prior.json"
+    prior.write_text(json.dumps({"prior": {"2": PRIOR}}))
+    data = jm.calibrate_lr([0.02, 0.7], seeds=8, prior_path=prior)
+    assert data["llm_seeds"] == 3 and len(data["llm_pilot"]["grpo"]) == len(data["llm_pilot"]["oracle"]) == 8
+    slow, fast = data["rows"]
+    assert slow["grpo"][0] == fast["grpo"][0]  # iteration 1: the same initial policy and episodes
+    assert jm._gain(fast["grpo"]) > jm._gain(slow["grpo"])  # a larger step learns faster
+    want = jm._gain(data["llm_pilot"]["grpo"])
+    assert data["chosen"] == min(data["rows"], key=lambda r: abs(jm._gain(r["grpo"]) - want))["lr"]
+    assert jm._gain([0.1, 0.2, 0.3]) == pytest.approx(0.1)
