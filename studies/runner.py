@@ -39,7 +39,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent  #: studies/: runs/ (git-ignored) and results/
 STUDIES = ("learning", "junction_llm", "expert_fidelity", "overlap_fidelity", "paraphrase_learning",
-           "junction_map")  #: modules of this package with a STUDY
+           "junction_map", "junction_llm_v2")  #: modules of this package with a STUDY
 MARKER = "RUNNING.json"
 
 
