@@ -11,10 +11,10 @@ logit θ[role]:
     z(s, a) = table[obs(s)][a] + θ[role(s, a)]
 
 Both are trained by the same Adam ascent (the role's gradient is the sum over the batch's texts).
-θ starts at ``prior`` (calibrated on SmolLM2 by ``calibrate_prior``: the untrained model's mean
-probability per role, as log-probabilities), the table at 0; ``shared=False`` keeps θ fixed at the
-prior (the per-text model with the LLM's starting point). Which cue an unhinted sign means is only
-in the table: no role knows it.
+θ starts at ``prior`` (calibrated on SmolLM2 by ``studies/junction_prior.py``: the untrained model's
+mean probability per role, ``role_means``, as log-probabilities, ``prior_logits``), the table at 0;
+``shared=False`` keeps θ fixed at the prior (the per-text model with the LLM's starting point).
+Which cue an unhinted sign means is only in the table: no role knows it.
 """
 
 from __future__ import annotations

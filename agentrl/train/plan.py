@@ -237,8 +237,9 @@ def update_policy(policy: Policy, optimizer: torch.optim.Optimizer, cfg: Config,
                   dp: DistContext | None = None) -> tuple[list, Correction | None, dict[str, float]]:
     """Run the steps of ``plan_update``; returns their UpdateStats, the off-policy
     correction of the phase (``update.rollout_correction``; its KL is measured for ``none``
-    too; None when no step was taken or the phase skips the probe, ``probes_sampler``) and the credit audit's metrics (``audit/rows``,
-    ``audit/tokens``, ``audit/seconds``; {} with ``update.audit: false`` or no step): with
+    too; None when no step was taken or the phase skips the probe, ``probes_sampler``) and
+    the credit audit's metrics (``audit/rows``, ``audit/tokens``, ``audit/seconds``; {} with
+    ``update.audit: false`` or no step): with
     ``update.audit`` every micro-batch is checked before its loss (``agentrl.update.audit``;
     CreditAuditError on a misplaced advantage).
 
