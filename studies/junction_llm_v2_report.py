@@ -10,6 +10,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from pathlib import Path
 
@@ -47,33 +48,58 @@ def paired_mazes(a: dict, b: dict) -> dict:
             "a_only": int((d > 0).sum()), "b_only": int((d < 0).sum())}
 
 
-def calibration_table(results: list[dict]) -> str:
-    """Markdown: per calibration cell its AUC at the checkpoints, first-junction accuracy, held-out greedy
-    success and seconds; per condition oracle − GRPO (held-out paired by maze; AUC)."""
+def load(root: Path = ROOT) -> list[dict]:
+    """The study's result files, the calibration cells' rows given their exact held-out success
+    (``held_out_exact`` from ``results/CALIBRATION_EXACT`` where it exists)."""
+    results = finished(root, "junction_llm_v2")
+    path = Path(root) / "results" / v2.CALIBRATION_EXACT
+    exact = json.loads(path.read_text())["cells"] if path.is_file() else {}
+    for r in results:
+        if r["key"] in exact:
+            r["row"].setdefault("held_out_exact", exact[r["key"]])
+    return results
+
+
+def _points(d: dict | None, keys=("8", "16", "30")) -> str:
+    return " / ".join(f"{100 * d[n]:.1f}" for n in keys if n in d) if d else "–"
+
+
+def calibration_table(results: list[dict], untrained: dict | None = None) -> str:
+    """Markdown: per calibration cell its exact held-out success and AUC at the checkpoints, first-junction
+    accuracy, held-out greedy success and seconds; per condition oracle − GRPO on each (greedy paired by maze).
+
+    Args:
+        untrained: ``results/CALIBRATION_EXACT``'s "untrained" ({"k5-x2-h12": float}), shown per condition."""
     cal = sorted((r for r in results if r["key"].startswith("cal-")), key=lambda r: (condition(r), r["row"]["arm"]))
-    lines = ["| condition (K, exits, hinted, groups × size) | arm | AUC 8 / 16 / 30 | first junction | held-out greedy "
-             "(n) | s |", "|---|---|---|---|---|---|"]
+    lines = ["| condition (K, exits, hinted, groups × size) | arm | exact held-out success at 8 / 16 / 30 | success AUC "
+             "8 / 16 / 30 | first junction | held-out greedy at 30 (n) | s |", "|---|---|---|---|---|---|---|"]
     for r in cal:
         row, (k, x, h, g, s) = r["row"], condition(r)
-        auc = " / ".join(f"{100 * row['auc'][n]:.1f}" for n in ("8", "16", "30") if n in row["auc"])
-        lines.append(f"| {k}, {x}, {h}, {g} × {s} | {row['arm']} | {auc} | {100 * row['first_junction']:.1f} % | "
-                     f"{100 * row['eval']['success_rate']:.1f} % ({row['eval']['n']}) | {r['seconds']:.0f} |")
-    lines += ["", "| condition | oracle − GRPO, held-out greedy (paired by maze, 95 %) | mazes only the oracle / only "
-              "GRPO wins | oracle − GRPO, AUC 30 |", "|---|---|---|---|"]
+        base = (untrained or {}).get(f"k{k}-x{x}-h{h}")
+        lines.append(f"| {k}, {x}, {h}, {g} × {s} | {row['arm']} | {_points(row.get('held_out_exact'))}"
+                     f"{'' if base is None else f' (untrained {100 * base:.1f})'} | {_points(row['auc'])} | "
+                     f"{100 * row['first_junction']:.1f} % | {100 * row['eval']['success_rate']:.1f} % "
+                     f"({row['eval']['n']}) | {r['seconds']:.0f} |")
+    lines += ["", "| condition | oracle − GRPO: exact held-out at 8 / 16 / 30 | success AUC 8 / 16 / 30 | held-out greedy "
+              "at 30 (paired by maze, 95 %) | mazes only the oracle / only GRPO wins |", "|---|---|---|---|---|"]
     for cond in sorted({condition(r) for r in cal}):
         arms = {r["row"]["arm"]: r["row"] for r in cal if condition(r) == cond}
         if {"grpo", "oracle"} <= arms.keys():
-            p = paired_mazes(arms["oracle"]["eval"], arms["grpo"]["eval"])
-            d_auc = 100 * (arms["oracle"]["auc"]["30"] - arms["grpo"]["auc"]["30"])
-            lines.append(f"| {cond} | {p['mean']:+.1f} [{p['ci95'][0]:+.1f}, {p['ci95'][1]:+.1f}] | "
-                         f"{p['a_only']} / {p['b_only']} | {d_auc:+.1f} |")
+            o, b = arms["oracle"], arms["grpo"]
+            p = paired_mazes(o["eval"], b["eval"])
+            ex = (" / ".join(f"{100 * (o['held_out_exact'][n] - b['held_out_exact'][n]):+.1f}" for n in ("8", "16", "30"))
+                  if o.get("held_out_exact") and b.get("held_out_exact") else "–")
+            auc = " / ".join(f"{100 * (o['auc'][n] - b['auc'][n]):+.1f}" for n in ("8", "16", "30"))
+            lines.append(f"| {cond} | {ex} | {auc} | {p['mean']:+.1f} [{p['ci95'][0]:+.1f}, {p['ci95'][1]:+.1f}] | "
+                         f"{p['a_only']} / {p['b_only']} |")
     return "\n".join(lines)
 
 
 def flat(results: list[dict]) -> list[dict]:
-    """Study rows (not the calibration's) as {arm, k, seed, primary, auc30, seconds}."""
+    """Study rows (not the calibration's) as {arm, k, seed, primary, auc, greedy (at the last checkpoint), seconds}."""
     return [{"arm": r["row"]["arm"], "k": r["row"]["k"], "seed": r["seed"], "primary": v2.primary(r["row"]),
-             "auc30": r["row"]["auc"].get("30"), "seconds": r["seconds"]}
+             "auc": r["row"]["auc"].get(str(v2.PRIMARY_AT)), "greedy": r["row"]["eval"]["success_rate"],
+             "seconds": r["seconds"]}
             for r in results if not r["key"].startswith("cal-")]
 
 
@@ -83,16 +109,18 @@ def study_table(results: list[dict]) -> str:
     rows = flat(results)
     if not rows:
         return "No study cell has finished."
-    lines = ["| K | arm | seeds | held-out greedy at 30, per seed | mean | AUC 30 (mean) | s / cell |",
-             "|---|---|---|---|---|---|---|"]
+    at = v2.PRIMARY_AT
+    lines = [f"| K | arm | seeds | exact held-out success at {at} (primary), per seed | mean | success AUC {at} (mean) | "
+             f"held-out greedy at {v2.ITERATIONS} (mean) | s / cell |", "|---|---|---|---|---|---|---|---|"]
     for k in (5, 1):
         for arm in v2.STUDY_ARMS:
             rs = sorted((r for r in rows if r["k"] == k and r["arm"] == arm), key=lambda r: r["seed"])
             if rs:
                 per = " / ".join(f"{100 * r['primary']:.1f}" for r in rs)
                 lines.append(f"| {k} | {arm} | {len(rs)} | {per} | {100 * np.mean([r['primary'] for r in rs]):.1f} % | "
-                             f"{100 * np.mean([r['auc30'] for r in rs]):.1f} % | {np.mean([r['seconds'] for r in rs]):.0f} |")
-    lines += ["", "| K | arm − GRPO (points) | seeds | mean | 95 % t interval | 90 % t interval | share of the oracle's gap |",
+                             f"{100 * np.mean([r['auc'] for r in rs]):.1f} % | {100 * np.mean([r['greedy'] for r in rs]):.1f} % | "
+                             f"{np.mean([r['seconds'] for r in rs]):.0f} |")
+    lines += ["", "| K | arm − GRPO (points, primary) | seeds | mean | 95 % t interval | 90 % t interval | share of the oracle's gap |",
               "|---|---|---|---|---|---|---|"]
     reading = []
     for k in (5, 1):
@@ -123,7 +151,7 @@ def _curve(ax, xs: list[int], ys: np.ndarray, color: str, label: str) -> None:
 
 def plot(results: list[dict], out: Path, calibration: bool = False) -> Path:
     """Learning curves per arm (seed bands: min–max): training success and first-junction accuracy per
-    iteration, held-out greedy success at the evaluated checkpoints; one row per condition. PNG at ``out``."""
+    iteration, the exact held-out success at the evaluated checkpoints; one row per condition. PNG at ``out``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -142,12 +170,12 @@ def plot(results: list[dict], out: Path, calibration: bool = False) -> Path:
             for j, field in enumerate(("success", "first_junction_right")):
                 _curve(axes[i][j], xs, 100 * np.array([[p[field] for p in r["per_iter"][:n]] for r in rs]),
                        COLORS[arm], arm)
-            held = [r.get("held_out") or {str(r["iterations"]): r["eval"]} for r in rs]
+            held = [r.get("held_out_exact") or {} for r in rs]
             cks = sorted(set.intersection(*(set(map(int, h)) for h in held)))
-            _curve(axes[i][2], cks, 100 * np.array([[h[str(c)]["success_rate"] for c in cks] for h in held]),
-                   COLORS[arm], arm)
+            if cks:
+                _curve(axes[i][2], cks, 100 * np.array([[h[str(c)] for c in cks] for h in held]), COLORS[arm], arm)
         for j, name in enumerate(("training success (%)", "first-junction accuracy (%)",
-                                  f"held-out greedy success (%, {v2.PANEL} mazes)")):
+                                  f"exact held-out success (%, {v2.EXACT_PANEL} mazes)")):
             axes[i][j].set_title(f"K {cond[0]}, {cond[1]} exits, {cond[2]} hinted, {cond[3]}×{cond[4]}: {name}",
                                  fontsize=9)
             axes[i][j].set_xlabel("iteration")
@@ -165,8 +193,10 @@ def main() -> None:
                                                         "results/junction_llm_v2.png")
     ap.add_argument("--root", type=Path, default=ROOT)
     args = ap.parse_args()
-    results = finished(args.root, "junction_llm_v2")
-    print(calibration_table(results), "", study_table(results), sep="\n")
+    results = load(args.root)
+    path = args.root / "results" / v2.CALIBRATION_EXACT
+    base = json.loads(path.read_text())["untrained"] if path.is_file() else None
+    print(calibration_table(results, base), "", study_table(results), sep="\n")
     if args.plot:
         print(plot(results, args.root / "results" / "junction_llm_v2_calibration.png", calibration=True))
         if any(not r["key"].startswith("cal-") for r in results):
