@@ -50,8 +50,10 @@ OUT = Path(__file__).parent / "results" / "junction_llm.json"
 ARMS = {"grpo": ("grpo", {}), "gigpo": ("gigpo", {}), "g2po": ("g2po", {"success_reward": 1.0}),
         "oracle": ("exact_oracle", {})}
 #: arms other studies train with ``run_cell`` (not in this study's grid): BEACON (the maze pays 1 per
-#: milestone-bearing win) and OPRL (its PRM as ``examples/oprl_junction.yaml``; studies/paraphrase_learning.py)
-MORE_ARMS = {"beacon": ("beacon", {"milestone_reward": 1.0}), "oprl": ("oprl", {})}
+#: milestone-bearing win), OPRL (its PRM as ``examples/oprl_junction.yaml``; studies/paraphrase_learning.py) and
+#: GraphGPO (the win's goal worth 1, gamma 0.95, as studies/credit_fidelity.py; studies/junction_llm_v2.py)
+MORE_ARMS = {"beacon": ("beacon", {"milestone_reward": 1.0}), "oprl": ("oprl", {}),
+             "graphgpo": ("graphgpo", {"goal_value": 1.0, "gamma": 0.95})}
 KEY = ("arm", "k", "seed", "iterations", "dtype")
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 T_95 = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8: 1.860, 9: 1.833}

@@ -21,6 +21,7 @@ Usage::
     python -m studies.runner --status [--study learning]   # every cell: done / running / left
     python -m studies.runner --study learning --run cu1-grpo-bf16-s0   # run (or resume) cells by key
     python -m studies.runner --study junction_llm --left     # run every cell without a result, in order
+                                                            # (several processes share the cells)
 """
 
 from __future__ import annotations
@@ -125,7 +126,14 @@ def running(run_dir: Path) -> Iterator[None]:
         raise CellBusy(f"{run_dir} is running in pid {state[1].get('pid')} since {state[1].get('started')}")
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / MARKER
-    path.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": utc()}))
+    if state:  # stale: its process is gone
+        path.unlink(missing_ok=True)
+    try:  # created exclusively: of two processes that found the cell free, one holds it
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    except FileExistsError:
+        raise CellBusy(f"{run_dir} was taken by another process just now") from None
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": utc()}))
     try:
         yield
     finally:
@@ -258,11 +266,29 @@ def main(argv: list[str] | None = None) -> None:
     unknown = sorted(set(args.run or ()) - set(grid))
     if unknown:
         ap.error(f"not cells of {args.study}'s grid: {', '.join(unknown)} (see --status)")
-    keys = args.run or [k for k, c in grid.items() if cell_state(args.root, c, study.historical(c))[0] == "left"]
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    for key in keys:
-        r = run_cell(study, grid[key], args.root)
-        print(f"{args.study} {key}: done, {r['seconds']:.0f} s -> {result_path(args.root, grid[key])}", flush=True)
+    for cell in (grid[k] for k in args.run) if args.run else left_cells(study, args.root):
+        try:
+            r = run_cell(study, cell, args.root)
+        except CellBusy as e:  # another process took it between the look and the start
+            print(f"{args.study} {cell.key}: {e}; passed over", flush=True)
+            continue
+        print(f"{args.study} {cell.key}: done, {r['seconds']:.0f} s -> {result_path(args.root, cell)}", flush=True)
+
+
+def left_cells(study: Study, root: Path = ROOT) -> Iterator[Cell]:
+    """The cells of ``study`` left to run, in grid order, the grid re-read after each (a study whose grid grows
+    with its results, e.g. a seed count read from the first seeds, gets its new cells); a cell another process
+    runs is not 'left', so several processes share one study's cells (``main`` passes over one taken between
+    the look and the start: ``running`` creates its marker exclusively)."""
+    tried: set[str] = set()
+    while True:
+        cell = next((c for c in study.grid() if c.key not in tried
+                     and cell_state(root, c, study.historical(c))[0] == "left"), None)
+        if cell is None:
+            return
+        tried.add(cell.key)
+        yield cell
 
 
 if __name__ == "__main__":

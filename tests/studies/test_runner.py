@@ -118,6 +118,27 @@ def test_a_live_marker_is_running_and_refused_and_cells_outside_the_grid_are_lis
     assert status_table(rows).splitlines()[-1] == "2 done, 1 running, 0 left"
 
 
+def test_left_cells_follow_a_growing_grid_and_pass_over_a_running_cell(tmp_path, monkeypatch):
+    """Several ``--left`` processes share a study: a cell another live process holds is not offered; the grid is
+    re-read after each cell (here b appears once a is done); a marker created between the look and the start
+    (two processes racing) refuses the second."""
+    a, b, c = (Cell("stub", key, {}, 0) for key in ("a", "b", "c"))
+    study = Study("stub", lambda: [a, c] + ([b] if result_path(tmp_path, a).is_file() else []),
+                  lambda cell, run_dir: {"dtype": "float32"})
+    run_path(tmp_path, c).mkdir(parents=True)
+    (run_path(tmp_path, c) / runner.MARKER).write_text(json.dumps(
+        {"pid": runner.os.getpid(), "host": runner.socket.gethostname(), "started": "t0"}))
+    cells = runner.left_cells(study, tmp_path)
+    first = next(cells)
+    assert first.key == "a"
+    run_cell(study, first, tmp_path)
+    assert [x.key for x in cells] == ["b"]  # c is running elsewhere; b came with a's result
+    monkeypatch.setattr(runner, "marker", lambda run_dir: None)  # the look saw no marker, then c's was written
+    with pytest.raises(CellBusy, match="taken by another process"):
+        run_cell(study, c, tmp_path)
+    assert json.loads((run_path(tmp_path, c) / runner.MARKER).read_text())["started"] == "t0"  # not overwritten
+
+
 def test_status_of_the_studies_on_a_clean_root(tmp_path, capsys):
     """No runs and no cell results under the root: the pilot's cells are done from its merged JSON."""
     runner.main(["--status", "--study", "junction_llm", "--root", str(tmp_path)])
