@@ -120,9 +120,8 @@ def primary(row: dict) -> float | None:
 
 def seeds_planned(rows: list[dict]) -> int:
     """The rule's seed count: ``FIRST_SEEDS`` (seeds 1 .. FIRST_SEEDS) until GRPO and the oracle have them at
-    K = 5; then
-    n = max(FIRST_SEEDS, ceil((2.8 s / GAP)^2)), at most ``MAX_SEEDS``, where s (points) is the SD over those
-    seeds of oracle − GRPO on the primary endpoint (80 % power for ``GAP`` at a 5 % two-sided level).
+    K = 5; then n = max(FIRST_SEEDS, ceil((2.8 s / GAP)^2)), at most ``MAX_SEEDS``, where s (points) is the SD
+    over those seeds of oracle − GRPO on the primary endpoint (80 % power for ``GAP`` at a 5 % two-sided level).
 
     Args:
         rows: study rows (``run``'s), any K and arm."""
