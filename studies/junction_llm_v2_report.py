@@ -149,9 +149,10 @@ def _curve(ax, xs: list[int], ys: np.ndarray, color: str, label: str) -> None:
         ax.fill_between(xs, ys.min(0), ys.max(0), color=color, alpha=0.2)
 
 
-def plot(results: list[dict], out: Path, calibration: bool = False) -> Path:
+def plot(results: list[dict], out: Path, calibration: bool = False, untrained: dict | None = None) -> Path:
     """Learning curves per arm (seed bands: min–max): training success and first-junction accuracy per
-    iteration, the exact held-out success at the evaluated checkpoints; one row per condition. PNG at ``out``."""
+    iteration, the exact held-out success at the evaluated checkpoints (with the untrained model's as a dashed line
+    where ``untrained`` — ``results/CALIBRATION_EXACT``'s — has the condition); one row per condition. PNG at ``out``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -174,6 +175,9 @@ def plot(results: list[dict], out: Path, calibration: bool = False) -> Path:
             cks = sorted(set.intersection(*(set(map(int, h)) for h in held)))
             if cks:
                 _curve(axes[i][2], cks, 100 * np.array([[h[str(c)] for c in cks] for h in held]), COLORS[arm], arm)
+        base = (untrained or {}).get(f"k{cond[0]}-x{cond[1]}-h{cond[2]}")
+        if base is not None:
+            axes[i][2].axhline(100 * base, color="black", linestyle="--", linewidth=1, label="untrained")
         for j, name in enumerate(("training success (%)", "first-junction accuracy (%)",
                                   f"exact held-out success (%, {v2.EXACT_PANEL} mazes)")):
             axes[i][j].set_title(f"K {cond[0]}, {cond[1]} exits, {cond[2]} hinted, {cond[3]}×{cond[4]}: {name}",
@@ -198,9 +202,9 @@ def main() -> None:
     base = json.loads(path.read_text())["untrained"] if path.is_file() else None
     print(calibration_table(results, base), "", study_table(results), sep="\n")
     if args.plot:
-        print(plot(results, args.root / "results" / "junction_llm_v2_calibration.png", calibration=True))
+        print(plot(results, args.root / "results" / "junction_llm_v2_calibration.png", calibration=True, untrained=base))
         if any(not r["key"].startswith("cal-") for r in results):
-            print(plot(results, args.root / "results" / "junction_llm_v2.png"))
+            print(plot(results, args.root / "results" / "junction_llm_v2.png", untrained=base))
 
 
 if __name__ == "__main__":

@@ -148,7 +148,7 @@ def test_the_study_table_reads_the_rule(monkeypatch, tmp_path):
     assert "g2po's 95 % interval excludes 0 at K = 5" in text and "graphgpo's 95 %" not in text
     assert "K = 1 g2po: equivalent (±5)" in text
     assert "Seeds planned by the rule: 3." in text  # oracle − GRPO 20, 20, 20: SD 0
-    assert rep.plot(res, tmp_path / "c.png").stat().st_size > 10_000
+    assert rep.plot(res, tmp_path / "c.png", untrained={"k5-x2-h12": 0.1}).stat().st_size > 10_000
 
 
 def test_the_calibration_table_and_its_exact_file(tmp_path):
