@@ -83,10 +83,10 @@ def prompt_fingerprint(model: str = "smollm2-135m-instruct") -> str:
     return h.hexdigest()
 
 
-def cell_key(cond: tuple[int, int, int, int, int], arm: str, seed: int = SEED) -> str:
-    """e.g. ``cal-k5-x2-h12-4x8-oracle-s0``."""
+def cell_key(cond: tuple[int, int, int, int, int], arm: str, seed: int = SEED, prefix: str = "cal-") -> str:
+    """e.g. ``cal-k5-x2-h12-4x8-oracle-s0`` (a calibration cell); ``prefix=""`` for a study cell."""
     k, exits, hinted, groups, size = cond
-    return f"cal-k{k}-x{exits}-h{hinted}-{groups}x{size}-{arm}-s{seed}"
+    return f"{prefix}k{k}-x{exits}-h{hinted}-{groups}x{size}-{arm}-s{seed}"
 
 
 def grid() -> list[Cell]:
@@ -107,7 +107,7 @@ def study_cell(k: int, arm: str, seed: int) -> Cell:
     """A study cell at ``CONDITION`` with K = ``k``: key e.g. ``k5-x2-h12-4x8-g2po-s3``; exact held-out success
     at every ``HELD_OUT_AT`` checkpoint, greedy on the panel at the last."""
     exits, hinted, groups, size = CONDITION
-    return Cell("junction_llm_v2", cell_key((k, exits, hinted, groups, size), arm, seed)[len("cal-"):],
+    return Cell("junction_llm_v2", cell_key((k, exits, hinted, groups, size), arm, seed, prefix=""),
                 {"k": k, "exits": exits, "hinted": hinted, "groups": groups, "size": size, "arm": arm,
                  "iterations": ITERATIONS, "panel": PANEL, "dtype": "float32", "held_out_at": list(HELD_OUT_AT)}, seed)
 
