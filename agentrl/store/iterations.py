@@ -16,7 +16,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Sequence
 
-__all__ = ["tag_iteration", "uncovered_episode_ids", "sampled_since"]
+__all__ = ["tag_iteration", "uncovered_episode_ids", "sampled_since", "iteration_of"]
 
 
 def tag_iteration(db: sqlite3.Connection, run_key: int, episode_ids: Sequence[int], iteration: int) -> None:
@@ -45,3 +45,8 @@ def sampled_since(db: sqlite3.Connection, run_key: int, policy_version: int) -> 
                        (run_key, run_key, int(policy_version))).fetchone()[0]
     return [] if since is None else [r[0] for r in db.execute(
         "SELECT episode_id FROM episodes WHERE run_key = ? AND created_at >= ? ORDER BY episode_id", (run_key, since))]
+
+
+def iteration_of(db: sqlite3.Connection, run_key: int) -> dict[int, int]:
+    """episode id -> the (1-based) trainer iteration that stored it, for the run's tagged episodes."""
+    return dict(db.execute("SELECT episode_id, iteration FROM episode_iterations WHERE run_key = ?", (run_key,)))

@@ -22,7 +22,7 @@ from agentrl.store.codec import TURN_COLUMNS, row_turn
 from agentrl.store.codec import turn_rows as _turn_rows
 from agentrl.store.records import AdvantageRecord, EpisodeRecord, MetricRecord
 from agentrl.store.schema import TURN_BITS, StoreError, connect, recorded_tokenizer, tokenizer_key
-from agentrl.store.iterations import sampled_since, tag_iteration, uncovered_episode_ids
+from agentrl.store.iterations import iteration_of, sampled_since, tag_iteration, uncovered_episode_ids
 from agentrl.store.scores import insert_scores
 from agentrl.store.table import build_table
 from agentrl.types import Episode, EpisodeStatus, Turn, TurnTable
@@ -370,6 +370,11 @@ class TurnStore:
             sql, params = sql + " AND estimator = ?", params + [estimator]
         rows = self._db().execute(sql + " ORDER BY iteration, estimator, turn_id", params)
         return [AdvantageRecord(run_id, *r) for r in rows]
+
+    def episode_iterations(self, run_id: str | None = None) -> dict[int, int]:
+        """Episode id -> the 1-based trainer iteration that stored it (``agentrl train`` tags each; untagged
+        episodes, e.g. eval ones or a store older than the tag, are absent)."""
+        return iteration_of(self._db(), self._run_key(run_id)[0])
 
     def metrics(self, run_id: str | None = None) -> list[MetricRecord]:
         """Stored metrics of one run, ordered by (iteration, name)."""

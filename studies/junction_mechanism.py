@@ -1,0 +1,180 @@
+"""What each arm of issue 51's study learned, turn by turn: the mechanism behind its numbers.
+
+The primary endpoint (exact held-out success) says *whether* an arm learned; this module says *what*:
+read from a study cell's run folder (its store and ``metrics.jsonl``), per training iteration,
+
+* ``voiced_right`` — share of the exits taken at junctions whose sign comes with a voice (``A voice says:
+  go east.``) that are the right exit: "follow the voice", the skill the shared LoRA can learn once;
+* ``unvoiced_right`` — the same at junctions without a voice (the cue word must be learned per sign);
+* ``noop_share`` — share of all turns that are ``look`` / ``wait`` (no-ops in this maze: the state, and
+  the text shown, stay the same, and a turn of the budget is spent);
+* ``entropy`` — the update's mean token entropy (``update/entropy``; None where no update ran) and
+  ``updated`` — whether the iteration updated the policy at all (no update: every advantage was 0, e.g.
+  every episode of every group identical).
+
+Counts are over the iteration's ok episodes (failed episodes are flagged by the trainer and left out
+here). ``summary`` averages them over thirds of the run (pooled counts, not a mean of shares).
+
+Usage::
+
+    .venv/bin/python -m studies.junction_mechanism            # every study cell whose run folder exists
+    .venv/bin/python -m studies.junction_mechanism --table    # print the committed JSON as a table
+
+The JSON (``studies/results/junction_llm_v2_mechanism.json``, ``out_path``) keeps the entry of a cell whose run folder is
+gone (run folders are git-ignored), so it only grows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from agentrl.types import Episode, EpisodeStatus
+from agentrl_envs.junction.maze import NO_OPS, Maze
+from studies.runner import ROOT
+
+STUDY = "junction_llm_v2"
+
+COUNTS = ("voiced_exits", "voiced_right_exits", "unvoiced_exits", "unvoiced_right_exits", "noop_turns", "turns")
+
+
+def episode_counts(episode: Episode, horizon: int) -> dict[str, int]:
+    """Junction choices and no-ops of one episode, replayed on its maze's task graph.
+
+    Args:
+        episode: an episode of ``agentrl/JunctionMaze-v0`` (its ``task_id`` a ``Maze.task_id``).
+        horizon: the run's ``env.max_turns``.
+    Returns:
+        int counts ``COUNTS``: exits taken / right at voiced and at unvoiced junctions, no-op turns, turns.
+    Raises:
+        ValueError: the task id is not a junction maze's, or an action is not admissible where taken.
+    """
+    maze = Maze.parse(episode.task_id)
+    graph = maze.graph(horizon)
+    acts = [t.action for t in episode.turns]
+    c = dict.fromkeys(COUNTS, 0)
+    c["turns"], c["noop_turns"] = len(acts), sum(a in NO_OPS for a in acts)
+    for s, a in zip(graph.replay(acts), acts):
+        if graph.kind[s] != "junction" or not a.startswith("go "):
+            continue
+        voiced = "voiced" if maze.hinted(int(s[1:])) else "unvoiced"
+        c[f"{voiced}_exits"] += 1
+        c[f"{voiced}_right_exits"] += graph.kind[graph.next_state[(s, a)]] != "dead"
+    return c
+
+
+def shares(c: dict[str, int]) -> dict[str, float | None]:
+    """``voiced_right``, ``unvoiced_right``, ``noop_share`` of pooled ``COUNTS`` (None where the denominator is 0)."""
+    def div(a: int, b: int) -> float | None:
+        return a / b if b else None
+    return {"voiced_right": div(c["voiced_right_exits"], c["voiced_exits"]),
+            "unvoiced_right": div(c["unvoiced_right_exits"], c["unvoiced_exits"]),
+            "noop_share": div(c["noop_turns"], c["turns"])}
+
+
+def per_iteration(episodes: list[Episode], iteration: dict[int, int], metrics: list[dict], horizon: int) -> list[dict]:
+    """One record per training iteration: pooled ``COUNTS`` of its ok episodes, their ``shares``, ``entropy``
+    and ``updated`` from that iteration's metrics row.
+
+    Args:
+        episodes: the run's episodes.
+        iteration: episode id -> the 1-based iteration that stored it (``TurnStore.episode_iterations``);
+            episodes not in it (eval episodes) are left out.
+        metrics: the rows of ``metrics.jsonl`` (``step`` = iteration).
+        horizon: the run's ``env.max_turns``."""
+    by: dict[int, dict[str, int]] = {}
+    for ep in episodes:
+        it = iteration.get(ep.episode_id)
+        if it is None or ep.status != EpisodeStatus.OK:
+            continue
+        acc = by.setdefault(it, dict.fromkeys(COUNTS, 0))
+        for k, v in episode_counts(ep, horizon).items():
+            acc[k] += v
+    mrow = {int(m["step"]): m for m in metrics}
+    out = []
+    for it in sorted(by):
+        m = mrow.get(it, {})
+        out.append({"iteration": it, **by[it], **shares(by[it]), "entropy": m.get("update/entropy"),
+                    "updated": "update/steps" in m})
+    return out
+
+
+def summary(per_iter: list[dict], parts: int = 3) -> list[dict]:
+    """``per_iter`` cut into ``parts`` consecutive spans of iterations: pooled shares, mean entropy over the
+    updated iterations, and how many iterations updated."""
+    n = len(per_iter)
+    out = []
+    for p in range(parts):
+        span = per_iter[p * n // parts:(p + 1) * n // parts]
+        if not span:
+            continue
+        pooled = {k: sum(r[k] for r in span) for k in COUNTS}
+        ent = [r["entropy"] for r in span if r["entropy"] is not None]
+        out.append({"iterations": [span[0]["iteration"], span[-1]["iteration"]], **shares(pooled),
+                    "entropy": sum(ent) / len(ent) if ent else None,
+                    "updated": sum(r["updated"] for r in span), "of": len(span)})
+    return out
+
+
+def cell_mechanism(run_dir: Path) -> dict:
+    """``per_iter`` and ``summary`` of one study cell's run folder (``store.sqlite``, ``metrics.jsonl``,
+    ``config.yaml``); the run is the one named after the folder.
+
+    Raises:
+        FileNotFoundError: the folder lacks the store or the metrics."""
+    import yaml
+
+    from agentrl.store import TurnStore
+
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    with TurnStore(run_dir / "store.sqlite", readonly=True) as store:
+        eps, its = store.load_episodes(run_dir.name), store.episode_iterations(run_dir.name)
+    per = per_iteration(eps, its, metrics, int(cfg["env"]["max_turns"]))
+    return {"per_iter": per, "summary": summary(per)}
+
+
+def out_path(root: Path = ROOT) -> Path:
+    """The committed JSON: ``<root>/results/junction_llm_v2_mechanism.json``."""
+    return Path(root) / "results" / f"{STUDY}_mechanism.json"
+
+
+def collect(root: Path = ROOT) -> dict:
+    """Every study cell with a committed result row (``<root>/results/junction_llm_v2/k*.json``) and a run folder
+    (``<root>/runs/junction_llm_v2/<key>``): its ``cell_mechanism``, merged into ``out_path(root)``'s entries
+    (kept where the folder is gone), written back; returns them."""
+    out = out_path(root)
+    have = json.loads(out.read_text()) if out.exists() else {}
+    for row in sorted((Path(root) / "results" / STUDY).glob("k*.json")):
+        run_dir = Path(root) / "runs" / STUDY / row.stem
+        if (run_dir / "store.sqlite").exists() and (run_dir / "metrics.jsonl").exists():
+            have[row.stem] = cell_mechanism(run_dir)
+    out.write_text(json.dumps(dict(sorted(have.items())), indent=1) + "\n")
+    return have
+
+
+def table(cells: dict) -> str:
+    """One line per cell and third of the run: voiced / unvoiced right %, no-op %, entropy, updates."""
+    def pct(x: float | None) -> str:
+        return "  —" if x is None else f"{100 * x:3.0f}"
+    lines = ["cell                         iters   voiced unvoiced noop  entropy updated"]
+    for key, m in cells.items():
+        for s in m["summary"]:
+            ent = "    —" if s["entropy"] is None else f"{s['entropy']:.3f}"
+            lines.append(f"{key:28s} {s['iterations'][0]:2d}-{s['iterations'][1]:2d}    {pct(s['voiced_right'])} %"
+                         f"   {pct(s['unvoiced_right'])} %  {pct(s['noop_share'])} %  {ent}   {s['updated']}/{s['of']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--table", action="store_true", help="print the committed JSON; read no run folder")
+    p.add_argument("--root", type=Path, default=ROOT, help="folder of runs/ and results/ (default: studies/)")
+    a = p.parse_args(argv)
+    cells = json.loads(out_path(a.root).read_text()) if a.table else collect(a.root)
+    print(table(cells))
+
+
+if __name__ == "__main__":
+    main()
