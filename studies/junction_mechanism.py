@@ -19,6 +19,7 @@ Usage::
 
     .venv/bin/python -m studies.junction_mechanism            # every study cell whose run folder exists
     .venv/bin/python -m studies.junction_mechanism --table    # print the committed JSON as a table
+    .venv/bin/python -m studies.junction_mechanism --table --plot   # + results/junction_llm_v2_mechanism.png
 
 The JSON (``studies/results/junction_llm_v2_mechanism.json``, ``out_path``) keeps the entry of a cell whose run folder is
 gone (run folders are git-ignored), so it only grows.
@@ -167,13 +168,66 @@ def table(cells: dict) -> str:
     return "\n".join(lines)
 
 
+def arm_of(key: str) -> tuple[str, str]:
+    """(condition, arm) of a study cell key, e.g. ``k5-x2-h12-4x8-g2po-s3`` -> (``k5-x2-h12-4x8``, ``g2po``)."""
+    head, arm, _seed = key.rsplit("-", 2)
+    return head, arm
+
+
+def plot(cells: dict, out: Path) -> Path:
+    """Per condition, per arm (mean over seeds, min–max band): voiced-exit accuracy, no-op share and the
+    update's entropy per iteration (a missing value — no update, no voiced exit — carried from the iteration before).
+    PNG at ``out``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from studies.junction_llm_v2_report import COLORS, _curve
+
+    conds = sorted({arm_of(k)[0] for k in cells}, reverse=True)
+    fig, axes = plt.subplots(len(conds), 3, figsize=(14, 3.4 * len(conds)), squeeze=False)
+    names = (("voiced_right", "voiced exits right (%)", 100), ("noop_share", "look / wait turns (%)", 100),
+             ("entropy", "update entropy (nats / token)", 1))
+    for i, cond in enumerate(conds):
+        for arm, color in COLORS.items():
+            runs = [m["per_iter"] for k, m in cells.items() if arm_of(k) == (cond, arm)]
+            if not runs:
+                continue
+            n = min(len(r) for r in runs)
+            for j, (field, _, scale) in enumerate(names):
+                ys = np.array([_carried([p[field] for p in r[:n]]) for r in runs], dtype=float)
+                _curve(axes[i][j], list(range(1, n + 1)), scale * ys, color, arm)
+        for j, (_, title, _) in enumerate(names):
+            axes[i][j].set_title(f"{cond}: {title}", fontsize=9)
+            axes[i][j].set_xlabel("iteration")
+            axes[i][j].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def _carried(xs: list[float | None]) -> list[float]:
+    """None replaced by the last value before it (NaN before the first)."""
+    out, last = [], float("nan")
+    for x in xs:
+        last = last if x is None else x
+        out.append(last)
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--table", action="store_true", help="print the committed JSON; read no run folder")
+    p.add_argument("--plot", action="store_true", help="also write results/junction_llm_v2_mechanism.png")
     p.add_argument("--root", type=Path, default=ROOT, help="folder of runs/ and results/ (default: studies/)")
     a = p.parse_args(argv)
     cells = json.loads(out_path(a.root).read_text()) if a.table else collect(a.root)
     print(table(cells))
+    if a.plot:
+        print(plot(cells, out_path(a.root).with_suffix(".png")))
 
 
 if __name__ == "__main__":
