@@ -14,7 +14,7 @@ from agentrl.store import TurnStore
 from agentrl.types import Episode, EpisodeStatus, Turn
 from agentrl_envs.junction.maze import Maze
 from studies.junction_mechanism import (
-    STUDY, cell_mechanism, collect, episode_counts, out_path, per_iteration, summary, table)
+    STUDY, _carried, arm_of, cell_mechanism, collect, episode_counts, out_path, per_iteration, plot, summary, table)
 
 MAZE = Maze.parse("k2x2c24h12-ss11-wn19")  # r1.1 -> r1.2 -> j1 (voiced) -> r2.1 -> r2.2 -> j2 (no voice)
 WALK = MAZE.walkthrough()
@@ -116,3 +116,11 @@ def test_cell_mechanism_and_collect_through_a_store(tmp_path):
     assert got["k5-x2-h12-4x8-grpo-s1"] == m
     lines = table(got).splitlines()
     assert len(lines) == 1 + 2 * 3 and "k5-x2-h12-4x8-oracle-s1" in lines[-1]
+    png = plot(got, tmp_path / "m.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_arm_of_and_carried():
+    assert arm_of("k5-x2-h12-4x8-g2po-s3") == ("k5-x2-h12-4x8", "g2po")
+    out = _carried([None, 0.5, None, 0.25])
+    assert out[1:] == [0.5, 0.5, 0.25] and out[0] != out[0]  # NaN before the first value
