@@ -32,12 +32,13 @@ import json
 from pathlib import Path
 
 from agentrl.types import Episode, EpisodeStatus
-from agentrl_envs.junction.maze import NO_OPS, Maze
+from agentrl_envs.junction.maze import EXITS, NO_OPS, Maze
 from studies.runner import ROOT
 
 STUDY = "junction_llm_v2"
 
-COUNTS = ("voiced_exits", "voiced_right_exits", "unvoiced_exits", "unvoiced_right_exits", "noop_turns", "turns")
+COUNTS = ("voiced_exits", "voiced_right_exits", "unvoiced_exits", "unvoiced_right_exits", "noop_turns", "turns",
+          *(f"exit_{d}" for d in EXITS))
 
 
 def episode_counts(episode: Episode, horizon: int) -> dict[str, int]:
@@ -47,7 +48,8 @@ def episode_counts(episode: Episode, horizon: int) -> dict[str, int]:
         episode: an episode of ``agentrl/JunctionMaze-v0`` (its ``task_id`` a ``Maze.task_id``).
         horizon: the run's ``env.max_turns``.
     Returns:
-        int counts ``COUNTS``: exits taken / right at voiced and at unvoiced junctions, no-op turns, turns.
+        int counts ``COUNTS``: exits taken / right at voiced and at unvoiced junctions, no-op turns, turns,
+        and junction exits taken per direction (``exit_north`` …).
     Raises:
         ValueError: the task id is not a junction maze's, or an action is not admissible where taken.
     """
@@ -62,16 +64,21 @@ def episode_counts(episode: Episode, horizon: int) -> dict[str, int]:
         voiced = "voiced" if maze.hinted(int(s[1:])) else "unvoiced"
         c[f"{voiced}_exits"] += 1
         c[f"{voiced}_right_exits"] += graph.kind[graph.next_state[(s, a)]] != "dead"
+        c[f"exit_{a[3:]}"] += 1
     return c
 
 
 def shares(c: dict[str, int]) -> dict[str, float | None]:
-    """``voiced_right``, ``unvoiced_right``, ``noop_share`` of pooled ``COUNTS`` (None where the denominator is 0)."""
+    """``voiced_right``, ``unvoiced_right``, ``noop_share`` of pooled ``COUNTS``, and ``top_exit``: the junction
+    exit direction taken most and its share of all junction exits (a policy that ignores the sign and the voice
+    and always takes one direction: share near 1). None where the denominator is 0."""
     def div(a: int, b: int) -> float | None:
         return a / b if b else None
+    top = max(EXITS, key=lambda d: c[f"exit_{d}"])
     return {"voiced_right": div(c["voiced_right_exits"], c["voiced_exits"]),
             "unvoiced_right": div(c["unvoiced_right_exits"], c["unvoiced_exits"]),
-            "noop_share": div(c["noop_turns"], c["turns"])}
+            "noop_share": div(c["noop_turns"], c["turns"]),
+            "top_exit": [top, div(c[f"exit_{top}"], c["voiced_exits"] + c["unvoiced_exits"])]}
 
 
 def per_iteration(episodes: list[Episode], iteration: dict[int, int], metrics: list[dict], horizon: int) -> list[dict]:
@@ -159,12 +166,13 @@ def table(cells: dict) -> str:
     """One line per cell and third of the run: voiced / unvoiced right %, no-op %, entropy, updates."""
     def pct(x: float | None) -> str:
         return "  —" if x is None else f"{100 * x:3.0f}"
-    lines = ["cell                         iters   voiced unvoiced noop  entropy updated"]
+    lines = ["cell                         iters   voiced unvoiced noop  top exit    entropy updated"]
     for key, m in cells.items():
         for s in m["summary"]:
             ent = "    —" if s["entropy"] is None else f"{s['entropy']:.3f}"
             lines.append(f"{key:28s} {s['iterations'][0]:2d}-{s['iterations'][1]:2d}    {pct(s['voiced_right'])} %"
-                         f"   {pct(s['unvoiced_right'])} %  {pct(s['noop_share'])} %  {ent}   {s['updated']}/{s['of']}")
+                         f"   {pct(s['unvoiced_right'])} %  {pct(s['noop_share'])} %  {s['top_exit'][0]:5s} {pct(s['top_exit'][1])} %"
+                         f"  {ent}   {s['updated']}/{s['of']}")
     return "\n".join(lines)
 
 

@@ -12,9 +12,9 @@ import pytest
 import agentrl  # noqa: F401
 from agentrl.store import TurnStore
 from agentrl.types import Episode, EpisodeStatus, Turn
-from agentrl_envs.junction.maze import Maze
+from agentrl_envs.junction.maze import EXITS, Maze
 from studies.junction_mechanism import (
-    STUDY, _carried, arm_of, cell_mechanism, collect, episode_counts, out_path, per_iteration, plot, summary, table)
+    STUDY, _carried, arm_of, cell_mechanism, collect, episode_counts, out_path, per_iteration, plot, shares, summary, table)
 
 MAZE = Maze.parse("k2x2c24h12-ss11-wn19")  # r1.1 -> r1.2 -> j1 (voiced) -> r2.1 -> r2.2 -> j2 (no voice)
 WALK = MAZE.walkthrough()
@@ -42,11 +42,15 @@ def test_the_fixture_maze_is_voiced_at_1_only():
 
 def test_episode_counts_by_hand():
     c = episode_counts(_episode(WALK[:2] + ["look", "wait", WALK[2]] + WALK[3:5] + [WRONG2]), 24)
+    exits = {f"exit_{d}": 0 for d in EXITS}
     assert c == {"voiced_exits": 1, "voiced_right_exits": 1, "unvoiced_exits": 1, "unvoiced_right_exits": 0,
-                 "noop_turns": 2, "turns": 8}
+                 "noop_turns": 2, "turns": 8, **exits, f"exit_{WALK[2][3:]}": 1 + (WALK[2] == WRONG2),
+                 f"exit_{WRONG2[3:]}": 1 + (WALK[2] == WRONG2)}
+    assert shares(c)["top_exit"][1] == (1.0 if WALK[2] == WRONG2 else 0.5)
     c = episode_counts(_episode(WALK[:2] + ["look", WRONG1]), 24)  # a look at j1 is no exit; dies at j1
     assert c == {"voiced_exits": 1, "voiced_right_exits": 0, "unvoiced_exits": 0, "unvoiced_right_exits": 0,
-                 "noop_turns": 1, "turns": 4}
+                 "noop_turns": 1, "turns": 4, **exits, f"exit_{WRONG1[3:]}": 1}
+    assert shares(c)["top_exit"] == [WRONG1[3:], 1.0]
     bad = _episode(WALK)
     bad.task_id = "nonsense"
     with pytest.raises(ValueError, match="bad junction-maze task_id"):
