@@ -39,65 +39,103 @@ STUDY = "junction_llm_v2"
 
 COUNTS = ("voiced_exits", "voiced_right_exits", "unvoiced_exits", "unvoiced_right_exits", "noop_turns", "turns",
           *(f"exit_{d}" for d in EXITS))
+CREDIT = ("credit_abs", "credit_abs_exits", "credit_right", "credit_wrong", *(f"credit_{d}" for d in EXITS))
 
 
-def episode_counts(episode: Episode, horizon: int) -> dict[str, int]:
-    """Junction choices and no-ops of one episode, replayed on its maze's task graph.
+def turn_roles(episode: Episode, horizon: int) -> list[tuple[str, str | None, bool | None]]:
+    """Per turn of one episode, replayed on its maze's task graph: (role, voiced, right) — role ``"noop"``
+    (look / wait), ``"exit_<direction>"`` (an exit taken at a junction; ``voiced``: ``"voiced"`` or
+    ``"unvoiced"``, ``right``: it leads on) or ``"move"`` (any other move); voiced / right None but at exits.
+
+    Raises:
+        ValueError: the task id is not a junction maze's, or an action is not admissible where taken."""
+    maze = Maze.parse(episode.task_id)
+    graph = maze.graph(horizon)
+    acts = [t.action for t in episode.turns]
+    out: list[tuple[str, str | None, bool | None]] = []
+    for s, a in zip(graph.replay(acts), acts):
+        if a in NO_OPS:
+            out.append(("noop", None, None))
+        elif graph.kind[s] == "junction":
+            out.append((f"exit_{a[3:]}", "voiced" if maze.hinted(int(s[1:])) else "unvoiced",
+                        graph.kind[graph.next_state[(s, a)]] != "dead"))
+        else:
+            out.append(("move", None, None))
+    return out
+
+
+def episode_counts(episode: Episode, horizon: int, advantage: dict[int, float] | None = None) -> dict[str, float]:
+    """Junction choices, no-ops and the credit they got in one episode.
 
     Args:
         episode: an episode of ``agentrl/JunctionMaze-v0`` (its ``task_id`` a ``Maze.task_id``).
         horizon: the run's ``env.max_turns``.
+        advantage: turn id -> the advantage the update used (None or a missing turn: 0).
     Returns:
-        int counts ``COUNTS``: exits taken / right at voiced and at unvoiced junctions, no-op turns, turns,
-        and junction exits taken per direction (``exit_north`` …).
+        ``COUNTS`` (ints): exits taken / right at voiced and at unvoiced junctions, no-op turns, turns, junction
+        exits per direction (``exit_north`` …); ``CREDIT`` (floats): Σ|A| over all turns and over junction exits,
+        Σ A at right and at wrong exits, Σ A at exits per direction (``credit_north`` …).
     Raises:
         ValueError: the task id is not a junction maze's, or an action is not admissible where taken.
     """
-    maze = Maze.parse(episode.task_id)
-    graph = maze.graph(horizon)
-    acts = [t.action for t in episode.turns]
-    c = dict.fromkeys(COUNTS, 0)
-    c["turns"], c["noop_turns"] = len(acts), sum(a in NO_OPS for a in acts)
-    for s, a in zip(graph.replay(acts), acts):
-        if graph.kind[s] != "junction" or not a.startswith("go "):
-            continue
-        voiced = "voiced" if maze.hinted(int(s[1:])) else "unvoiced"
-        c[f"{voiced}_exits"] += 1
-        c[f"{voiced}_right_exits"] += graph.kind[graph.next_state[(s, a)]] != "dead"
-        c[f"exit_{a[3:]}"] += 1
+    c: dict[str, float] = dict.fromkeys(COUNTS, 0) | dict.fromkeys(CREDIT, 0.0)
+    for turn, (role, voiced, right) in zip(episode.turns, turn_roles(episode, horizon)):
+        a = (advantage or {}).get(turn.turn_id, 0.0)
+        c["turns"] += 1
+        c["credit_abs"] += abs(a)
+        if role == "noop":
+            c["noop_turns"] += 1
+        elif role.startswith("exit_"):
+            c[f"{voiced}_exits"] += 1
+            c[f"{voiced}_right_exits"] += right
+            c[role] += 1
+            c["credit_abs_exits"] += abs(a)
+            c["credit_right" if right else "credit_wrong"] += a
+            c[f"credit_{role[5:]}"] += a
     return c
 
 
 def shares(c: dict[str, int]) -> dict[str, float | None]:
-    """``voiced_right``, ``unvoiced_right``, ``noop_share`` of pooled ``COUNTS``, and ``top_exit``: the junction
-    exit direction taken most and its share of all junction exits (a policy that ignores the sign and the voice
-    and always takes one direction: share near 1). None where the denominator is 0."""
+    """Shares of pooled ``COUNTS`` and ``CREDIT`` (None where the denominator is 0):
+
+    ``voiced_right``, ``unvoiced_right``, ``noop_share``; ``top_exit``: the junction exit direction taken most
+    and its share of all junction exits (a policy that ignores the sign and the voice and always takes one
+    direction: near 1); ``exit_credit_share``: the share of Σ|A| that sits on junction exits (the only turns
+    where a choice decides the outcome); ``right_credit``: (Σ A at right exits − Σ A at wrong ones) / Σ|A| at
+    exits, in [−1, 1] (1: every right exit pushed up, every wrong one down); ``top_credit``: the direction whose
+    exits got the largest net Σ A and that sum / Σ|A| at exits (a pull toward one direction whatever is right)."""
     def div(a: int, b: int) -> float | None:
         return a / b if b else None
     top = max(EXITS, key=lambda d: c[f"exit_{d}"])
+    pull = max(EXITS, key=lambda d: c[f"credit_{d}"])
     return {"voiced_right": div(c["voiced_right_exits"], c["voiced_exits"]),
             "unvoiced_right": div(c["unvoiced_right_exits"], c["unvoiced_exits"]),
             "noop_share": div(c["noop_turns"], c["turns"]),
-            "top_exit": [top, div(c[f"exit_{top}"], c["voiced_exits"] + c["unvoiced_exits"])]}
+            "top_exit": [top, div(c[f"exit_{top}"], c["voiced_exits"] + c["unvoiced_exits"])],
+            "exit_credit_share": div(c["credit_abs_exits"], c["credit_abs"]),
+            "right_credit": div(c["credit_right"] - c["credit_wrong"], c["credit_abs_exits"]),
+            "top_credit": [pull, div(c[f"credit_{pull}"], c["credit_abs_exits"])]}
 
 
-def per_iteration(episodes: list[Episode], iteration: dict[int, int], metrics: list[dict], horizon: int) -> list[dict]:
-    """One record per training iteration: pooled ``COUNTS`` of its ok episodes, their ``shares``, ``entropy``
-    and ``updated`` from that iteration's metrics row.
+def per_iteration(episodes: list[Episode], iteration: dict[int, int], metrics: list[dict], horizon: int,
+                  advantage: dict[int, float] | None = None) -> list[dict]:
+    """One record per training iteration: pooled ``COUNTS`` and ``CREDIT`` of its ok episodes, their
+    ``shares``, ``entropy`` and ``updated`` from that iteration's metrics row.
 
     Args:
         episodes: the run's episodes.
         iteration: episode id -> the 1-based iteration that stored it (``TurnStore.episode_iterations``);
             episodes not in it (eval episodes) are left out.
         metrics: the rows of ``metrics.jsonl`` (``step`` = iteration).
-        horizon: the run's ``env.max_turns``."""
-    by: dict[int, dict[str, int]] = {}
+        horizon: the run's ``env.max_turns``.
+        advantage: turn id -> the advantage its iteration's update used (``stored_advantages``)."""
+    by: dict[int, dict[str, float]] = {}
     for ep in episodes:
         it = iteration.get(ep.episode_id)
         if it is None or ep.status != EpisodeStatus.OK:
             continue
-        acc = by.setdefault(it, dict.fromkeys(COUNTS, 0))
-        for k, v in episode_counts(ep, horizon).items():
+        acc = by.setdefault(it, dict.fromkeys(COUNTS, 0) | dict.fromkeys(CREDIT, 0.0))
+        for k, v in episode_counts(ep, horizon, advantage).items():
             acc[k] += v
     mrow = {int(m["step"]): m for m in metrics}
     out = []
@@ -117,12 +155,19 @@ def summary(per_iter: list[dict], parts: int = 3) -> list[dict]:
         span = per_iter[p * n // parts:(p + 1) * n // parts]
         if not span:
             continue
-        pooled = {k: sum(r[k] for r in span) for k in COUNTS}
+        pooled = {k: sum(r[k] for r in span) for k in COUNTS + CREDIT}
         ent = [r["entropy"] for r in span if r["entropy"] is not None]
         out.append({"iterations": [span[0]["iteration"], span[-1]["iteration"]], **shares(pooled),
                     "entropy": sum(ent) / len(ent) if ent else None,
                     "updated": sum(r["updated"] for r in span), "of": len(span)})
     return out
+
+
+def stored_advantages(records: list, episodes: list[Episode], iteration: dict[int, int]) -> dict[int, float]:
+    """turn id -> the advantage the update of the turn's own iteration used (``AdvantageRecord``s of one run;
+    a record of another iteration — a resumed run recomputes some — is passed over)."""
+    it_of_turn = {t.turn_id: iteration[e.episode_id] for e in episodes if e.episode_id in iteration for t in e.turns}
+    return {r.turn_id: float(r.value) for r in records if it_of_turn.get(r.turn_id) == r.iteration}
 
 
 def cell_mechanism(run_dir: Path) -> dict:
@@ -139,7 +184,8 @@ def cell_mechanism(run_dir: Path) -> dict:
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     with TurnStore(run_dir / "store.sqlite", readonly=True) as store:
         eps, its = store.load_episodes(run_dir.name), store.episode_iterations(run_dir.name)
-    per = per_iteration(eps, its, metrics, int(cfg["env"]["max_turns"]))
+        adv = stored_advantages(store.advantages(run_dir.name), eps, its)
+    per = per_iteration(eps, its, metrics, int(cfg["env"]["max_turns"]), adv)
     return {"per_iter": per, "summary": summary(per)}
 
 
@@ -162,17 +208,23 @@ def collect(root: Path = ROOT) -> dict:
     return have
 
 
+def _signed(x: float | None) -> str:
+    return "    —" if x is None else f"{x:+.2f}"
+
+
 def table(cells: dict) -> str:
     """One line per cell and third of the run: voiced / unvoiced right %, no-op %, entropy, updates."""
     def pct(x: float | None) -> str:
         return "  —" if x is None else f"{100 * x:3.0f}"
-    lines = ["cell                         iters   voiced unvoiced noop  top exit    entropy updated"]
+    lines = ["cell                         iters   voiced unvoiced noop  top exit    entropy updated  |A| at exits "
+             "right credit  pull"]
     for key, m in cells.items():
         for s in m["summary"]:
             ent = "    —" if s["entropy"] is None else f"{s['entropy']:.3f}"
             lines.append(f"{key:28s} {s['iterations'][0]:2d}-{s['iterations'][1]:2d}    {pct(s['voiced_right'])} %"
                          f"   {pct(s['unvoiced_right'])} %  {pct(s['noop_share'])} %  {s['top_exit'][0]:5s} {pct(s['top_exit'][1])} %"
-                         f"  {ent}   {s['updated']}/{s['of']}")
+                         f"  {ent}   {s['updated']:2d}/{s['of']}     {pct(s['exit_credit_share'])} %"
+                         f"       {_signed(s['right_credit'])}   {s['top_credit'][0]:5s} {_signed(s['top_credit'][1])}")
     return "\n".join(lines)
 
 
@@ -183,8 +235,8 @@ def arm_of(key: str) -> tuple[str, str]:
 
 
 def plot(cells: dict, out: Path) -> Path:
-    """Per condition, per arm (mean over seeds, min–max band): voiced-exit accuracy, no-op share and the
-    update's entropy per iteration (a missing value — no update, no voiced exit — carried from the iteration before).
+    """Per condition, per arm (mean over seeds, min–max band): voiced-exit accuracy, no-op share, the
+    update's entropy and the right credit at exits (``shares``) per iteration (a missing value — no update, no voiced exit — carried from the iteration before).
     PNG at ``out``."""
     import matplotlib
 
@@ -195,9 +247,9 @@ def plot(cells: dict, out: Path) -> Path:
     from studies.junction_llm_v2_report import COLORS, _curve
 
     conds = sorted({arm_of(k)[0] for k in cells}, reverse=True)
-    fig, axes = plt.subplots(len(conds), 3, figsize=(14, 3.4 * len(conds)), squeeze=False)
     names = (("voiced_right", "voiced exits right (%)", 100), ("noop_share", "look / wait turns (%)", 100),
-             ("entropy", "update entropy (nats / token)", 1))
+             ("entropy", "update entropy (nats / token)", 1), ("right_credit", "right credit at exits (−1 … 1)", 1))
+    fig, axes = plt.subplots(len(conds), len(names), figsize=(18, 3.4 * len(conds)), squeeze=False)
     for i, cond in enumerate(conds):
         for arm, color in COLORS.items():
             runs = [m["per_iter"] for k, m in cells.items() if arm_of(k) == (cond, arm)]

@@ -41,16 +41,28 @@ def test_the_fixture_maze_is_voiced_at_1_only():
 
 
 def test_episode_counts_by_hand():
-    c = episode_counts(_episode(WALK[:2] + ["look", "wait", WALK[2]] + WALK[3:5] + [WRONG2]), 24)
-    exits = {f"exit_{d}": 0 for d in EXITS}
-    assert c == {"voiced_exits": 1, "voiced_right_exits": 1, "unvoiced_exits": 1, "unvoiced_right_exits": 0,
-                 "noop_turns": 2, "turns": 8, **exits, f"exit_{WALK[2][3:]}": 1 + (WALK[2] == WRONG2),
-                 f"exit_{WRONG2[3:]}": 1 + (WALK[2] == WRONG2)}
-    assert shares(c)["top_exit"][1] == (1.0 if WALK[2] == WRONG2 else 0.5)
-    c = episode_counts(_episode(WALK[:2] + ["look", WRONG1]), 24)  # a look at j1 is no exit; dies at j1
-    assert c == {"voiced_exits": 1, "voiced_right_exits": 0, "unvoiced_exits": 0, "unvoiced_right_exits": 0,
-                 "noop_turns": 1, "turns": 4, **exits, f"exit_{WRONG1[3:]}": 1}
-    assert shares(c)["top_exit"] == [WRONG1[3:], 1.0]
+    assert WALK == ["go south", "go south", "go north", "go west", "go north", "go east"]
+    assert (WRONG1, WRONG2) == ("go east", "go north")
+    zero = {f"exit_{d}": 0 for d in EXITS} | {f"credit_{d}": 0.0 for d in EXITS}
+    ep = _episode(WALK[:2] + ["look", "wait", WALK[2]] + WALK[3:5] + [WRONG2])  # right at j1 (voiced), wrong at j2
+    for i, t in enumerate(ep.turns):
+        t.turn_id = 10 + i
+    adv = dict(zip(range(10, 18), [0.1, 0.1, -0.5, -0.5, 1.0, 0.2, 0.2, -2.0]))
+    c = episode_counts(ep, 24, adv)
+    assert c == pytest.approx({**zero, "voiced_exits": 1, "voiced_right_exits": 1, "unvoiced_exits": 1,
+                               "unvoiced_right_exits": 0, "noop_turns": 2, "turns": 8, "exit_north": 2,
+                               "credit_abs": 4.6, "credit_abs_exits": 3.0, "credit_right": 1.0, "credit_wrong": -2.0,
+                               "credit_north": -1.0})
+    sh = shares(c)
+    assert sh["voiced_right"] == 1.0 and sh["unvoiced_right"] == 0.0 and sh["noop_share"] == 0.25
+    assert sh["top_exit"] == ["north", 1.0]
+    assert sh["exit_credit_share"] == pytest.approx(3 / 4.6) and sh["right_credit"] == pytest.approx(1.0)
+    assert sh["top_credit"] == ["east", 0.0]  # north's net is -1: every other direction (0) pulls more
+    c = episode_counts(_episode(WALK[:2] + ["look", WRONG1]), 24)  # a look at j1 is no exit; dies at j1; no advantages
+    assert c == {**zero, "voiced_exits": 1, "voiced_right_exits": 0, "unvoiced_exits": 0, "unvoiced_right_exits": 0,
+                 "noop_turns": 1, "turns": 4, "exit_east": 1, "credit_abs": 0.0, "credit_abs_exits": 0.0,
+                 "credit_right": 0.0, "credit_wrong": 0.0}
+    assert shares(c)["top_exit"] == ["east", 1.0] and shares(c)["right_credit"] is None
     bad = _episode(WALK)
     bad.task_id = "nonsense"
     with pytest.raises(ValueError, match="bad junction-maze task_id"):
@@ -96,9 +108,14 @@ def _run_folder(root, key: str) -> None:
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"step": i, "update/steps": 1.0, "update/entropy": 0.2})
                                                    + "\n" for i in (1, 2, 3)))
     with TurnStore(run_dir / "store.sqlite") as store:
-        for it, batch in _batches():
+        batches = _batches()
+        for it, batch in batches:
             store.add_episodes(batch, run_id=key, iteration=it)
         store.add_episodes([_episode(WALK)], run_id=key)  # untagged
+        won, lost = batches[0][1][:2]  # iteration 1: +1 on every turn of the win, -1 on the loss's
+        ids = [t.turn_id for t in won.turns + lost.turns]
+        store.set_advantages(key, ids, [1.0] * 6 + [-1.0] * 3, 1, "grpo")
+        store.set_advantages(key, ids[:6], [100.0] * 6, 2, "grpo")  # another iteration's record: passed over
         assert len(store.episode_iterations(key)) == 6
         assert sorted(set(store.episode_iterations(key).values())) == [1, 2, 3]
     (root / "results" / STUDY).mkdir(parents=True, exist_ok=True)
@@ -110,6 +127,10 @@ def test_cell_mechanism_and_collect_through_a_store(tmp_path):
     m = cell_mechanism(tmp_path / "runs" / STUDY / "k5-x2-h12-4x8-grpo-s1")
     assert [r["iteration"] for r in m["per_iter"]] == [1, 2, 3]
     assert m["per_iter"][0]["voiced_exits"] == 2 and m["per_iter"][2]["unvoiced_exits"] == 2
+    first = m["per_iter"][0]  # exits: won north (right, j1), east (right, j2); lost east (wrong, j1)
+    assert (first["credit_abs"], first["credit_abs_exits"], first["credit_right"], first["credit_wrong"]) == (9, 3, 2, -1)
+    assert (first["credit_north"], first["credit_east"], first["right_credit"]) == (1.0, 0.0, 1.0)
+    assert m["per_iter"][1]["credit_abs"] == 0.0
     assert collect(tmp_path) == json.loads(out_path(tmp_path).read_text())
     # a second cell; then the first one's run folder goes: its entry stays
     _run_folder(tmp_path, "k5-x2-h12-4x8-oracle-s1")
