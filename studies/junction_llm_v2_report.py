@@ -96,10 +96,12 @@ def calibration_table(results: list[dict], untrained: dict | None = None) -> str
 
 
 def flat(results: list[dict]) -> list[dict]:
-    """Study rows (not the calibration's) as {arm, k, seed, primary, auc, greedy (at the last checkpoint), seconds}."""
+    """Study rows (not the calibration's) as {arm, k, seed, primary, auc, greedy (at the last checkpoint), seconds,
+    resumed}: ``seconds`` are the runner's, its last launch's only; ``resumed`` whether the cell had more than one
+    launch (then ``seconds`` undercount the cell)."""
     return [{"arm": r["row"]["arm"], "k": r["row"]["k"], "seed": r["seed"], "primary": v2.primary(r["row"]),
              "auc": r["row"]["auc"].get(str(v2.PRIMARY_AT)), "greedy": r["row"]["eval"]["success_rate"],
-             "seconds": r["seconds"]}
+             "seconds": r["seconds"], "resumed": len(r.get("launches") or ()) > 1}
             for r in results if not r["key"].startswith("cal-")]
 
 
@@ -111,15 +113,16 @@ def study_table(results: list[dict]) -> str:
         return "No study cell has finished."
     at = v2.PRIMARY_AT
     lines = [f"| K | arm | seeds | exact held-out success at {at} (primary), per seed | mean | success AUC {at} (mean) | "
-             f"held-out greedy at {v2.ITERATIONS} (mean) | s / cell |", "|---|---|---|---|---|---|---|---|"]
+             f"held-out greedy at {v2.ITERATIONS} (mean) | s / cell (cells in one launch) |", "|---|---|---|---|---|---|---|---|"]
     for k in (5, 1):
         for arm in v2.STUDY_ARMS:
             rs = sorted((r for r in rows if r["k"] == k and r["arm"] == arm), key=lambda r: r["seed"])
             if rs:
                 per = " / ".join(f"{100 * r['primary']:.1f}" for r in rs)
+                whole = [r["seconds"] for r in rs if not r["resumed"]]
                 lines.append(f"| {k} | {arm} | {len(rs)} | {per} | {100 * np.mean([r['primary'] for r in rs]):.1f} % | "
                              f"{100 * np.mean([r['auc'] for r in rs]):.1f} % | {100 * np.mean([r['greedy'] for r in rs]):.1f} % | "
-                             f"{np.mean([r['seconds'] for r in rs]):.0f} |")
+                             f"{f'{np.mean(whole):.0f}' if whole else '–'} ({len(whole)}) |")
     lines += ["", "| K | arm − GRPO (points, primary) | seeds | mean | 95 % t interval | 90 % t interval | share of the oracle's gap |",
               "|---|---|---|---|---|---|---|"]
     reading = []

@@ -141,8 +141,10 @@ def test_the_study_table_reads_the_rule(monkeypatch, tmp_path):
             "oracle": (0.40, 0.50, 0.45)}
     res = [_result(a, s + 1, 5, v) for a, vs in succ.items() for s, v in enumerate(vs)]
     res += [_result(a, s + 1, 1, 0.7 + 0.001 * s) for a in succ for s in range(3)]
+    res[0].update(seconds=50.0, launches=[{"started": "t0"}, {"started": "t1"}])  # grpo seed 1 resumed: its seconds left out
     text = rep.study_table(res)
-    assert "| 5 | g2po | 3 | 28.0 / 36.0 / 35.0 | 33.0 % | 40.0 % | 25.0 % | 100 |" in text
+    assert "| 5 | g2po | 3 | 28.0 / 36.0 / 35.0 | 33.0 % | 40.0 % | 25.0 % | 100 (3) |" in text
+    assert "| 5 | grpo | 3 | 20.0 / 30.0 / 25.0 | 25.0 % |" in text and "| 100 (2) |" in text
     # g2po − GRPO: 8, 6, 10 → mean 8, SD 2, 95 % t: 8 ± 4.303 · 2 / sqrt(3) = [+3.0, +13.0]; oracle's gap 20
     assert "| 5 | g2po | 3 | +8.0 | [+3.0, +13.0] |" in text and "| 0.40 |" in text
     assert "g2po's 95 % interval excludes 0 at K = 5" in text and "graphgpo's 95 %" not in text
