@@ -42,6 +42,7 @@ import numpy as np
 from studies.runner import ROOT, Cell, Study, finished
 
 ITERATIONS, PANEL, SEED = 30, 256, 0
+N_CUES = 24  #: cue words per junction: the junction env's default, which no cell overrides
 CHECKPOINTS = (8, 16, 30)
 #: (K, exits, hinted cues, groups, group size): the map's two best candidates (benchmarks/RESULTS.md,
 #: "Step credit on an LLM"): among the K = 5 conditions where the untrained SmolLM2 wins >= 5 % (a 4 x 8
@@ -103,13 +104,23 @@ def grid() -> list[Cell]:
     return cal + [study_cell(k, arm, seed) for k in (5, 1) for seed in range(1, n + 1) for arm in STUDY_ARMS]
 
 
+def panel_size(k: int, exits: int, hinted: int) -> int:
+    """Mazes of a cell's greedy held-out panel: ``PANEL``, or every eval-split maze where the split has fewer
+    (K = 1 with 2 exits and 12 hinted cues: 129; a panel draws without replacement). The cells leave the env's
+    ``n_cues`` at its default, ``N_CUES``."""
+    from agentrl_envs.junction.maze import split_mazes
+
+    return min(PANEL, len(split_mazes(k, N_CUES, exits, "eval", hinted)))
+
+
 def study_cell(k: int, arm: str, seed: int) -> Cell:
     """A study cell at ``CONDITION`` with K = ``k``: key e.g. ``k5-x2-h12-4x8-g2po-s3``; exact held-out success
-    at every ``HELD_OUT_AT`` checkpoint, greedy on the panel at the last."""
+    at every ``HELD_OUT_AT`` checkpoint, greedy on the panel (``panel_size``) at the last."""
     exits, hinted, groups, size = CONDITION
     return Cell("junction_llm_v2", cell_key((k, exits, hinted, groups, size), arm, seed, prefix=""),
                 {"k": k, "exits": exits, "hinted": hinted, "groups": groups, "size": size, "arm": arm,
-                 "iterations": ITERATIONS, "panel": PANEL, "dtype": "float32", "held_out_at": list(HELD_OUT_AT)}, seed)
+                 "iterations": ITERATIONS, "panel": panel_size(k, exits, hinted), "dtype": "float32",
+                 "held_out_at": list(HELD_OUT_AT)}, seed)
 
 
 def primary(row: dict) -> float | None:

@@ -14,6 +14,8 @@ pytest.importorskip("torch")
 from studies import junction_llm_v2 as v2  # noqa: E402
 from studies.runner import Cell  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def test_the_pinned_prompt_is_this_checkouts(smollm2_dir):
     assert v2.prompt_fingerprint() == v2.PROMPT_SHA256
@@ -83,6 +85,22 @@ def test_the_grid_before_and_after_the_rule(monkeypatch):
     assert cells[0].key == "k5-x2-h12-4x8-grpo-s1" and cells[-1].key == f"k1-x2-h12-4x8-oracle-s{v2.FIRST_SEEDS}"
     assert {c.seed for c in cells} == set(range(1, v2.FIRST_SEEDS + 1))  # seed 0 is the calibration's
     assert cells[0].config["held_out_at"] == list(v2.HELD_OUT_AT) and cells[0].config["dtype"] == "float32"
+    assert cells[0].config["panel"] == v2.PANEL == 256 and cells[-1].config["panel"] == 129  # K = 1: the whole split
+
+
+def test_the_k1_panel_is_drawable_where_256_is_not():
+    """The K = 1 control's first cell trained, then stopped the runner at its greedy panel: 256 mazes asked of
+    an eval split of 129 (2026-12-07). ``panel_size`` asks for what the split has; the trainer's own panel
+    draw (``agentrl.eval.eval_panel``) takes it."""
+    from agentrl.eval import eval_panel
+    from agentrl.train.checks import load_checked_config
+
+    cell = v2.study_cell(1, "grpo", 1)
+    base = ["env.kwargs=" + json.dumps({"k": 1, "n_exits": 2, "n_hinted": 12})]
+    cfg = load_checked_config(ROOT / "examples" / "grpo_junction.yaml", base + [f"env.eval_panel_size={cell.config['panel']}"])
+    assert len({e.task_id for e in eval_panel(cfg).entries}) == 129
+    with pytest.raises(ValueError, match="at most 129"):
+        eval_panel(load_checked_config(ROOT / "examples" / "grpo_junction.yaml", base + ["env.eval_panel_size=256"]))
 
 
 
