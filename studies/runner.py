@@ -41,7 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent  #: studies/: runs/ (git-ignored) and results/
 STUDIES = ("learning", "junction_llm", "expert_fidelity", "overlap_fidelity", "paraphrase_learning",
            "junction_map", "junction_llm_v2")  #: modules of this package with a STUDY
-MARKER = "RUNNING.json"
+MARKER = "RUNNING.json"  #: a live cell's marker, beside its run folder: ``.<key>.RUNNING.json`` (``marker_path``)
 
 
 @dataclass(frozen=True)
@@ -101,10 +101,19 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def marker_path(run_dir: Path) -> Path:
+    """The marker of the cell whose run folder is ``run_dir``: ``<parent>/.<name>.RUNNING.json``. Beside the
+    folder, not in it: a trainer's fresh start renames a folder it finds holding a store but no checkpoint (a
+    launch killed in its first iteration) to ``<name>.prev-<stamp>``, and a marker inside would go with it,
+    leaving the live cell unmarked (seen 2026-12-07)."""
+    run_dir = Path(run_dir)
+    return run_dir.parent / f".{run_dir.name}.{MARKER}"
+
+
 def marker(run_dir: Path) -> tuple[str, dict] | None:
-    """('running' | 'stale', the marker's content) of a run folder's ``RUNNING.json``; None without one.
+    """('running' | 'stale', the marker's content) of a run folder's marker (``marker_path``); None without one.
     Stale: its pid is dead (or it was written on another host: it cannot be checked from here)."""
-    path = Path(run_dir) / MARKER
+    path = marker_path(run_dir)
     if not path.is_file():
         return None
     try:
@@ -117,7 +126,7 @@ def marker(run_dir: Path) -> tuple[str, dict] | None:
 
 @contextmanager
 def running(run_dir: Path) -> Iterator[None]:
-    """Hold ``RUNNING.json`` in ``run_dir`` while the block runs (a stale one is replaced).
+    """Hold the marker of ``run_dir`` (``marker_path``) while the block runs (a stale one is replaced).
 
     Raises:
         CellBusy: a live process holds it."""
@@ -125,7 +134,7 @@ def running(run_dir: Path) -> Iterator[None]:
     if state and state[0] == "running":
         raise CellBusy(f"{run_dir} is running in pid {state[1].get('pid')} since {state[1].get('started')}")
     run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / MARKER
+    path = marker_path(run_dir)
     if state:  # stale: its process is gone
         path.unlink(missing_ok=True)
     try:  # created exclusively: of two processes that found the cell free, one holds it
@@ -235,7 +244,7 @@ def status(root: Path, studies: list[Study]) -> list[tuple[str, str, str, str]]:
         keys = {c.key for c in grid}
         rows += [(name, c.key, *cell_state(root, c, study.historical(c))) for c in grid]
         extra = {p.stem for p in (Path(root) / "results" / name).glob("*.json")} | {
-            p.parent.name for p in (Path(root) / "runs" / name).glob(f"*/{MARKER}")}
+            p.name[1:-len(MARKER) - 1] for p in (Path(root) / "runs" / name).glob(f".*.{MARKER}")}
         rows += [(name, k, *cell_state(root, Cell(name, k, {}))) for k in sorted(extra - keys)]
     return rows
 

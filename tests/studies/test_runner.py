@@ -62,7 +62,7 @@ def test_a_cell_runs_and_an_interrupted_one_resumes_from_its_checkpoint(tiny_dir
     assert saved["torch_dtype"] == "float32" and saved["seconds"] > 0 and saved["started"] <= saved["finished"]
     assert len(saved["git_commit"]) == 40 and [x["resumed_from"] for x in saved["launches"]] == [None]
     assert saved["launches"][0]["started"] >= saved["started"][:10]
-    assert not (run_path(tmp_path, done) / runner.MARKER).exists()
+    assert not runner.marker_path(run_path(tmp_path, done)).exists()
 
     real = loop.run_iteration
 
@@ -81,7 +81,7 @@ def test_a_cell_runs_and_an_interrupted_one_resumes_from_its_checkpoint(tiny_dir
     assert status(tmp_path, [study])[1] == ("toy", "toy-s1", "left", f"resumes from {ckpt}")
 
     pid = _dead_pid()  # as a killed session leaves it
-    (run_dir / runner.MARKER).write_text(json.dumps({"pid": pid, "host": runner.socket.gethostname(), "started": "x"}))
+    runner.marker_path(run_dir).write_text(json.dumps({"pid": pid, "host": runner.socket.gethostname(), "started": "x"}))
     assert status(tmp_path, [study]) == [
         ("toy", "toy-s0", "done", f"{saved['finished']}, 0 min, float32"),
         ("toy", "toy-s1", "left", f"interrupted (pid {pid} gone), resumes from {ckpt}")]
@@ -104,7 +104,7 @@ def test_a_live_marker_is_running_and_refused_and_cells_outside_the_grid_are_lis
     study = Study("stub", lambda: cells, lambda cell, run_dir: calls.append(cell.key) or {"dtype": "bfloat16"},
                   historical=lambda cell: "old.json" if cell.key == "b" else None)
     run_path(tmp_path, cells[0]).mkdir(parents=True)
-    (run_path(tmp_path, cells[0]) / runner.MARKER).write_text(json.dumps(
+    runner.marker_path(run_path(tmp_path, cells[0])).write_text(json.dumps(
         {"pid": runner.os.getpid(), "host": runner.socket.gethostname(), "started": "t0"}))
     with pytest.raises(CellBusy, match="running in pid"):
         run_cell(study, cells[0], tmp_path)
@@ -126,7 +126,7 @@ def test_left_cells_follow_a_growing_grid_and_pass_over_a_running_cell(tmp_path,
     study = Study("stub", lambda: [a, c] + ([b] if result_path(tmp_path, a).is_file() else []),
                   lambda cell, run_dir: {"dtype": "float32"})
     run_path(tmp_path, c).mkdir(parents=True)
-    (run_path(tmp_path, c) / runner.MARKER).write_text(json.dumps(
+    runner.marker_path(run_path(tmp_path, c)).write_text(json.dumps(
         {"pid": runner.os.getpid(), "host": runner.socket.gethostname(), "started": "t0"}))
     cells = runner.left_cells(study, tmp_path)
     first = next(cells)
@@ -136,7 +136,7 @@ def test_left_cells_follow_a_growing_grid_and_pass_over_a_running_cell(tmp_path,
     monkeypatch.setattr(runner, "marker", lambda run_dir: None)  # the look saw no marker, then c's was written
     with pytest.raises(CellBusy, match="taken by another process"):
         run_cell(study, c, tmp_path)
-    assert json.loads((run_path(tmp_path, c) / runner.MARKER).read_text())["started"] == "t0"  # not overwritten
+    assert json.loads(runner.marker_path(run_path(tmp_path, c)).read_text())["started"] == "t0"  # not overwritten
 
 
 def test_status_of_the_studies_on_a_clean_root(tmp_path, capsys):
@@ -152,3 +152,27 @@ def test_status_of_the_studies_on_a_clean_root(tmp_path, capsys):
                              "junction_llm_v2"))  # studies: merged JSONs
     assert capsys.readouterr().out.splitlines()[-1].endswith(f"done, 0 running, {fresh} left")
     assert not list(tmp_path.iterdir())
+
+
+def test_the_marker_survives_a_fresh_start_that_sets_the_folder_aside(tmp_path):
+    """A launch killed in its first iteration leaves a store but no checkpoint; the next launch's trainer starts
+    fresh and renames that folder to ``<key>.prev-<stamp>`` (``agentrl.train.run_dir.set_aside``). The cell must
+    stay marked running meanwhile (the marker lived inside the folder and went with it, 2026-12-07)."""
+    from agentrl.train.run_dir import set_aside
+
+    cell = Cell("stub", "a", {}, 0)
+    seen = []
+
+    def run(c, run_dir):
+        moved = set_aside(run_dir)  # what train() does on a fresh start in a used folder
+        seen.append((moved is not None and moved.name.startswith("a.prev-"), runner.marker(run_dir)[0],
+                     [r[2] for r in status(tmp_path, [study])]))
+        return {"dtype": "float32"}
+
+    study = Study("stub", lambda: [cell], run)
+    run_dir = run_path(tmp_path, cell)
+    run_dir.mkdir(parents=True)
+    (run_dir / "store.sqlite").write_bytes(b"")
+    run_cell(study, cell, tmp_path)
+    assert seen == [(True, "running", ["running"])]
+    assert runner.marker(run_dir) is None and [r[2] for r in status(tmp_path, [study])] == ["done"]
