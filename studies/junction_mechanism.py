@@ -102,12 +102,13 @@ def shares(c: dict[str, int]) -> dict[str, float | None]:
     and its share of all junction exits (a policy that ignores the sign and the voice and always takes one
     direction: near 1); ``exit_credit_share``: the share of Σ|A| that sits on junction exits (the only turns
     where a choice decides the outcome); ``right_credit``: (Σ A at right exits − Σ A at wrong ones) / Σ|A| at
-    exits, in [−1, 1] (1: every right exit pushed up, every wrong one down); ``top_credit``: the direction whose
-    exits got the largest net Σ A and that sum / Σ|A| at exits (a pull toward one direction whatever is right)."""
+    exits, in [−1, 1] (1: every right exit pushed up, every wrong one down); ``top_credit``: the direction, of those
+    taken, whose exits got the largest net Σ A and that sum / Σ|A| at exits (a pull toward one direction whatever
+    is right)."""
     def div(a: int, b: int) -> float | None:
         return a / b if b else None
     top = max(EXITS, key=lambda d: c[f"exit_{d}"])
-    pull = max(EXITS, key=lambda d: c[f"credit_{d}"])
+    pull = max([d for d in EXITS if c[f"exit_{d}"]] or EXITS, key=lambda d: c[f"credit_{d}"])  # of exits taken
     return {"voiced_right": div(c["voiced_right_exits"], c["voiced_exits"]),
             "unvoiced_right": div(c["unvoiced_right_exits"], c["unvoiced_exits"]),
             "noop_share": div(c["noop_turns"], c["turns"]),

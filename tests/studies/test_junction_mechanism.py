@@ -57,7 +57,7 @@ def test_episode_counts_by_hand():
     assert sh["voiced_right"] == 1.0 and sh["unvoiced_right"] == 0.0 and sh["noop_share"] == 0.25
     assert sh["top_exit"] == ["north", 1.0]
     assert sh["exit_credit_share"] == pytest.approx(3 / 4.6) and sh["right_credit"] == pytest.approx(1.0)
-    assert sh["top_credit"] == ["east", 0.0]  # north's net is -1: every other direction (0) pulls more
+    assert sh["top_credit"] == ["north", pytest.approx(-1 / 3)]  # the only direction taken: its net -1 over 3
     c = episode_counts(_episode(WALK[:2] + ["look", WRONG1]), 24)  # a look at j1 is no exit; dies at j1; no advantages
     assert c == {**zero, "voiced_exits": 1, "voiced_right_exits": 0, "unvoiced_exits": 0, "unvoiced_right_exits": 0,
                  "noop_turns": 1, "turns": 4, "exit_east": 1, "credit_abs": 0.0, "credit_abs_exits": 0.0,
