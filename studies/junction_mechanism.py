@@ -198,14 +198,14 @@ def out_path(root: Path = ROOT) -> Path:
 def collect(root: Path = ROOT) -> dict:
     """Every study cell with a committed result row (``<root>/results/junction_llm_v2/k*.json``) and a run folder
     (``<root>/runs/junction_llm_v2/<key>``): its ``cell_mechanism``, merged into ``out_path(root)``'s entries
-    (kept where the folder is gone), written back; returns them."""
+    (kept where the folder is gone), written back (one line per cell); returns them."""
     out = out_path(root)
     have = json.loads(out.read_text()) if out.exists() else {}
     for row in sorted((Path(root) / "results" / STUDY).glob("k*.json")):
         run_dir = Path(root) / "runs" / STUDY / row.stem
         if (run_dir / "store.sqlite").exists() and (run_dir / "metrics.jsonl").exists():
             have[row.stem] = cell_mechanism(run_dir)
-    out.write_text(json.dumps(dict(sorted(have.items())), indent=1) + "\n")
+    out.write_text("{\n" + ",\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in sorted(have.items())) + "\n}\n")
     return have
 
 
