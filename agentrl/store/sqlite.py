@@ -372,8 +372,7 @@ class TurnStore:
         return [AdvantageRecord(run_id, *r) for r in rows]
 
     def episode_iterations(self, run_id: str | None = None) -> dict[int, int]:
-        """Episode id -> the 1-based trainer iteration that stored it (``agentrl train`` tags each; untagged
-        episodes, e.g. eval ones or a store older than the tag, are absent)."""
+        """Episode id -> the 1-based trainer iteration that stored it (tagged ones only: not eval episodes)."""
         return iteration_of(self._db(), self._run_key(run_id)[0])
 
     def metrics(self, run_id: str | None = None) -> list[MetricRecord]:
