@@ -101,7 +101,7 @@ def make_cell(env: str, policy: str, seed: int = 0, sampler: str = "chains") -> 
                                                                     "sampler": sampler, **sizes}, seed)
 
 
-def grid() -> list[Cell]:
+def grid(root: Path = ROOT) -> list[Cell]:
     """TextWorld-CU1 under SmolLM2 after the main job, as packaged and the noisy walkthrough;
     WebShop under SmolLM2 as packaged (its outcome mix, measured) and the noisy walkthrough; ALFWorld
     under the noisy walkthrough (SmolLM2 as packaged won 0 of 16 games in 20 turns, and a planner call

@@ -116,7 +116,7 @@ def make_cell(arm: str, k: int, seed: int, iterations: int = 8, dtype: str = "bf
     return Cell("junction_llm", key, {"arm": arm, "k": k, "iterations": iterations, "dtype": dtype, "extra": list(extra)}, seed)
 
 
-def grid() -> list[Cell]:
+def grid(root: Path = ROOT) -> list[Cell]:
     """The pre-registered comparison: every arm at K = 5 and 1, seeds 0-2 (the rule's n = 3), bf16."""
     return [make_cell(arm, k, seed) for k in (5, 1) for seed in (0, 1, 2) for arm in ARMS]
 

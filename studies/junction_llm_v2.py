@@ -42,7 +42,6 @@ import numpy as np
 from studies.runner import ROOT, Cell, Study, finished
 
 ITERATIONS, PANEL, SEED = 30, 256, 0
-N_CUES = 24  #: cue words per junction: the junction env's default, which no cell overrides
 CHECKPOINTS = (8, 16, 30)
 #: (K, exits, hinted cues, groups, group size): the map's two best candidates (benchmarks/RESULTS.md,
 #: "Step credit on an LLM"): among the K = 5 conditions where the untrained SmolLM2 wins >= 5 % (a 4 x 8
@@ -90,7 +89,7 @@ def cell_key(cond: tuple[int, int, int, int, int], arm: str, seed: int = SEED, p
     return f"{prefix}k{k}-x{exits}-h{hinted}-{groups}x{size}-{arm}-s{seed}"
 
 
-def grid() -> list[Cell]:
+def grid(root: Path = ROOT) -> list[Cell]:
     """The calibration (every candidate × arm, seed 0), then — once the rule names ``CONDITION`` — the
     study: K = 5 seeds 1 .. n (n from ``seeds_planned``; seed 0 is the calibration's, run before the rule and
     not part of the study), then the K = 1 control's, every arm per seed."""
@@ -100,14 +99,15 @@ def grid() -> list[Cell]:
            for c in CANDIDATES for arm in ARMS]
     if CONDITION is None:
         return cal
-    n = seeds_planned([r["row"] for r in finished(ROOT, "junction_llm_v2") if not r["key"].startswith("cal-")])
+    n = seeds_planned([r["row"] for r in finished(root, "junction_llm_v2") if not r["key"].startswith("cal-")])
     return cal + [study_cell(k, arm, seed) for k in (5, 1) for seed in range(1, n + 1) for arm in STUDY_ARMS]
 
 
 def panel_size(k: int, exits: int, hinted: int) -> int:
     """Mazes of a cell's greedy held-out panel: ``PANEL``, or every eval-split maze where the split has fewer
     (K = 1 with 2 exits and 12 hinted cues: 129; a panel draws without replacement). The cells leave the env's
-    ``n_cues`` at its default, ``N_CUES``."""
+    ``n_cues`` at the env's default (``N_CUES``)."""
+    from agentrl_envs.junction.env import N_CUES
     from agentrl_envs.junction.maze import split_mazes
 
     return min(PANEL, len(split_mazes(k, N_CUES, exits, "eval", hinted)))

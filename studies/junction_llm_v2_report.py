@@ -32,7 +32,8 @@ def condition(result: dict) -> tuple[int, int, int, int, int]:
 def paired_mazes(a: dict, b: dict) -> dict:
     """``a − b`` (points) of greedy success on the same panel, paired by maze: the mean and a 95 % normal
     interval from the discordant mazes (the within-seed measurement noise only; the seed-to-seed noise of
-    training is not in it).
+    training is not in it). Not ``agentrl.eval.compare``: a study row keeps only the panel hash, the counts and
+    the outcomes of its evaluation (``evaluate_row``), not a whole ``EvalResult``.
 
     Args:
         a, b: ``evaluate_row`` dicts with ``outcomes`` [[task_id, 0.0 | 1.0], ...] over the same panel.
@@ -145,8 +146,9 @@ def study_table(results: list[dict]) -> str:
                               + "."])
 
 
-def _curve(ax, xs: list[int], ys: np.ndarray, color: str, label: str) -> None:
-    """Mean over seeds (rows of ``ys``) with a min–max band where there are several."""
+def curve(ax, xs: list[int], ys: np.ndarray, color: str, label: str) -> None:
+    """Plot on matplotlib axes ``ax`` the mean over seeds of ``ys`` (float[n_seeds, len(xs)], in the caller's unit)
+    against ``xs``, in ``color`` with legend ``label (n = n_seeds)``, and a min–max band where n_seeds > 1."""
     ax.plot(xs, ys.mean(0), color=color, label=f"{label} (n = {len(ys)})", marker="o" if len(xs) < 6 else None)
     if len(ys) > 1:
         ax.fill_between(xs, ys.min(0), ys.max(0), color=color, alpha=0.2)
@@ -172,12 +174,12 @@ def plot(results: list[dict], out: Path, calibration: bool = False, untrained: d
             n = min(len(r["per_iter"]) for r in rs)
             xs = list(range(1, n + 1))
             for j, field in enumerate(("success", "first_junction_right")):
-                _curve(axes[i][j], xs, 100 * np.array([[p[field] for p in r["per_iter"][:n]] for r in rs]),
+                curve(axes[i][j], xs, 100 * np.array([[p[field] for p in r["per_iter"][:n]] for r in rs]),
                        COLORS[arm], arm)
             held = [r.get("held_out_exact") or {} for r in rs]
             cks = sorted(set.intersection(*(set(map(int, h)) for h in held)))
             if cks:
-                _curve(axes[i][2], cks, 100 * np.array([[h[str(c)] for c in cks] for h in held]), COLORS[arm], arm)
+                curve(axes[i][2], cks, 100 * np.array([[h[str(c)] for c in cks] for h in held]), COLORS[arm], arm)
         base = (untrained or {}).get(f"k{cond[0]}-x{cond[1]}-h{cond[2]}")
         if base is not None:
             axes[i][2].axhline(100 * base, color="black", linestyle="--", linewidth=1, label="untrained")

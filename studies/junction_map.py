@@ -67,7 +67,7 @@ def cell_key(k: int, exits: int, hinted: int, groups: int, size: int, lr: float 
     return f"k{k}-x{exits}-h{hinted}-{groups}x{size}-lr{lr:g}"
 
 
-def grid() -> list[Cell]:
+def grid(root: Path = ROOT) -> list[Cell]:
     """One cell per condition (``CONDITIONS`` order)."""
     return [Cell("junction_map", cell_key(*c), {"k": c[0], "exits": c[1], "hinted": c[2], "groups": c[3],
                                                 "size": c[4], "seeds": SEEDS, "iterations": ITERATIONS,

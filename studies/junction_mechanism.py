@@ -32,7 +32,8 @@ import json
 from pathlib import Path
 
 from agentrl.types import Episode, EpisodeStatus
-from agentrl_envs.junction.maze import EXITS, NO_OPS, Maze
+from agentrl_envs.junction.maze import EXITS
+from studies.oracle_arm import turn_roles
 from studies.runner import ROOT
 
 STUDY = "junction_llm_v2"
@@ -40,28 +41,6 @@ STUDY = "junction_llm_v2"
 COUNTS = ("voiced_exits", "voiced_right_exits", "unvoiced_exits", "unvoiced_right_exits", "noop_turns", "turns",
           *(f"exit_{d}" for d in EXITS))
 CREDIT = ("credit_abs", "credit_abs_exits", "credit_right", "credit_wrong", *(f"credit_{d}" for d in EXITS))
-
-
-def turn_roles(episode: Episode, horizon: int) -> list[tuple[str, str | None, bool | None]]:
-    """Per turn of one episode, replayed on its maze's task graph: (role, voiced, right) — role ``"noop"``
-    (look / wait), ``"exit_<direction>"`` (an exit taken at a junction; ``voiced``: ``"voiced"`` or
-    ``"unvoiced"``, ``right``: it leads on) or ``"move"`` (any other move); voiced / right None but at exits.
-
-    Raises:
-        ValueError: the task id is not a junction maze's, or an action is not admissible where taken."""
-    maze = Maze.parse(episode.task_id)
-    graph = maze.graph(horizon)
-    acts = [t.action for t in episode.turns]
-    out: list[tuple[str, str | None, bool | None]] = []
-    for s, a in zip(graph.replay(acts), acts):
-        if a in NO_OPS:
-            out.append(("noop", None, None))
-        elif graph.kind[s] == "junction":
-            out.append((f"exit_{a[3:]}", "voiced" if maze.hinted(int(s[1:])) else "unvoiced",
-                        graph.kind[graph.next_state[(s, a)]] != "dead"))
-        else:
-            out.append(("move", None, None))
-    return out
 
 
 def episode_counts(episode: Episode, horizon: int, advantage: dict[int, float] | None = None) -> dict[str, float]:
@@ -79,7 +58,7 @@ def episode_counts(episode: Episode, horizon: int, advantage: dict[int, float] |
         ValueError: the task id is not a junction maze's, or an action is not admissible where taken.
     """
     c: dict[str, float] = dict.fromkeys(COUNTS, 0) | dict.fromkeys(CREDIT, 0.0)
-    for turn, (role, voiced, right) in zip(episode.turns, turn_roles(episode, horizon)):
+    for turn, (_, role, voiced, right) in zip(episode.turns, turn_roles(episode, horizon)):
         a = (advantage or {}).get(turn.turn_id, 0.0)
         c["turns"] += 1
         c["credit_abs"] += abs(a)
@@ -245,7 +224,7 @@ def plot(cells: dict, out: Path) -> Path:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from studies.junction_llm_v2_report import COLORS, _curve
+    from studies.junction_llm_v2_report import COLORS, curve
 
     conds = sorted({arm_of(k)[0] for k in cells}, reverse=True)
     names = (("voiced_right", "voiced exits right (%)", 100), ("noop_share", "look / wait turns (%)", 100),
@@ -259,7 +238,7 @@ def plot(cells: dict, out: Path) -> Path:
             n = min(len(r) for r in runs)
             for j, (field, _, scale) in enumerate(names):
                 ys = np.array([_carried([p[field] for p in r[:n]]) for r in runs], dtype=float)
-                _curve(axes[i][j], list(range(1, n + 1)), scale * ys, color, arm)
+                curve(axes[i][j], list(range(1, n + 1)), scale * ys, color, arm)
         for j, (_, title, _) in enumerate(names):
             axes[i][j].set_title(f"{cond}: {title}", fontsize=9)
             axes[i][j].set_xlabel("iteration")

@@ -203,7 +203,7 @@ def make_cell(env: str, estimator: str, seed: int, dtype: str = "bfloat16", grou
                                   "tagged": tagged, "iterations": iterations, "panel": panel, "smoke": smoke}, seed)
 
 
-def grid() -> list[Cell]:
+def grid(root: Path = ROOT) -> list[Cell]:
     """The grid studies/results/learning.md reports (``GRID``: bf16, 8 iterations, 24-task panels)."""
     return [make_cell(env, est, seed, group_size=g, tagged=tagged)
             for env, g, tagged, ests, seeds in GRID for est in ests for seed in seeds]

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
 from agentrl.credit import list_estimators, register_estimator, unregister_estimator
 from agentrl.credit.exact import exact_advantages
 from agentrl.types import Episode, EpisodeStatus, TurnTable
-from agentrl_envs.junction.maze import Maze
+from agentrl_envs.junction.maze import NO_OPS, Maze
 from studies.llm_maze import PolicyTables, group_members
 
 ORACLE = "exact_oracle"
@@ -69,6 +70,40 @@ def bank_of(env_kwargs: dict) -> int:
     return int(env_kwargs.get("paraphrase_bank", PARAPHRASE_BANK))
 
 
+class TurnRole(NamedTuple):
+    """One turn of a junction-maze episode replayed on its maze's task graph (``turn_roles``).
+
+    ``state``: the task-graph state the action was taken in (``"j1"`` …); ``role``: ``"noop"`` (look / wait),
+    ``"exit_<direction>"`` (an exit taken at a junction) or ``"move"`` (any other move); ``voiced``:
+    ``"voiced"`` / ``"unvoiced"`` (the junction's sign comes with a spoken hint or not) and ``right``: the exit
+    leads on — both None but at exits."""
+
+    state: str
+    role: str
+    voiced: str | None
+    right: bool | None
+
+
+def turn_roles(episode: Episode, horizon: int) -> list[TurnRole]:
+    """``TurnRole`` of every turn of one episode, replayed on its maze's task graph (horizon ``horizon``).
+
+    Raises:
+        ValueError: the task id is not a junction maze's, or an action is not admissible where taken."""
+    maze = Maze.parse(episode.task_id)
+    graph = maze.graph(horizon)
+    acts = [t.action for t in episode.turns]
+    out: list[TurnRole] = []
+    for s, a in zip(graph.replay(acts), acts):
+        if a in NO_OPS:
+            out.append(TurnRole(s, "noop", None, None))
+        elif graph.kind[s] == "junction":
+            out.append(TurnRole(s, f"exit_{a[3:]}", "voiced" if maze.hinted(int(s[1:])) else "unvoiced",
+                                graph.kind[graph.next_state[(s, a)]] != "dead"))
+        else:
+            out.append(TurnRole(s, "move", None, None))
+    return out
+
+
 def junction_stats(episodes: list[Episode], horizon: int) -> dict[str, float]:
     """The endpoints of one iteration's episodes (all of them in the denominators):
     ``success`` (share won), ``first_junction_right`` (share whose first exit taken at junction 1
@@ -77,19 +112,16 @@ def junction_stats(episodes: list[Episode], horizon: int) -> dict[str, float]:
     ``episodes``, ``failed`` (episodes not ok: never counted as right)."""
     right = chosen = j_right = j_taken = failed = 0
     for ep in episodes:
-        acts = [t.action for t in ep.turns]
         if ep.status != EpisodeStatus.OK:
             failed += 1
             continue
-        g = Maze.parse(ep.task_id).graph(horizon)
         first = True
-        for s, a in zip(g.replay(acts), acts):
-            if g.kind[s] != "junction" or not a.startswith("go "):
+        for r in turn_roles(ep, horizon):
+            if not r.role.startswith("exit_"):
                 continue
-            ok = g.kind[g.next_state[(s, a)]] != "dead"
-            j_taken, j_right = j_taken + 1, j_right + ok
-            if s == "j1" and first:
-                first, chosen, right = False, chosen + 1, right + ok
+            j_taken, j_right = j_taken + 1, j_right + r.right
+            if r.state == "j1" and first:
+                first, chosen, right = False, chosen + 1, right + r.right
     n = max(len(episodes), 1)
     return {"episodes": len(episodes), "success": sum(bool(e.success) for e in episodes) / n,
             "first_junction_right": right / n, "first_junction_chosen": chosen / n,

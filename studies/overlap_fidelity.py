@@ -57,7 +57,7 @@ def make_cell(paraphrase: int, k: int, seed: int = 0) -> Cell:
                                                                    "tasks": TASKS, "group": GROUP}, seed)
 
 
-def grid() -> list[Cell]:
+def grid(root: Path = ROOT) -> list[Cell]:
     """K = 1 first (the cheap cells), then K = 5; paraphrase 0 and 1 each."""
     return [make_cell(p, k) for k in (1, 5) for p in (0, 1)]
 

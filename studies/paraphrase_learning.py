@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from studies.runner import Cell, Study
+from studies.runner import ROOT, Cell, Study
 
 ARMS = ("grpo", "gigpo", "beacon", "oprl", "oracle")
 ITERATIONS, K, SEEDS = 8, 5, (0, 1, 2)
@@ -34,7 +34,7 @@ def make_cell(arm: str, seed: int) -> Cell:
                                                                       "dtype": "float32", "extra": list(EXTRA)}, seed)
 
 
-def grid() -> list[Cell]:
+def grid(root: Path = ROOT) -> list[Cell]:
     """Seed by seed, every arm (so a partial run compares arms on the same seeds)."""
     return [make_cell(arm, seed) for seed in SEEDS for arm in ARMS]
 

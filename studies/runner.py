@@ -57,12 +57,13 @@ class Cell:
 
 @dataclass(frozen=True)
 class Study:
-    """A study on the runner: ``grid()`` its defined cells; ``run(cell, run_dir)`` trains one in
+    """A study on the runner: ``grid(root)`` its defined cells (``root``: the runner's folder, where a grid
+    that grows with its finished cells reads them; a fixed grid ignores it); ``run(cell, run_dir)`` trains one in
     ``run_dir`` (resuming what is there) and returns its row; ``historical(cell)`` (optional) a
     note when the cell's row is in a merged JSON written before the runner existed."""
 
     name: str
-    grid: Callable[[], list[Cell]]
+    grid: Callable[[Path], list[Cell]]
     run: Callable[[Cell, Path], dict]
     historical: Callable[[Cell], str | None] = lambda cell: None
 
@@ -240,7 +241,7 @@ def status(root: Path, studies: list[Study]) -> list[tuple[str, str, str, str]]:
     with a result file or a live/stale marker under ``root`` (cells run outside the grid)."""
     rows = []
     for study in studies:
-        name, grid = study.name, study.grid()
+        name, grid = study.name, study.grid(root)
         keys = {c.key for c in grid}
         rows += [(name, c.key, *cell_state(root, c, study.historical(c))) for c in grid]
         extra = {p.stem for p in (Path(root) / "results" / name).glob("*.json")} | {
@@ -271,7 +272,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args.study:
         ap.error("--run / --left need --study")
     study = load_study(args.study)
-    grid = {c.key: c for c in study.grid()}
+    grid = {c.key: c for c in study.grid(args.root)}
     unknown = sorted(set(args.run or ()) - set(grid))
     if unknown:
         ap.error(f"not cells of {args.study}'s grid: {', '.join(unknown)} (see --status)")
@@ -292,7 +293,7 @@ def left_cells(study: Study, root: Path = ROOT) -> Iterator[Cell]:
     the look and the start: ``running`` creates its marker exclusively)."""
     tried: set[str] = set()
     while True:
-        cell = next((c for c in study.grid() if c.key not in tried
+        cell = next((c for c in study.grid(root) if c.key not in tried
                      and cell_state(root, c, study.historical(c))[0] == "left"), None)
         if cell is None:
             return

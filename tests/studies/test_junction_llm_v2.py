@@ -88,6 +88,21 @@ def test_the_grid_before_and_after_the_rule(monkeypatch):
     assert cells[0].config["panel"] == v2.PANEL == 256 and cells[-1].config["panel"] == 129  # K = 1: the whole split
 
 
+def test_the_grid_reads_the_seed_count_under_the_root_it_is_given(monkeypatch, tmp_path):
+    """``--root`` elsewhere: the seed count comes from the cells finished there, not from studies/."""
+    monkeypatch.setattr(v2, "CONDITION", (2, 12, 4, 8))
+    seen = []
+    monkeypatch.setattr(v2, "finished", lambda root, study: seen.append(root) or [])
+    cells = v2.grid(tmp_path)[len(v2.CANDIDATES) * len(v2.ARMS):]
+    assert seen == [tmp_path] and len(cells) == 2 * v2.FIRST_SEEDS * len(v2.STUDY_ARMS)
+    rows = [{"row": _row(arm, s, success=(0.1 if arm == "grpo" else d))} | {"key": f"k5-{arm}-s{s}"}
+            for s, d in zip((1, 2, 3), (0.2, 0.5, 0.1)) for arm in ("grpo", "oracle")]
+    monkeypatch.setattr(v2, "finished", lambda root, study: rows if root == tmp_path else [])
+    n = v2.seeds_planned([r["row"] for r in rows])
+    assert n > v2.FIRST_SEEDS and len(v2.grid(tmp_path)) - len(v2.CANDIDATES) * len(v2.ARMS) == 2 * n * len(v2.STUDY_ARMS)
+    assert len(v2.grid(tmp_path / "elsewhere")) - len(v2.CANDIDATES) * len(v2.ARMS) == 2 * v2.FIRST_SEEDS * len(v2.STUDY_ARMS)
+
+
 def test_the_k1_panel_is_drawable_where_256_is_not():
     """The K = 1 control's first cell trained, then stopped the runner at its greedy panel: 256 mazes asked of
     an eval split of 129 (2026-12-07). ``panel_size`` asks for what the split has; the trainer's own panel

@@ -181,7 +181,7 @@ def test_a_missing_calibration_says_how_to_make_it(tmp_path):
         load_prior(tmp_path / "none.json")
     cell = Cell("junction_map", "k1-x2-h12-2x4", _cfg(seeds=1))
     with pytest.raises(FileNotFoundError):
-        run_cell(Study("junction_map", lambda: [cell], lambda c, d: jm.run_cell(c, d, tmp_path / "none.json")),
+        run_cell(Study("junction_map", lambda root: [cell], lambda c, d: jm.run_cell(c, d, tmp_path / "none.json")),
                  cell, tmp_path)
 
 

@@ -37,7 +37,7 @@ def _toy(tiny_dir) -> Study:
         return {"iterations": result.state.iteration, "episodes": result.state.episodes_stored}
 
     cells = [Cell("toy", f"toy-s{s}", {"iterations": 2}, s) for s in (0, 1)]
-    return Study("toy", lambda: cells, run)
+    return Study("toy", lambda root: cells, run)
 
 
 def _dead_pid() -> int:
@@ -51,7 +51,7 @@ def test_a_cell_runs_and_an_interrupted_one_resumes_from_its_checkpoint(tiny_dir
     from agentrl.store import TurnStore
 
     study = _toy(tiny_dir)
-    done, cut = study.grid()
+    done, cut = study.grid(tmp_path)
     assert status(tmp_path, [study]) == [("toy", "toy-s0", "left", "not started"), ("toy", "toy-s1", "left", "not started")]
 
     record = run_cell(study, done, tmp_path)
@@ -101,7 +101,7 @@ def test_a_cell_runs_and_an_interrupted_one_resumes_from_its_checkpoint(tiny_dir
 def test_a_live_marker_is_running_and_refused_and_cells_outside_the_grid_are_listed(tmp_path):
     calls = []
     cells = [Cell("stub", "a", {}, 0), Cell("stub", "b", {}, 0)]
-    study = Study("stub", lambda: cells, lambda cell, run_dir: calls.append(cell.key) or {"dtype": "bfloat16"},
+    study = Study("stub", lambda root: cells, lambda cell, run_dir: calls.append(cell.key) or {"dtype": "bfloat16"},
                   historical=lambda cell: "old.json" if cell.key == "b" else None)
     run_path(tmp_path, cells[0]).mkdir(parents=True)
     runner.marker_path(run_path(tmp_path, cells[0])).write_text(json.dumps(
@@ -123,7 +123,7 @@ def test_left_cells_follow_a_growing_grid_and_pass_over_a_running_cell(tmp_path,
     re-read after each cell (here b appears once a is done); a marker created between the look and the start
     (two processes racing) refuses the second."""
     a, b, c = (Cell("stub", key, {}, 0) for key in ("a", "b", "c"))
-    study = Study("stub", lambda: [a, c] + ([b] if result_path(tmp_path, a).is_file() else []),
+    study = Study("stub", lambda root: [a, c] + ([b] if result_path(root, a).is_file() else []),
                   lambda cell, run_dir: {"dtype": "float32"})
     run_path(tmp_path, c).mkdir(parents=True)
     runner.marker_path(run_path(tmp_path, c)).write_text(json.dumps(
@@ -147,7 +147,7 @@ def test_status_of_the_studies_on_a_clean_root(tmp_path, capsys):
                        "| junction_llm | k5-grpo-bf16-s0 | done | junction_llm.json (before the runner) |"]
     assert out[-1] == "24 done, 0 running, 0 left"
     runner.main(["--root", str(tmp_path)])  # every study: only the cells with no result anywhere are left
-    fresh = sum(len(runner.load_study(name).grid())  # results live under the root, none here; the older
+    fresh = sum(len(runner.load_study(name).grid(tmp_path))  # results live under the root, none here; the older
                 for name in ("expert_fidelity", "overlap_fidelity", "paraphrase_learning", "junction_map",
                              "junction_llm_v2"))  # studies: merged JSONs
     assert capsys.readouterr().out.splitlines()[-1].endswith(f"done, 0 running, {fresh} left")
@@ -169,7 +169,7 @@ def test_the_marker_survives_a_fresh_start_that_sets_the_folder_aside(tmp_path):
                      [r[2] for r in status(tmp_path, [study])]))
         return {"dtype": "float32"}
 
-    study = Study("stub", lambda: [cell], run)
+    study = Study("stub", lambda root: [cell], run)
     run_dir = run_path(tmp_path, cell)
     run_dir.mkdir(parents=True)
     (run_dir / "store.sqlite").write_bytes(b"")
