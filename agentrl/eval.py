@@ -17,7 +17,8 @@ its metrics and JSON) and in every turn of a stored eval episode (``info["eval"]
 A config with ``rollout.harness`` is evaluated by its harness: each panel task is played by the
 harness program through the recording proxy (``AGENTRL_TASK_ID`` names the task), with the
 evaluation's decoding forced on every call — what the harness does, not what the built-in
-agent loop would.
+agent loop would; sampled, every call draws from its own seed of (evaluation seed, episode,
+call index), so the same seed repeats the draw there too.
 """
 
 from __future__ import annotations
@@ -305,7 +306,7 @@ def evaluate(engine: LLMClient, renderer: ChatRenderer, cfg: Config, *, greedy: 
         episodes = collect_harness_episodes(engine, renderer, spec, n_groups=len(tasks), run_id=run_id,
                                             sampling=sampling, max_parallel=h.max_parallel, mode=h.mode, tasks=tasks,
                                             tool_schemas=h.tool_schemas, force_tools=h.force_tool_call,
-                                            resends=h.resends)
+                                            resends=h.resends, turn_seeds=not greedy)
     else:
         cc = CollectConfig(env_id=cfg.env.id, n_groups=len(panel.entries), group_size=1, tasks=tasks,
                            turn_seeds=not greedy, loop=loop_config(cfg), sampling=sampling,

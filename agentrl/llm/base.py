@@ -62,6 +62,15 @@ class SamplingParams:
             object.__setattr__(self, "row_seeds", tuple(int(s) for s in self.row_seeds))
 
 
+def turn_seed(seed: int, episode_id: int, t: int) -> int:
+    """The sampling seed of turn ``t`` of episode ``episode_id`` under base seed ``seed``
+    (``agentrl.rollout.collector.CollectConfig.turn_seeds``; the proxy's per-episode ``turn_seeds``, where ``t``
+    counts the episode's model calls): a non-negative int < 2**63 from
+    ``numpy.random.SeedSequence([seed, episode_id, t])``."""
+    words = np.random.SeedSequence([int(seed) & 0xFFFFFFFFFFFFFFFF, int(episode_id), int(t)]).generate_state(2)
+    return int((int(words[0]) << 32 | int(words[1])) >> 1)
+
+
 @dataclass
 class Completion:
     """One sampled completion.

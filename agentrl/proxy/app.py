@@ -258,7 +258,7 @@ def _admin_routes(app: Starlette, core: ProxyCore, admin_token: str, base_url, r
 
     def create(request, body):
         s = reg.create(**{k: body[k] for k in ("env_id", "task_id", "seed", "group_id", "episode_id", "sampling",
-                                               "max_calls") if k in body})
+                                               "max_calls", "turn_seeds") if k in body})
         url = f"{base_url()}/e/{s.key}/v1"
         return {"episode_id": s.episode.episode_id, "key": s.key, "base_url": url, "api_key": s.key}
 

@@ -3,7 +3,9 @@
 ``EngineWorker`` owns the ``LLMClient``: one thread takes every pending request, groups
 those with equal unseeded ``SamplingParams`` into one ``generate`` call (at most
 ``max_batch`` prompts), and runs seeded requests alone, so a seeded request samples the
-same ids whatever else is in flight. ``Gate`` lets the trainer pause admission around a
+same ids whatever else is in flight. Requests with a row seed of their own (``row_seeds`` of
+one: an episode's ``turn_seeds``, ``agentrl.proxy.sessions``) batch together, their seeds in
+``row_seeds``: each samples from its own generator, the same ids in any batch. ``Gate`` lets the trainer pause admission around a
 weight update: ``pause`` stops admission and waits until the calls in flight have
 finished, so no call straddles two policy versions; a call that arrives meanwhile waits
 (``hold``, the default) or is answered 429 with ``Retry-After`` (``reject``).
@@ -14,7 +16,7 @@ from __future__ import annotations
 import queue
 import threading
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -95,7 +97,10 @@ class EngineWorker:
             kw = {"top_logprobs": live[0].top} if live[0].top else {}
             if any(j.grammar is not None for j in live):
                 kw["grammars"] = [j.grammar for j in live]
-            outs = self.engine.generate([j.prompt for j in live], live[0].sampling, **kw)
+            sampling = live[0].sampling
+            if all(j.sampling.row_seeds is not None and len(j.sampling.row_seeds) == 1 for j in live):  # own seeds
+                sampling = replace(sampling, row_seeds=tuple(j.sampling.row_seeds[0] for j in live))
+            outs = self.engine.generate([j.prompt for j in live], sampling, **kw)
         except BaseException as exc:  # noqa: BLE001 - handed to every waiting caller
             for j in live:
                 j.future.set_exception(exc)
@@ -105,19 +110,22 @@ class EngineWorker:
 
 
 def _batches(jobs: list[_Job], max_batch: int) -> list[list[_Job]]:
-    """Group jobs with equal unseeded sampling params and ``top`` (order kept); seeded jobs alone."""
+    """Group jobs with equal unseeded sampling params and ``top`` (order kept); seeded jobs alone; row-seeded
+    jobs (``row_seeds`` of one) with those whose params are equal but for their row seed."""
     groups: dict[tuple[SamplingParams, int], list[_Job]] = {}
     out: list[list[_Job]] = []
     for j in jobs:
-        if j.sampling.seed is not None:
+        rows = j.sampling.row_seeds
+        if (j.sampling.seed is not None and rows is None) or (rows is not None and len(rows) != 1):
             out.append([j])
             continue
-        g = groups.setdefault((j.sampling, j.top), [])
+        key = (replace(j.sampling, row_seeds=() if j.sampling.row_seeds is not None else None), j.top)
+        g = groups.setdefault(key, [])
         if not g:
             out.append(g)
         g.append(j)
         if len(g) == max_batch:
-            del groups[(j.sampling, j.top)]
+            del groups[key]
     return out
 
 

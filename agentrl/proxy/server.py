@@ -135,10 +135,10 @@ class RecordingProxy:
     # -- episodes ----------------------------------------------------------------------------
     def create_episode(self, *, env_id: str = "", task_id: str = "", seed: int = 0, group_id: int = 0,
                        episode_id: int | None = None, sampling: dict | None = None,
-                       max_calls: int | None = None) -> EpisodeHandle:
+                       max_calls: int | None = None, turn_seeds: int | None = None) -> EpisodeHandle:
         """Open an episode and return its key and base URL (see ``SessionRegistry.create``)."""
         s = self.registry.create(env_id=env_id, task_id=task_id, seed=seed, group_id=group_id, episode_id=episode_id,
-                                 sampling=sampling, max_calls=max_calls)
+                                 sampling=sampling, max_calls=max_calls, turn_seeds=turn_seeds)
         base = f"{self.url}/e/{s.key}/v1" if self.url else ""
         return EpisodeHandle(s.episode.episode_id, s.key, base, s.key)
 

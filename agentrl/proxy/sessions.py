@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
 from agentrl.failures import tag_cause
-from agentrl.llm.base import SamplingParams
+from agentrl.llm.base import SamplingParams, turn_seed
 from agentrl.proxy.errors import WireError
 from agentrl.proxy.tito import ThreadState
 from agentrl.types import Episode, EpisodeStatus
@@ -86,6 +86,7 @@ class EpisodeSession:
     episode: Episode
     sampling: dict = field(default_factory=dict)
     max_calls: int | None = None
+    turn_seeds: int | None = None  # base of per-call seeds (``SessionRegistry.create``)
     threads: dict[bytes, ThreadState] = field(default_factory=dict)
     segment: int | None = None  # segment of the last recorded call
     n_segments: int = 0
@@ -146,8 +147,13 @@ class EpisodeSession:
             self.failures.append((cause, f"call {self.calls}: {text}"))
 
     def effective(self, sampling: SamplingParams) -> SamplingParams:
-        """``sampling`` with this episode's overrides applied."""
-        return dataclasses.replace(sampling, **self.sampling) if self.sampling else sampling
+        """``sampling`` with this episode's overrides applied; with ``turn_seeds`` (and not greedy) the call
+        samples from its own seed ``turn_seed(turn_seeds, episode id, calls so far)`` (``row_seeds`` of one)."""
+        s = dataclasses.replace(sampling, **self.sampling) if self.sampling else sampling
+        if self.turn_seeds is None or s.greedy:
+            return s
+        return dataclasses.replace(s, seed=None, row_seeds=(turn_seed(self.turn_seeds, self.episode.episode_id,
+                                                                      self.calls),))
 
     def summary(self) -> EpisodeSummary:
         ep = self.episode
@@ -174,12 +180,17 @@ class SessionRegistry:
 
     def create(self, *, env_id: str = "", task_id: str = "", seed: int = 0, group_id: int = 0,
                episode_id: int | None = None, sampling: dict | None = None,
-               max_calls: int | None = None) -> EpisodeSession:
+               max_calls: int | None = None, turn_seeds: int | None = None) -> EpisodeSession:
         """Open an episode.
 
         Args:
             sampling: overrides of ``SamplingParams`` fields forced on every call (e.g.
                 ``{"temperature": 1.0}``).
+            turn_seeds: None (calls sample from the engine's stream, or the request's own ``seed``), or
+                a base seed: call ``c`` of the episode (0-based) samples from its own generator seeded with
+                ``agentrl.llm.base.turn_seed(turn_seeds, episode_id, c)``, whatever else the engine
+                batches with it — a sampled evaluation through a harness repeats for the same base seed
+                (``agentrl.eval``). Ignored on greedy calls.
         Raises:
             ValueError: an id already used, an unknown sampling field, or ``max_calls`` < 1.
         """
@@ -197,7 +208,8 @@ class SessionRegistry:
             self._next_id = max(self._next_id, eid + 1)
             ep = Episode(episode_id=eid, group_id=int(group_id), env_id=env_id, task_id=task_id, seed=int(seed),
                          run_id=self.run_id)
-            s = EpisodeSession(key=key, episode=ep, sampling=dict(sampling or {}), max_calls=max_calls)
+            s = EpisodeSession(key=key, episode=ep, sampling=dict(sampling or {}), max_calls=max_calls,
+                               turn_seeds=None if turn_seeds is None else int(turn_seeds))
             self._by_key[key], self._by_id[eid] = s, s
         return s
 

@@ -45,8 +45,8 @@ def mark_aborted(info: dict, n_tokens: int) -> None:
 
 def sampling_info(s: SamplingParams) -> dict:
     """The sampling parameters in effect, for ``info["sampling"]``."""
-    return {"temperature": s.temperature, "top_p": s.top_p, "max_tokens": s.max_tokens, "seed": s.seed,
-            "greedy": s.greedy}
+    return {"temperature": s.temperature, "top_p": s.top_p, "max_tokens": s.max_tokens,
+            "seed": s.row_seeds[0] if s.row_seeds else s.seed, "greedy": s.greedy}
 
 
 def observation_of(req: ChatRequest) -> str:

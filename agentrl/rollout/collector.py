@@ -23,7 +23,7 @@ from agentrl.env.contract import INFO_TASK, META_RESET_MEMBER, OPTION_MEMBER
 from agentrl.env.guards import DEFAULT_MAX_OBSERVATION_CHARS
 from agentrl.env.pool import EnvPool
 from agentrl.env.registry import action_normalization, env_metadata
-from agentrl.llm.base import LLMClient, SamplingParams
+from agentrl.llm.base import LLMClient, SamplingParams, turn_seed
 from agentrl.llm.chat import ChatRenderer
 from agentrl.rollout.agent_loop import EpisodeDriver, LoopConfig
 from agentrl.rollout.jobs import LazyQueue
@@ -161,14 +161,6 @@ def member_of(cfg: CollectConfig, episode: Episode) -> tuple[int, int]:
 def plan_episodes(cfg: CollectConfig, env_id: str) -> list[Episode]:
     """``iter_planned`` as a list."""
     return list(iter_planned(cfg, env_id))
-
-
-def turn_seed(seed: int, episode_id: int, t: int) -> int:
-    """The sampling seed of turn ``t`` of episode ``episode_id`` under base seed ``seed``
-    (``CollectConfig.turn_seeds``): a non-negative int < 2**63 from
-    ``numpy.random.SeedSequence([seed, episode_id, t])``."""
-    words = np.random.SeedSequence([int(seed) & 0xFFFFFFFFFFFFFFFF, int(episode_id), int(t)]).generate_state(2)
-    return int((int(words[0]) << 32 | int(words[1])) >> 1)
 
 
 class CollectHooks(Protocol):

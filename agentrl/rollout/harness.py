@@ -203,11 +203,13 @@ def _fill(t: Turn, s: StepResult) -> None:
 
 
 def run_harness(proxy: RecordingProxy, spec: HarnessSpec, *, seed: int, group_id: int = 0,
-                episode_id: int | None = None, sampling: dict | None = None, task_id: str = "") -> Episode:
+                episode_id: int | None = None, sampling: dict | None = None, task_id: str = "",
+                turn_seeds: int | None = None) -> Episode:
     """Run one harness episode through ``proxy`` (which must be serving) and verify it.
 
     Args:
         sampling: ``SamplingParams`` fields forced on every call of the episode.
+        turn_seeds: a base seed: each sampled call draws from its own seed (``SessionRegistry.create``).
         task_id: the task to play (``AGENTRL_TASK_ID``; "" = the one ``seed`` draws).
     Returns:
         The closed ``Episode`` (also sent to the proxy's sink, if any).
@@ -217,7 +219,7 @@ def run_harness(proxy: RecordingProxy, spec: HarnessSpec, *, seed: int, group_id
     if not proxy.url:
         raise RuntimeError("the proxy is not serving; call proxy.start() (or use proxy.serve()) first")
     h = proxy.create_episode(env_id=spec.env_id, task_id=task_id, seed=seed, group_id=group_id,
-                             episode_id=episode_id, sampling=sampling)
+                             episode_id=episode_id, sampling=sampling, turn_seeds=turn_seeds)
     with tempfile.TemporaryDirectory(prefix="agentrl-harness-") as tmp:
         log = Path(tmp) / "actions.jsonl"
         status, error = _run_process(spec, _environ(spec, h.base_url, h.key, seed, log, task_id))
@@ -251,20 +253,23 @@ def collect_harness_episodes(engine: LLMClient, renderer: ChatRenderer, spec: Ha
                              sampling: SamplingParams | None = None, max_parallel: int = 8,
                              mode: str = "tito", tasks: Sequence[tuple[str, int]] | None = None,
                              tool_schemas: dict | None = None, force_tools: bool = False,
-                             resends: str = "retry") -> list[Episode]:
+                             resends: str = "retry", turn_seeds: bool = False) -> list[Episode]:
     """Play ``n_groups × group_size`` harness episodes through a fresh recording proxy.
 
     Group ``g`` plays env seed ``seed + g`` in all its episodes; episode ids are
     ``g * group_size + j`` and group ids ``g`` (as ``agentrl.rollout.collector.collect``).
     ``sampling`` gives the defaults for parameters a harness leaves out, and its
     ``temperature`` / ``top_p`` are forced on every call (on-policy samples; its seed is not
-    used, so group members differ). ``tasks``: ``(task_id, seed)`` per group instead (a held-out
+    used, so group members differ) — unless ``turn_seeds``: then every sampled call of episode ``e``
+    draws from its own seed ``turn_seed(sampling.seed, e, call index)``, whatever the batch (a
+    sampled held-out evaluation repeats for the same seed; ``agentrl.eval``). ``tasks``: ``(task_id, seed)`` per group instead (a held-out
     panel; ``n_groups`` must equal its length). ``tool_schemas`` / ``force_tools``: the proxy's
     decoding constraints on tool calls; ``resends``: how it reads an exact resend (``RecordingProxy``). Returns the episodes in id order;
     the caller writes the store.
 
     Raises:
-        ValueError: non-positive counts, or ``tasks`` of another length than ``n_groups``.
+        ValueError: non-positive counts, ``tasks`` of another length than ``n_groups``, or ``turn_seeds``
+            without ``sampling.seed``.
     """
     if n_groups < 1 or group_size < 1 or max_parallel < 1:
         raise ValueError(f"n_groups, group_size and max_parallel must be >= 1, got {n_groups}, {group_size}, "
@@ -272,6 +277,8 @@ def collect_harness_episodes(engine: LLMClient, renderer: ChatRenderer, spec: Ha
     if tasks is not None and len(tasks) != n_groups:
         raise ValueError(f"tasks lists {len(tasks)} (task_id, seed) pairs for n_groups={n_groups}; give one per group")
     base = sampling or SamplingParams()
+    if turn_seeds and base.seed is None:
+        raise ValueError("turn_seeds needs a sampling seed (SamplingParams.seed), the base of every call's seed")
     force = {"temperature": base.temperature, "top_p": base.top_p, "greedy": base.greedy}
     proxy = RecordingProxy(engine, renderer, run_id=run_id, mode=mode, max_batch=max_parallel,
                            tool_schemas=tool_schemas, force_tools=force_tools, resends=resends,
@@ -283,7 +290,7 @@ def collect_harness_episodes(engine: LLMClient, renderer: ChatRenderer, spec: Ha
         g, j = job
         task_id, s = ("", seed + g) if tasks is None else (str(tasks[g][0]), int(tasks[g][1]))
         return run_harness(proxy, spec, seed=s, group_id=g, episode_id=g * group_size + j, sampling=force,
-                           task_id=task_id)
+                           task_id=task_id, turn_seeds=base.seed if turn_seeds else None)
 
     with proxy.serve(), ThreadPoolExecutor(max_workers=max_parallel) as pool:
         episodes = list(pool.map(one, jobs))

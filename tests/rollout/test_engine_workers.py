@@ -24,7 +24,8 @@ import engine_worker_checks as checks   # noqa: E402
 from agentrl.llm.base import SamplingParams   # noqa: E402
 from agentrl.llm.chat import ChatRenderer   # noqa: E402
 from agentrl.llm.row_sampling import RowGumbelSampler   # noqa: E402
-from agentrl.rollout.collector import collect, turn_seed   # noqa: E402
+from agentrl.llm.base import turn_seed  # noqa: E402
+from agentrl.rollout.collector import collect  # noqa: E402
 from agentrl.rollout.engines.interface import aborted_episodes, shard_config, shard_groups  # noqa: E402
 from agentrl.rollout.engines.procs import ProcessEngineWorkers   # noqa: E402
 
