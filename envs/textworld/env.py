@@ -23,6 +23,7 @@ Wraps TextWorld 1.7's low-level API (``textworld.start`` → ``reset()`` / ``ste
 from __future__ import annotations
 
 import re
+import threading
 import warnings
 from pathlib import Path
 from typing import Mapping
@@ -39,6 +40,11 @@ REJECTED_FEEDBACK = (f"That command cannot be typed: use one line of plain ASCII
                      f"{MAX_COMMAND_CHARS} characters.")
 _BANNER_LINE = re.compile(r"^[\s_|\\/$<>]*[_|\\/$][\s_|\\/$<>]*$")
 _SENDABLE = re.compile(r"^[\x20-\x7e]{0,%d}$" % MAX_COMMAND_CHARS)
+#: TextWorld parses a game's logic with one module-global tatsu parser, which is not thread-safe: games loaded
+#: at once from several threads of one process (a harness's verifier replays, ``agentrl.rollout.harness``) failed
+#: with IndexError / TypeError / FailedToken inside the parser (10 of 16 in the first held-out evaluation of
+#: ``examples/harness_textworld.yaml``). Loads take this lock; the parsed logic is then cached (lru_cache).
+_LOAD_LOCK = threading.Lock()
 
 
 def clean_feedback(text: str) -> str:
@@ -126,7 +132,7 @@ class TextWorldEnv(gymnasium.Env):
         if game != self._game:
             if self._env is not None:
                 self._env.close()
-            with warnings.catch_warnings():  # jericho: "not fully supported" (score via TextWorld)
+            with _LOAD_LOCK, warnings.catch_warnings():  # jericho: "not fully supported" (score via TextWorld)
                 warnings.simplefilter("ignore")
                 self._env = self._tw.start(str(game), request_infos=self._infos)
             self._game = game
