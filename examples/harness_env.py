@@ -44,6 +44,7 @@ class ToolEnv:
     Attributes:
         first_observation: the reset observation (with the admissible actions): the task.
         done: the episode ended (won, or out of turns); later commands change nothing.
+        admissible: the admissible actions now (``info["admissible_actions"]``; empty when the env lists none).
     """
 
     def __init__(self) -> None:
@@ -52,6 +53,7 @@ class ToolEnv:
         self._env = make(os.environ["AGENTRL_ENV_ID"], **json.loads(os.environ.get("AGENTRL_ENV_KWARGS", "{}")))
         obs, info = self._env.reset(seed=int(os.environ.get("AGENTRL_SEED", "0")), options=reset_options())
         self.first_observation = describe(obs, info)
+        self.admissible: list[str] = list(info.get("admissible_actions") or ())
         self.done = False
         self._log = open(os.environ.get("AGENTRL_ACTION_LOG") or os.devnull, "a", encoding="utf-8")
 
@@ -67,6 +69,7 @@ class ToolEnv:
         self._log.flush()
         obs, _reward, terminated, truncated, info = self._env.step(command)
         self.done = bool(terminated or truncated)
+        self.admissible = list(info.get("admissible_actions") or ())
         return f"{obs}\nThe game is over." if self.done else describe(obs, info)
 
     def close(self) -> None:

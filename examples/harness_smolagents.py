@@ -14,8 +14,11 @@ Run by hand against a proxy (``agentrl proxy serve``, then create an episode)::
     OPENAI_BASE_URL=http://127.0.0.1:8000/e/<key>/v1 OPENAI_API_KEY=<key> \\
     AGENTRL_ENV_ID=agentrl/Toy-v0 AGENTRL_SEED=0 python examples/harness_smolagents.py
 
-Options: ``--max-steps`` (agent steps, one model call each; default 16). Needs
-``pip install 'agentrl[harness]'``.
+Options: ``--max-steps`` (agent steps, one model call each; default 16); ``--enum-actions``: the
+tool's ``command`` declares an ``enum`` of the env's admissible actions, renewed after every step
+(smolagents sends the tool's schema with each call, so the proxy's forced-call grammar follows the
+state: envs whose commands change with the state, e.g. TextWorld; ``examples/harness_smolagents_textworld.yaml``).
+Needs ``pip install 'agentrl[harness]'``.
 """
 
 from __future__ import annotations
@@ -35,21 +38,32 @@ class ActTool(Tool):
     inputs = {"command": {"type": "string", "description": COMMAND_DOC}}
     output_type = "string"
 
-    def __init__(self, env: ToolEnv) -> None:
+    def __init__(self, env: ToolEnv, enum_actions: bool = False) -> None:
+        self.inputs = {"command": dict(self.inputs["command"])}  # this instance's copy: the enum is per state
         super().__init__()
-        self.env = env
+        self.env, self.enum_actions = env, enum_actions
+        self._declare()
+
+    def _declare(self) -> None:
+        """Put the admissible actions in the declared schema (``--enum-actions``)."""
+        if self.enum_actions and self.env.admissible:
+            self.inputs["command"]["enum"] = list(self.env.admissible)
 
     def forward(self, command: str) -> str:
-        return self.env.act(command)
+        out = self.env.act(command)
+        self._declare()
+        return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--max-steps", type=int, default=16)
+    ap.add_argument("--enum-actions", action="store_true",
+                    help="declare the admissible actions as the command's enum, renewed every step")
     args = ap.parse_args()
     env = ToolEnv()
     try:
-        agent = ToolCallingAgent(tools=[ActTool(env)], model=OpenAIModel(model_id="policy"),
+        agent = ToolCallingAgent(tools=[ActTool(env, args.enum_actions)], model=OpenAIModel(model_id="policy"),
                                  instructions=INSTRUCTIONS, max_steps=args.max_steps)
         agent.run(env.first_observation)  # at max_steps smolagents asks for a final answer and returns
     finally:

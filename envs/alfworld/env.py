@@ -37,6 +37,7 @@ from agentrl.env.spaces import UnicodeText
 from agentrl.env.tasks import TaskRef, check_split_disjoint
 from agentrl_envs.alfworld import data as alf_data
 from agentrl_envs.alfworld import expert
+from agentrl_envs.textworld.parser_lock import PARSE_LOCK
 
 INFO_INSTRUCTION = "instruction"
 
@@ -135,8 +136,9 @@ class ALFWorldEnv(gymnasium.Env):
 
             raise unknown_name_error(f"ALFWorld task id (split {self.split!r})", task_id, self._by_id)
         if self._loaded != task_id:
-            self._game_data = alf_data.load_game(self._by_id[task_id].path, self.grammar)
-            self._engine.load(self._game_data)
+            with PARSE_LOCK:  # TextWorld's logic parser is not thread-safe (agentrl_envs.textworld.parser_lock)
+                self._game_data = alf_data.load_game(self._by_id[task_id].path, self.grammar)
+                self._engine.load(self._game_data)
             self._loaded = task_id
             self._instruction = alf_data.goal_text(str(self._game_data["grammar"]))
 

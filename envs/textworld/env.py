@@ -23,7 +23,6 @@ Wraps TextWorld 1.7's low-level API (``textworld.start`` → ``reset()`` / ``ste
 from __future__ import annotations
 
 import re
-import threading
 import warnings
 from pathlib import Path
 from typing import Mapping
@@ -34,17 +33,13 @@ from agentrl.env import (INFO_ADMISSIBLE, INFO_ANCHOR, INFO_TASK, INFO_VALID, IN
                          INFO_WON, require_module, text_spaces)
 from agentrl.env.tasks import TaskRef, check_split_disjoint
 from agentrl_envs.textworld.games import SPLIT_SEED_BASE, GameSpec, ParamValue, ensure_game, spec_digest, task_seed
+from agentrl_envs.textworld.parser_lock import PARSE_LOCK
 
 MAX_COMMAND_CHARS = 190  # jericho truncates longer input (198 bytes) silently
 REJECTED_FEEDBACK = (f"That command cannot be typed: use one line of plain ASCII text of at most "
                      f"{MAX_COMMAND_CHARS} characters.")
 _BANNER_LINE = re.compile(r"^[\s_|\\/$<>]*[_|\\/$][\s_|\\/$<>]*$")
 _SENDABLE = re.compile(r"^[\x20-\x7e]{0,%d}$" % MAX_COMMAND_CHARS)
-#: TextWorld parses a game's logic with one module-global tatsu parser, which is not thread-safe: games loaded
-#: at once from several threads of one process (a harness's verifier replays, ``agentrl.rollout.harness``) failed
-#: with IndexError / TypeError / FailedToken inside the parser (10 of 16 in the first held-out evaluation of
-#: ``examples/harness_textworld.yaml``). Loads take this lock; the parsed logic is then cached (lru_cache).
-_LOAD_LOCK = threading.Lock()
 
 
 def clean_feedback(text: str) -> str:
@@ -132,8 +127,8 @@ class TextWorldEnv(gymnasium.Env):
         if game != self._game:
             if self._env is not None:
                 self._env.close()
-            with _LOAD_LOCK, warnings.catch_warnings():  # jericho: "not fully supported" (score via TextWorld)
-                warnings.simplefilter("ignore")
+            with PARSE_LOCK, warnings.catch_warnings():  # the parser is not thread-safe (parser_lock)
+                warnings.simplefilter("ignore")  # jericho: "not fully supported" (score via TextWorld)
                 self._env = self._tw.start(str(game), request_infos=self._infos)
             self._game = game
         return spec

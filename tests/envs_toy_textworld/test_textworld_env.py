@@ -198,35 +198,3 @@ def test_every_admissible_command_is_valid_whatever_its_case():
             checked, capitals = checked + 1, capitals + (action != action.lower())
     assert checked >= 8 and capitals >= 1
 
-
-_THREADED_LOADS = """
-import sys
-from concurrent.futures import ThreadPoolExecutor
-from agentrl.env import make
-
-def one(i):
-    env = make("agentrl/TextWorld-CU1-v0", split="eval")
-    try:
-        obs, info = env.reset(seed=0, options={"task_index": i})
-        return "ok" if info["admissible_actions"] else "no actions"
-    except Exception as exc:
-        return type(exc).__name__
-    finally:
-        env.close()
-
-with ThreadPoolExecutor(8) as pool:
-    print(" ".join(pool.map(one, range(8))))
-"""
-
-
-def test_games_load_from_many_threads_of_a_fresh_process():
-    """TextWorld's logic parser is one module-global object: 8 threads loading games at once in a fresh
-    process (nothing parsed and cached yet) failed inside it — IndexError, TypeError, FailedToken — as a
-    harness's verifier replays did in the first held-out evaluation of examples/harness_textworld.yaml."""
-    import subprocess
-    import sys
-
-    out = subprocess.run([sys.executable, "-c", _THREADED_LOADS], capture_output=True, text=True, timeout=600,
-                         env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["ok"] * 8, out.stdout

@@ -1,0 +1,52 @@
+"""Every registered env resets and steps from 8 threads of a fresh process at once.
+
+A harness's verifier replays run in threads of the trainer (``agentrl.rollout.harness``). TextWorld and
+ALFWorld parse their games with TextWorld's module-global parser, which is not thread-safe: 10 of 16
+verifier replays of the first held-out evaluation of examples/harness_textworld.yaml failed inside it
+(IndexError, TypeError, FailedToken), as did 7–8 of 8 ALFWorld resets here. In a fresh process nothing
+is parsed and cached yet, so each env id gets its own."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from agentrl.env import local_ids
+
+_PROBE = """
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from agentrl.env import MissingExtraError, make
+
+def one(i):
+    env = make(sys.argv[1])
+    try:
+        obs, info = env.reset(seed=i)
+        acts = info.get("admissible_actions") or []
+        if acts:
+            env.step(acts[0])
+        return "ok"
+    except MissingExtraError:
+        return "missing-extra"
+    except Exception as exc:
+        return type(exc).__name__
+    finally:
+        env.close()
+
+with ThreadPoolExecutor(8) as pool:
+    print(" ".join(pool.map(one, range(8))))
+"""
+
+
+@pytest.mark.parametrize("env_id", local_ids())  # Remote-v0 needs a server: tests/envs_remote
+def test_every_env_loads_from_many_threads_of_a_fresh_process(env_id):
+    out = subprocess.run([sys.executable, "-c", _PROBE, env_id], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = out.stdout.split()
+    if got == ["missing-extra"] * 8:
+        pytest.skip(f"{env_id}: optional extra not installed")
+    assert got == ["ok"] * 8, f"{env_id}: {out.stdout}"
