@@ -154,7 +154,8 @@ class ALFWorldEnv(gymnasium.Env):
         need_plan = self.expert and plan is None
         # the planner runs on this engine, at most once per game (then the disk cache answers)
         self._engine.request_infos.extras = ["walkthrough"] if need_plan else []
-        state = self._engine.reset()
+        with PARSE_LOCK:  # the PDDL engine's reset runs fast-downward's translator: module-global state
+            state = self._engine.reset()
         if need_plan:
             plan = [str(c) for c in state["extra.walkthrough"]]
             expert.store_walkthrough(self._game_data, plan)
