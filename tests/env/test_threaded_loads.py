@@ -17,12 +17,12 @@ import pytest
 from agentrl.env import local_ids
 
 _PROBE = """
-import sys
+import os
 from concurrent.futures import ThreadPoolExecutor
 from agentrl.env import MissingExtraError, make
 
 def one(i):
-    env = make(sys.argv[1])
+    env = make(os.environ['PROBE_ENV_ID'])
     try:
         obs, info = env.reset(seed=i)
         acts = info.get("admissible_actions") or []
@@ -38,7 +38,7 @@ def one(i):
 
 with ThreadPoolExecutor(8) as pool:
     got = " ".join(pool.map(one, range(8)))
-with open(sys.argv[2], "w") as f:  # not stdout: ALFWorld's planner writes there (and takes it over)
+with open(os.environ["PROBE_RESULT"], "w") as f:  # not stdout / argv: ALFWorld's planner uses both
     f.write(got)
 """
 
@@ -46,8 +46,8 @@ with open(sys.argv[2], "w") as f:  # not stdout: ALFWorld's planner writes there
 @pytest.mark.parametrize("env_id", local_ids())  # Remote-v0 needs a server: tests/envs_remote
 def test_every_env_loads_from_many_threads_of_a_fresh_process(env_id, tmp_path):
     result = tmp_path / "result.txt"
-    out = subprocess.run([sys.executable, "-c", _PROBE, env_id, str(result)], capture_output=True, text=True,
-                         timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "OMP_NUM_THREADS": "1", "PROBE_ENV_ID": env_id, "PROBE_RESULT": str(result)})
     assert out.returncode == 0, out.stderr[-2000:]
     got = result.read_text().split()
     if got == ["missing-extra"] * 8:
