@@ -46,7 +46,7 @@ with open(os.environ["PROBE_RESULT"], "w") as f:  # not stdout / argv: ALFWorld'
 @pytest.mark.parametrize("env_id", local_ids())  # Remote-v0 needs a server: tests/envs_remote
 def test_every_env_loads_from_many_threads_of_a_fresh_process(env_id, tmp_path):
     result = tmp_path / "result.txt"
-    out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=600,
+    out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=600, cwd=tmp_path,
                          env={**os.environ, "OMP_NUM_THREADS": "1", "PROBE_ENV_ID": env_id, "PROBE_RESULT": str(result)})
     assert out.returncode == 0, out.stderr[-2000:]
     got = result.read_text().split()
