@@ -37,7 +37,7 @@ from agentrl.env.spaces import UnicodeText
 from agentrl.env.tasks import TaskRef, check_split_disjoint
 from agentrl_envs.alfworld import data as alf_data
 from agentrl_envs.alfworld import expert
-from agentrl_envs.textworld.parser_lock import PARSE_LOCK
+from agentrl_envs.textworld.parser_lock import ENGINE_LOCK
 
 INFO_INSTRUCTION = "instruction"
 
@@ -136,7 +136,7 @@ class ALFWorldEnv(gymnasium.Env):
 
             raise unknown_name_error(f"ALFWorld task id (split {self.split!r})", task_id, self._by_id)
         if self._loaded != task_id:
-            with PARSE_LOCK:  # TextWorld's logic parser is not thread-safe (agentrl_envs.textworld.parser_lock)
+            with ENGINE_LOCK:  # TextWorld's engines are not thread-safe (agentrl_envs.textworld.parser_lock)
                 self._game_data = alf_data.load_game(self._by_id[task_id].path, self.grammar)
                 self._engine.load(self._game_data)
             self._loaded = task_id
@@ -154,7 +154,7 @@ class ALFWorldEnv(gymnasium.Env):
         need_plan = self.expert and plan is None
         # the planner runs on this engine, at most once per game (then the disk cache answers)
         self._engine.request_infos.extras = ["walkthrough"] if need_plan else []
-        with PARSE_LOCK:  # the PDDL engine's reset runs fast-downward's translator: module-global state
+        with ENGINE_LOCK:  # the PDDL engine's reset runs fast-downward's translator: module-global state
             state = self._engine.reset()
         if need_plan:
             plan = [str(c) for c in state["extra.walkthrough"]]
@@ -182,7 +182,8 @@ class ALFWorldEnv(gymnasium.Env):
         if not isinstance(action, str):
             raise TypeError(f"action must be a str, got {type(action).__name__}")
         valid = action.strip() in self._admissible
-        state, _, _ = self._engine.step(action)
+        with ENGINE_LOCK:
+            state, _, _ = self._engine.step(action)
         self._turns += 1
         self._admissible = list(state["admissible_commands"])
         won = bool(state["won"])
@@ -204,7 +205,8 @@ class ALFWorldEnv(gymnasium.Env):
         inner = self._engine
         while not hasattr(inner, "_pddl_state") and hasattr(inner, "_wrapped"):
             inner = inner._wrapped
-        return [str(c) for c in (inner._pddl_state.replan(inner._entity_infos) or [])]
+        with ENGINE_LOCK:
+            return [str(c) for c in (inner._pddl_state.replan(inner._entity_infos) or [])]
 
     def _match_milestone(self, action: str) -> bool:
         """True when ``action`` completes the next walkthrough milestone (module docstring)."""

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from agentrl.env.contract import require_module
+from agentrl_envs.textworld.parser_lock import ENGINE_LOCK
 
 
 def cache_dir() -> Path:
@@ -52,8 +53,9 @@ def plan(game_data: Mapping[str, object]) -> list[str]:
     tw_env = require_module("alfworld.agents.environment.alfred_tw_env", "alfworld")
     env = tw_env.AlfredDemangler(pddl.PddlEnv(textworld.EnvInfos(extras=["walkthrough"])))
     try:
-        env.load(dict(game_data))
-        commands = env.reset().get("extra.walkthrough")
+        with ENGINE_LOCK:  # TextWorld's engines are not thread-safe (agentrl_envs.textworld.parser_lock)
+            env.load(dict(game_data))
+            commands = env.reset().get("extra.walkthrough")
     finally:
         env.close()
     if not commands:

@@ -33,7 +33,7 @@ from agentrl.env import (INFO_ADMISSIBLE, INFO_ANCHOR, INFO_TASK, INFO_VALID, IN
                          INFO_WON, require_module, text_spaces)
 from agentrl.env.tasks import TaskRef, check_split_disjoint
 from agentrl_envs.textworld.games import SPLIT_SEED_BASE, GameSpec, ParamValue, ensure_game, spec_digest, task_seed
-from agentrl_envs.textworld.parser_lock import PARSE_LOCK
+from agentrl_envs.textworld.parser_lock import ENGINE_LOCK
 
 MAX_COMMAND_CHARS = 190  # jericho truncates longer input (198 bytes) silently
 REJECTED_FEEDBACK = (f"That command cannot be typed: use one line of plain ASCII text of at most "
@@ -127,7 +127,7 @@ class TextWorldEnv(gymnasium.Env):
         if game != self._game:
             if self._env is not None:
                 self._env.close()
-            with PARSE_LOCK, warnings.catch_warnings():  # the parser is not thread-safe (parser_lock)
+            with ENGINE_LOCK, warnings.catch_warnings():  # TextWorld is not thread-safe (parser_lock)
                 warnings.simplefilter("ignore")  # jericho: "not fully supported" (score via TextWorld)
                 self._env = self._tw.start(str(game), request_infos=self._infos)
             self._game = game
@@ -157,7 +157,8 @@ class TextWorldEnv(gymnasium.Env):
         elif not 0 <= int(index) < self.n_tasks:
             raise ValueError(f"task_index {index} outside [0, n_tasks={self.n_tasks})")
         spec = self._load(int(index))
-        gs = self._env.reset()
+        with ENGINE_LOCK:
+            gs = self._env.reset()
         self._score, self._turns, self._done = gs.score, 0, False
         self._won = self._lost = False
         self._admissible = list(gs.admissible_commands)
@@ -180,7 +181,8 @@ class TextWorldEnv(gymnasium.Env):
         elif not _SENDABLE.match(cmd):
             obs, reward, won, lost, valid = REJECTED_FEEDBACK, 0.0, False, False, False
         else:
-            gs, _, done = self._env.step(cmd)
+            with ENGINE_LOCK:
+                gs, _, done = self._env.step(cmd)
             obs, reward = clean_feedback(gs.feedback), float(gs.score - self._score)
             self._score, won, lost = gs.score, bool(gs.won), bool(gs.lost)
             self._admissible = list(gs.admissible_commands)

@@ -1,18 +1,20 @@
-"""One lock for loading TextWorld games in a process (``PARSE_LOCK``).
+"""One lock for every call into TextWorld's engines in a process (``ENGINE_LOCK``).
 
-TextWorld parses a game's logic (and ALFWorld's PDDL games, through ``textworld.envs.pddl``) with
-module-global tatsu parsers, and ALFWorld's PDDL engine grounds a game at reset with fast-downward's
-translator, which keeps module-global state too; neither is thread-safe: games loaded at once from
-several threads of one process — a harness's verifier replays (``agentrl.rollout.harness``), threaded
-env users — failed inside them with IndexError / TypeError / FailedToken / KeyError (10 of 16
-episodes of the first held-out evaluation of ``examples/harness_textworld.yaml``; 7–8 of 8 ALFWorld
-resets in a fresh process). ``TextWorldEnv`` loads games and ``ALFWorldEnv`` loads and resets them
-under this lock; env steps run unlocked.
+TextWorld parses a game's logic and its text grammars (and ALFWorld's PDDL games, through
+``textworld.envs.pddl``) with module-global tatsu parsers, some lazily during a step, and ALFWorld's
+PDDL engine grounds a game at reset with fast-downward's translator, which keeps module-global state
+too; none of it is thread-safe. Envs driven from several threads of one process — a harness's
+verifier replays (``agentrl.rollout.harness``), threaded env users — failed inside them with
+IndexError / TypeError / FailedToken / KeyError: 10 of 16 episodes of the first held-out evaluation
+of ``examples/harness_textworld.yaml``; 2–8 of 8 ALFWorld resets and steps in a fresh process.
+``TextWorldEnv`` and ``ALFWorldEnv`` hold this lock around every load, reset, step and planner call
+(an ``RLock``: reset loads inside it). Env workers are processes (``agentrl.env.EnvPool``), so a
+rollout never waits on it; threads of one process take turns.
 """
 
 from __future__ import annotations
 
 import threading
 
-#: held while a TextWorld game is loaded (``textworld.start``) and an ALFWorld one loaded and reset
-PARSE_LOCK = threading.Lock()
+#: held around every call into a TextWorld or ALFWorld engine (load, reset, step, planner)
+ENGINE_LOCK = threading.RLock()

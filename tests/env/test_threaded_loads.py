@@ -1,9 +1,10 @@
-"""Every registered env resets and steps from 8 threads of a fresh process at once.
+"""Every registered env resets and steps from 8 threads of a fresh process at once (one env per thread).
 
 A harness's verifier replays run in threads of the trainer (``agentrl.rollout.harness``). TextWorld and
 ALFWorld parse their games with TextWorld's module-global parser, which is not thread-safe: 10 of 16
 verifier replays of the first held-out evaluation of examples/harness_textworld.yaml failed inside it
-(IndexError, TypeError, FailedToken), as did 7–8 of 8 ALFWorld resets here. In a fresh process nothing
+(IndexError, TypeError, FailedToken), as did 2–8 of 8 ALFWorld resets and steps here
+(``agentrl_envs.textworld.parser_lock``). In a fresh process nothing
 is parsed and cached yet, so each env id gets its own."""
 
 from __future__ import annotations
@@ -25,9 +26,13 @@ def one(i):
     env = make(os.environ['PROBE_ENV_ID'])
     try:
         obs, info = env.reset(seed=i)
-        acts = info.get("admissible_actions") or []
-        if acts:
-            env.step(acts[0])
+        for _ in range(3):  # steps too: TextWorld parses its text grammars lazily during a step
+            acts = info.get("admissible_actions") or []
+            if not acts:
+                break
+            obs, reward, terminated, truncated, info = env.step(acts[-1])
+            if terminated or truncated:
+                break
         return "ok"
     except MissingExtraError:
         return "missing-extra"
