@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
+from agentrl.types import EpisodeStatus
 from harness_frameworks import Game, check_token_exact, play_all, store_and_train
 
 torch.set_num_threads(1)
@@ -68,3 +69,37 @@ def test_smolagents_tool_calling_agent_forced_tools(played, renderer, reply_ids,
         assert sorted(name for name, _ in t.info["grammar"]["tools"]) == ["act", "final_answer"]
         assert "stop" not in t.info  # its stop strings ("Observation:", "Calling tools:") never cut a call
     store_and_train(ep, renderer, tiny_dir, tmp_path)
+
+
+def test_smolagents_enum_actions_follow_the_state_on_textworld(renderer, reply_ids):
+    """``harness_smolagents.py --enum-actions`` on a TextWorld-CU1 game: the ``act`` tool smolagents
+    declares on each call has the current room's admissible commands as its ``command`` enum (renewed
+    after every step), so the proxy's forced-call grammar follows the state; a scripted walkthrough wins."""
+    pytest.importorskip("smolagents", reason=SKIP)
+    pytest.importorskip("llguidance", reason="forced tool calls need the grammar extra: pip install 'agentrl[grammar]'")
+    from agentrl.env import make
+    from agentrl.proxy import RecordingProxy
+    from agentrl.rollout.harness import HarnessSpec, run_harness
+    from harness_frameworks import FINAL, ROOT, GrammarScriptedEngine, tool_call
+
+    env_id, seed = "agentrl/TextWorld-CU1-v0", 3
+    env = make(env_id)
+    _, info = env.reset(seed=seed)
+    walk, admissible = list(info["walkthrough"]), [list(info["admissible_actions"])]
+    for a in walk:
+        _, _, term, trunc, info = env.step(a)
+        admissible.append(list(info["admissible_actions"]))
+    env.close()
+    assert term and len(walk) >= 1  # the walkthrough wins
+    scripts = [reply_ids(tool_call({"command": a})) for a in walk] + [reply_ids(tool_call({"answer": FINAL},
+                                                                                         "final_answer"))]
+    engine = GrammarScriptedEngine(scripts, eos_token_id=renderer.eos_token_id, logprob=-0.25)
+    spec = HarnessSpec(command=("{python}", str(ROOT / "examples" / "harness_smolagents.py"), "--enum-actions",
+                                "--max-steps", "8"), env_id=env_id, timeout_s=300)
+    proxy = RecordingProxy(engine, renderer)
+    with proxy.serve():
+        ep = run_harness(proxy, spec, seed=seed)
+    assert ep.status == EpisodeStatus.OK and ep.success and [t.action for t in ep.turns][:len(walk)] == walk
+    for t, acts in zip(ep.turns, admissible):  # the game ends at the win: smolagents' last call is final_answer
+        schema = dict(t.info["grammar"]["tools"])["act"]
+        assert schema["properties"]["command"]["enum"] == acts
