@@ -8,6 +8,7 @@ token, the verifier's reward, the store round trip, and trains the tiny model on
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -101,5 +102,5 @@ def test_smolagents_enum_actions_follow_the_state_on_textworld(renderer, reply_i
         ep = run_harness(proxy, spec, seed=seed)
     assert ep.status == EpisodeStatus.OK and ep.success and len(ep.turns) >= len(walk)  # replayed: won
     for t, acts in zip(ep.turns, admissible):  # the game ends at the win: smolagents' last call is final_answer
-        schema = dict(t.info["grammar"]["tools"])["act"]
+        schema = json.loads(dict(t.info["grammar"]["tools"])["act"])  # (name, schema as JSON text)
         assert schema["properties"]["command"]["enum"] == acts
