@@ -17,7 +17,10 @@ Run by hand against a proxy (``agentrl proxy serve``, then create an episode)::
 Options: ``--max-steps`` (agent steps, one model call each; default 16); ``--enum-actions``: the
 tool's ``command`` declares an ``enum`` of the env's admissible actions, renewed after every step
 (smolagents sends the tool's schema with each call, so the proxy's forced-call grammar follows the
-state: envs whose commands change with the state, e.g. TextWorld; ``examples/harness_smolagents_textworld.yaml``).
+state: envs whose commands change with the state, e.g. TextWorld; ``examples/harness_smolagents_textworld.yaml``);
+``--until-over``: a final answer while the game is still on is refused (smolagents' own
+``final_answer_checks``: the agent is told so and goes on) — SmolLM2 otherwise calls ``final_answer``
+on its first step in most episodes.
 Needs ``pip install 'agentrl[harness]'``.
 """
 
@@ -55,16 +58,29 @@ class ActTool(Tool):
         return out
 
 
+def game_over(env: ToolEnv):
+    """A smolagents final-answer check: accept a final answer only once the game has ended."""
+
+    def check(final_answer, memory, agent=None) -> bool:
+        if not env.done:
+            raise ValueError("the game is not over yet: call act with one of the admissible commands")
+        return True
+
+    return check
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--max-steps", type=int, default=16)
     ap.add_argument("--enum-actions", action="store_true",
                     help="declare the admissible actions as the command's enum, renewed every step")
+    ap.add_argument("--until-over", action="store_true", help="refuse a final answer while the game is still on")
     args = ap.parse_args()
     env = ToolEnv()
     try:
         agent = ToolCallingAgent(tools=[ActTool(env, args.enum_actions)], model=OpenAIModel(model_id="policy"),
-                                 instructions=INSTRUCTIONS, max_steps=args.max_steps)
+                                 instructions=INSTRUCTIONS, max_steps=args.max_steps,
+                                 final_answer_checks=[game_over(env)] if args.until_over else None)
         agent.run(env.first_observation)  # at max_steps smolagents asks for a final answer and returns
     finally:
         env.close()

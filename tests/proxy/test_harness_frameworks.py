@@ -75,7 +75,8 @@ def test_smolagents_tool_calling_agent_forced_tools(played, renderer, reply_ids,
 def test_smolagents_enum_actions_follow_the_state_on_textworld(renderer, reply_ids):
     """``harness_smolagents.py --enum-actions`` on a TextWorld-CU1 game: the ``act`` tool smolagents
     declares on each call has the current room's admissible commands as its ``command`` enum (renewed
-    after every step), so the proxy's forced-call grammar follows the state; a scripted walkthrough wins."""
+    after every step), so the proxy's forced-call grammar follows the state; with ``--until-over`` a final
+    answer before the game ends is refused (the agent is told and goes on); a scripted walkthrough wins."""
     pytest.importorskip("smolagents", reason=SKIP)
     pytest.importorskip("llguidance", reason="forced tool calls need the grammar extra: pip install 'agentrl[grammar]'")
     from agentrl.env import make
@@ -92,15 +93,16 @@ def test_smolagents_enum_actions_follow_the_state_on_textworld(renderer, reply_i
         admissible.append(list(info["admissible_actions"]))
     env.close()
     assert term and len(walk) >= 1  # the walkthrough wins
-    scripts = [reply_ids(tool_call({"command": a})) for a in walk] + [reply_ids(tool_call({"answer": FINAL},
-                                                                                         "final_answer"))]
+    final = reply_ids(tool_call({"answer": FINAL}, "final_answer"))
+    scripts = [final] + [reply_ids(tool_call({"command": a})) for a in walk] + [final]  # gives up first: refused
     engine = GrammarScriptedEngine(scripts, eos_token_id=renderer.eos_token_id, logprob=-0.25)
     spec = HarnessSpec(command=("{python}", str(ROOT / "examples" / "harness_smolagents.py"), "--enum-actions",
-                                "--max-steps", "8"), env_id=env_id, timeout_s=300)
+                                "--until-over", "--max-steps", "8"), env_id=env_id, timeout_s=300)
     proxy = RecordingProxy(engine, renderer)
     with proxy.serve():
         ep = run_harness(proxy, spec, seed=seed)
-    assert ep.status == EpisodeStatus.OK and ep.success and len(ep.turns) >= len(walk)  # replayed: won
-    for t, acts in zip(ep.turns, admissible):  # the game ends at the win: smolagents' last call is final_answer
+    assert ep.status == EpisodeStatus.OK and ep.success and len(ep.turns) == len(walk) + 2  # replayed: won
+    assert "the game is not over yet" in ep.turns[1].observation  # the refused final answer, told to the agent
+    for t, acts in zip(ep.turns, [admissible[0]] + admissible):  # the last call (final_answer) after the win
         schema = json.loads(dict(t.info["grammar"]["tools"])["act"])  # (name, schema as JSON text)
         assert schema["properties"]["command"]["enum"] == acts
