@@ -19,8 +19,9 @@ tool's ``command`` declares an ``enum`` of the env's admissible actions, renewed
 (smolagents sends the tool's schema with each call, so the proxy's forced-call grammar follows the
 state: envs whose commands change with the state, e.g. TextWorld; ``examples/harness_smolagents_textworld.yaml``);
 ``--until-over``: a final answer while the game is still on is refused (smolagents' own
-``final_answer_checks``: the agent is told so and goes on) — SmolLM2 otherwise calls ``final_answer``
-on its first step in most episodes.
+``final_answer_checks``: the agent is told so and goes on). SmolLM2 calls ``final_answer`` on its first
+step in most episodes; greedy, it calls it again after each refusal (measured on TextWorld-CU1: 160
+of 175 calls, 15 of 16 episodes past a 600 s deadline), so the flag alone does not keep it playing.
 Needs ``pip install 'agentrl[harness]'``.
 """
 
