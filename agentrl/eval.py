@@ -306,7 +306,7 @@ def evaluate(engine: LLMClient, renderer: ChatRenderer, cfg: Config, *, greedy: 
         episodes = collect_harness_episodes(engine, renderer, spec, n_groups=len(tasks), run_id=run_id,
                                             sampling=sampling, max_parallel=h.max_parallel, mode=h.mode, tasks=tasks,
                                             tool_schemas=h.tool_schemas, force_tools=h.force_tool_call,
-                                            resends=h.resends, turn_seeds=not greedy)
+                                            resends=h.resends, turn_seeds=not greedy, only_tools=h.only_tools)
     else:
         cc = CollectConfig(env_id=cfg.env.id, n_groups=len(panel.entries), group_size=1, tasks=tasks,
                            turn_seeds=not greedy, loop=loop_config(cfg), sampling=sampling,

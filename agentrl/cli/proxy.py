@@ -55,6 +55,8 @@ def register(subparsers) -> None:
                         "this schema instead of the harness's (rollout.harness.tool_schemas)")
     s.add_argument("--force-tools", action="store_true",
                    help="every request that offers tools decodes a call of one of them (rollout.harness.force_tool_call)")
+    s.add_argument("--only-tools", nargs="+", default=None, metavar="NAME",
+                   help="a forced tool call may call only these of the offered tools (rollout.harness.only_tools)")
     s.add_argument("--resends", choices=("retry", "new_call"), default="retry",
                    help="an exact resend of an episode's last call: retry (replaces it; default) or new_call (its own "
                         "turn, for stateless agents that repeat themselves; rollout.harness.resends)")
@@ -152,6 +154,7 @@ def serve(args: argparse.Namespace, *, ready: threading.Event | None = None,
                                while_paused=getattr(args, "while_paused", "hold"),
                                retry_after_s=getattr(args, "retry_after", 1.0), tool_schemas=tool_schemas,
                                force_tools=getattr(args, "force_tools", False),
+                               only_tools=getattr(args, "only_tools", None),
                                resends=getattr(args, "resends", "retry"))
         try:
             url = proxy.start(args.host, args.port)

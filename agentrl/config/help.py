@@ -120,6 +120,7 @@ KEY_HELP: dict[str, str] = {
     "rollout.harness.tool_schemas": "tool name -> JSON schema the proxy decodes that tool's forced calls under "
                                     "(null = the harness's own)",
     "rollout.harness.force_tool_call": "every call that offers tools must call one (the proxy forces it)",
+    "rollout.harness.only_tools": "a forced tool call may call only these of the offered tools, e.g. [act]",
     "rollout.harness.resends": "an exact resend of the last call: retry (supersedes it) or new_call (its own turn)",
     "rollout.min_group_valid": "ok episodes a group that lost one (failed, never trained on) needs to stay in "
                                "the update",

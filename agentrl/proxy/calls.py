@@ -130,7 +130,7 @@ class ProxyCore:
             ``info["ignored_fields"]``) | ``refuse`` (a 400); None: ``refuse`` in ``strict``
             mode, else ``ignore``. Null-valued keys are always ignored.
         while_paused / retry_after_s: a call during a weight update waits or gets 429 (``Gate``).
-        tool_schemas / force_tools: the server's tool-call constraints (``forcing.server_constraints``).
+        tool_schemas / force_tools / only_tools: the server's tool-call constraints (``forcing.server_constraints``).
         resends: ``retry`` (an exact resend of the last call supersedes it, ``agentrl.proxy.retry``)
             | ``new_call`` (its own turn: a stateless agent's prompt can repeat on purpose).
     Raises:
@@ -141,6 +141,7 @@ class ProxyCore:
                  sampling: SamplingParams | None = None, measure_drift: bool = True, max_batch: int = 32,
                  model_name: str = "policy", unknown_fields: str | None = None, while_paused: str = "hold",
                  retry_after_s: float = 1.0, tool_schemas: dict | None = None, force_tools: bool = False,
+                 only_tools: tuple[str, ...] | None = None,
                  resends: str = "retry") -> None:
         if mode not in MODES:
             raise ValueError(f"proxy mode must be one of {MODES}, got {mode!r}")
@@ -159,6 +160,7 @@ class ProxyCore:
         self.worker = EngineWorker(engine, max_batch=max_batch)
         self.gate = Gate(while_paused, retry_after_s)
         self.tool_schemas, self.force_tools = dict(tool_schemas or {}), bool(force_tools)
+        self.only_tools = tuple(only_tools) if only_tools else None
         if resends not in ("retry", "new_call"):
             raise ValueError(f"resends must be 'retry' or 'new_call', got {resends!r}")
         self.resends = resends
@@ -239,9 +241,9 @@ class ProxyCore:
 
     def _constrained(self, req: ChatRequest) -> ChatRequest:
         """``req`` with the server's tool-call constraints applied to its grammar (``forcing``)."""
-        if not (self.tool_schemas or self.force_tools) or req.prompt is not None:
+        if not (self.tool_schemas or self.force_tools or self.only_tools) or req.prompt is not None:
             return req
-        grammar = server_constraints(req.grammar, req.tools, self.tool_schemas, self.force_tools)
+        grammar = server_constraints(req.grammar, req.tools, self.tool_schemas, self.force_tools, self.only_tools)
         return req if grammar is req.grammar else dataclasses.replace(req, grammar=grammar)
 
     def _grammar(self, req: ChatRequest):

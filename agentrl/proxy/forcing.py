@@ -122,7 +122,7 @@ def messages_grammar(choice: Any, fmt: Any, tools: tuple[dict, ...]) -> GrammarS
 
 
 def server_constraints(grammar: GrammarSpec | None, tools: tuple[dict, ...], tool_schemas: dict | None,
-                       force_tools: bool) -> GrammarSpec | None:
+                       force_tools: bool, only_tools: tuple[str, ...] | None = None) -> GrammarSpec | None:
     """The grammar a request is decoded under once the *server's* constraints apply (declared by
     whoever runs the proxy, e.g. ``rollout.harness.tool_schemas``, never by the harness):
 
@@ -131,12 +131,18 @@ def server_constraints(grammar: GrammarSpec | None, tools: tuple[dict, ...], too
     - ``tool_schemas`` (tool name → JSON schema): the arguments of a forced call of that tool are
       decoded under this schema instead of the one the harness sent (e.g. an ``enum`` of the
       env's commands where the framework declared a free string). The prompt still shows the
-      harness's own tool definitions.
+      harness's own tool definitions;
+    - ``only_tools`` (tool names): a forced call may call only these of the tools it allows (e.g.
+      ``act`` where smolagents also offers its own ``final_answer``); a forced call that allows none
+      of them keeps its own grammar.
 
-    Returns ``grammar`` unchanged when neither applies.
+    Returns ``grammar`` unchanged when none applies.
     """
     if force_tools and grammar is None and any(isinstance(t.get("function"), dict) for t in tools):
         grammar = _tools_spec(tools, None, "tool_choice")
+    if only_tools and grammar is not None and grammar.kind == "tool_call":
+        kept = tuple((name, schema) for name, schema in grammar.tools if name in only_tools)
+        grammar = GrammarSpec(kind="tool_call", tools=kept) if kept else grammar
     if not tool_schemas or grammar is None or grammar.kind != "tool_call":
         return grammar
     offered = [(name, tool_schemas[name] if name in tool_schemas else json.loads(schema))

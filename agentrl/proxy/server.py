@@ -50,7 +50,8 @@ class RecordingProxy:
             retry it); either way no call is served from half-loaded or changing weights.
         tool_schemas: tool name → JSON schema its forced calls' arguments are decoded under,
             instead of the harness's; force_tools: every request that offers tools and forces
-            nothing must call one (``agentrl.proxy.forcing.server_constraints``).
+            nothing must call one; only_tools: a forced call may call only these of the offered
+            tools (``agentrl.proxy.forcing.server_constraints``).
         resends: ``retry`` | ``new_call`` — whether an exact resend of an episode's last call
             supersedes it (``ProxyCore``).
     """
@@ -60,13 +61,15 @@ class RecordingProxy:
                  admin_token: str | None = None, measure_drift: bool = True, max_batch: int = 32,
                  model_name: str = "policy", first_episode_id: int = 0, unknown_fields: str | None = None,
                  limits: ServeLimits | None = None, while_paused: str = "hold", retry_after_s: float = 1.0,
-                 tool_schemas: dict | None = None, force_tools: bool = False, resends: str = "retry") -> None:
+                 tool_schemas: dict | None = None, force_tools: bool = False, resends: str = "retry",
+                 only_tools: tuple[str, ...] | None = None) -> None:
         self.limits = limits or ServeLimits()
         self.registry = SessionRegistry(run_id, sink, first_episode_id)
         self.core = ProxyCore(engine, renderer, self.registry, mode=mode, sampling=sampling,
                               measure_drift=measure_drift, max_batch=max_batch, model_name=model_name,
                               unknown_fields=unknown_fields, while_paused=while_paused, retry_after_s=retry_after_s,
-                              tool_schemas=tool_schemas, force_tools=force_tools, resends=resends)
+                              tool_schemas=tool_schemas, force_tools=force_tools, resends=resends,
+                              only_tools=only_tools)
         self.admin_token = admin_token or secrets.token_hex(16)
         self.url = ""  # "http://host:port" once serving
         self._server = None

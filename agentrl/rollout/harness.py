@@ -253,7 +253,8 @@ def collect_harness_episodes(engine: LLMClient, renderer: ChatRenderer, spec: Ha
                              sampling: SamplingParams | None = None, max_parallel: int = 8,
                              mode: str = "tito", tasks: Sequence[tuple[str, int]] | None = None,
                              tool_schemas: dict | None = None, force_tools: bool = False,
-                             resends: str = "retry", turn_seeds: bool = False) -> list[Episode]:
+                             resends: str = "retry", turn_seeds: bool = False,
+                             only_tools: tuple[str, ...] | None = None) -> list[Episode]:
     """Play ``n_groups × group_size`` harness episodes through a fresh recording proxy.
 
     Group ``g`` plays env seed ``seed + g`` in all its episodes; episode ids are
@@ -263,7 +264,7 @@ def collect_harness_episodes(engine: LLMClient, renderer: ChatRenderer, spec: Ha
     used, so group members differ) — unless ``turn_seeds``: then every sampled call of episode ``e``
     draws from its own seed ``turn_seed(sampling.seed, e, call index)``, whatever the batch (a
     sampled held-out evaluation repeats for the same seed; ``agentrl.eval``). ``tasks``: ``(task_id, seed)`` per group instead (a held-out
-    panel; ``n_groups`` must equal its length). ``tool_schemas`` / ``force_tools``: the proxy's
+    panel; ``n_groups`` must equal its length). ``tool_schemas`` / ``force_tools`` / ``only_tools``: the proxy's
     decoding constraints on tool calls; ``resends``: how it reads an exact resend (``RecordingProxy``). Returns the episodes in id order;
     the caller writes the store.
 
@@ -281,7 +282,7 @@ def collect_harness_episodes(engine: LLMClient, renderer: ChatRenderer, spec: Ha
         raise ValueError("turn_seeds needs a sampling seed (SamplingParams.seed), the base of every call's seed")
     force = {"temperature": base.temperature, "top_p": base.top_p, "greedy": base.greedy}
     proxy = RecordingProxy(engine, renderer, run_id=run_id, mode=mode, max_batch=max_parallel,
-                           tool_schemas=tool_schemas, force_tools=force_tools, resends=resends,
+                           tool_schemas=tool_schemas, force_tools=force_tools, resends=resends, only_tools=only_tools,
                            sampling=SamplingParams(temperature=base.temperature, top_p=base.top_p,
                                                    max_tokens=base.max_tokens, stop_token_ids=base.stop_token_ids))
     jobs = [(g, j) for g in range(n_groups) for j in range(group_size)]

@@ -211,7 +211,8 @@ def collect_iteration(policy: Policy, cfg: Config, iteration: int, pool=None,
                                             group_size=cc.group_size, seed=cc.seed, run_id=cc.run_id,
                                             sampling=cc.sampling, max_parallel=r.harness.max_parallel,
                                             mode=r.harness.mode, tool_schemas=r.harness.tool_schemas,
-                                            force_tools=r.harness.force_tool_call, resends=r.harness.resends)
+                                            force_tools=r.harness.force_tool_call, resends=r.harness.resends,
+                                            only_tools=r.harness.only_tools)
     elif pool is not None:
         episodes = collect(policy.engine, policy.renderer, cc, pool=pool)
     else:

@@ -78,14 +78,16 @@ def test_serve_flags_reach_the_proxy_and_a_bad_schema_file_is_named(tiny_dir, tm
     monkeypatch.setattr(agentrl.proxy, "RecordingProxy", fake_proxy)
     base = ["proxy", "serve", "--policy", str(tiny_dir), "--store", str(tmp_path / "s.sqlite"), "--port", "0"]
     args = build_parser().parse_args(base + ["--tool-schemas", str(tmp_path / "tools.json"), "--force-tools",
-                                            "--resends", "new_call"])
+                                            "--resends", "new_call", "--only-tools", "act", "look"])
     with pytest.raises(_Captured):
         serve(args)
     assert seen["tool_schemas"] == schema and seen["force_tools"] is True and seen["resends"] == "new_call"
+    assert seen["only_tools"] == ["act", "look"]
     plain = build_parser().parse_args(base)
     with pytest.raises(_Captured):
         serve(plain)
     assert seen["tool_schemas"] is None and seen["force_tools"] is False and seen["resends"] == "retry"
+    assert seen["only_tools"] is None
     (tmp_path / "bad.json").write_text(json.dumps(["act"]))
     for bad, match in ((tmp_path / "bad.json", "mapping each tool name to a JSON schema object"),
                        (tmp_path / "none.json", "cannot read it as JSON")):

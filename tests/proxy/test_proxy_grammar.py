@@ -148,3 +148,51 @@ def test_server_constraints_by_hand():
     fmt = GrammarSpec.json_schema(ARGS)  # JSON output asked for: kept, never forced into a tool call
     assert server_constraints(fmt, tuple(TOOLS), {"noop": {}}, True) is fmt
     assert server_constraints(None, ({"type": "web_search"},), None, True) is None  # no function tool to force
+
+
+def test_only_tools_by_hand():
+    """``only_tools`` (``rollout.harness.only_tools``): a forced call may call only the listed tools of those it
+    allows (smolagents forces ``required`` over ``act`` and its own ``final_answer``)."""
+    from agentrl.llm.grammar import GrammarSpec
+    from agentrl.proxy.forcing import server_constraints
+
+    spec = GrammarSpec.tool_call([("get_weather", ARGS), ("noop", None)])
+    only = server_constraints(spec, tuple(TOOLS), None, False, ("noop",))
+    assert only.kind == "tool_call" and [n for n, _ in only.tools] == ["noop"]
+    assert server_constraints(spec, tuple(TOOLS), None, False, ("elsewhere",)) is spec  # none of them: kept
+    forced = server_constraints(None, tuple(TOOLS), None, True, ("get_weather",))  # forced by the server, then cut
+    assert [n for n, _ in forced.tools] == ["get_weather"]
+    fmt = GrammarSpec.json_schema(ARGS)
+    assert server_constraints(fmt, tuple(TOOLS), None, False, ("noop",)) is fmt  # JSON output: not a tool call
+    swapped = server_constraints(spec, tuple(TOOLS), {"noop": {"type": "object", "maxProperties": 0}}, False, ("noop",))
+    assert [(n, json.loads(s)) for n, s in swapped.tools] == [("noop", {"type": "object", "maxProperties": 0})]
+
+
+def test_only_tools_through_the_proxy(serve, renderer, tiny_engine):
+    """A request forcing ``required`` over two tools, served with ``only_tools=("act",)``: every call is ``act``,
+    and the turn records the grammar it was decoded under (only ``act``)."""
+    tools = [{"type": "function", "function": {"name": "act", "parameters": {
+        "type": "object", "properties": {"command": {"enum": ["go east", "go west"]}}, "required": ["command"]}}},
+        {"type": "function", "function": {"name": "final_answer", "parameters": {
+            "type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}}}]
+    with serve(tiny_engine, only_tools=("act",)) as proxy:
+        h = proxy.create_episode()
+        client = openai.OpenAI(base_url=h.base_url, api_key=h.api_key, max_retries=0)
+        outs = [client.chat.completions.create(model="p", messages=[{"role": "user", "content": f"room {s}"}],
+                                               tools=tools, tool_choice="required", max_tokens=40, temperature=1.0,
+                                               seed=s) for s in range(4)]
+        ep = proxy.close_episode(h.episode_id)
+    assert all(o.choices[0].message.tool_calls[0].function.name == "act" for o in outs)
+    assert all([n for n, _ in t.info["grammar"]["tools"]] == ["act"] for t in ep.turns)
+
+
+def test_only_tools_in_a_config():
+    from pathlib import Path
+
+    from agentrl.config import ConfigError, load_config
+
+    cfg = Path(__file__).resolve().parents[2] / "examples" / "harness_smolagents_textworld.yaml"
+    assert load_config(cfg).rollout.harness.only_tools == ("act",)
+    assert load_config(cfg, ["rollout.harness.only_tools=null"]).rollout.harness.only_tools is None
+    with pytest.raises(ConfigError, match="only_tools lists tool names"):
+        load_config(cfg, ["rollout.harness.only_tools=[]"])
