@@ -5,10 +5,10 @@ those with equal unseeded ``SamplingParams`` into one ``generate`` call (at most
 ``max_batch`` prompts), and runs seeded requests alone, so a seeded request samples the
 same ids whatever else is in flight. Requests with a row seed of their own (``row_seeds`` of
 one: an episode's ``turn_seeds``, ``agentrl.proxy.sessions``) batch together, their seeds in
-``row_seeds``: each samples from its own generator, the same ids in any batch. ``Gate`` lets the trainer pause admission around a
-weight update: ``pause`` stops admission and waits until the calls in flight have
-finished, so no call straddles two policy versions; a call that arrives meanwhile waits
-(``hold``, the default) or is answered 429 with ``Retry-After`` (``reject``).
+``row_seeds``: each samples from its own generator, the same ids in any batch. ``Gate`` lets
+the trainer pause admission around a weight update: ``pause`` stops admission and waits until
+the calls in flight have finished, so no call straddles two policy versions; a call that
+arrives meanwhile waits (``hold``, the default) or is answered 429 with ``Retry-After`` (``reject``).
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def _batches(jobs: list[_Job], max_batch: int) -> list[list[_Job]]:
         if (j.sampling.seed is not None and rows is None) or (rows is not None and len(rows) != 1):
             out.append([j])
             continue
-        key = (replace(j.sampling, row_seeds=() if j.sampling.row_seeds is not None else None), j.top)
+        key = (replace(j.sampling, row_seeds=() if rows is not None else None), j.top)
         g = groups.setdefault(key, [])
         if not g:
             out.append(g)

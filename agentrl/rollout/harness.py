@@ -263,8 +263,9 @@ def collect_harness_episodes(engine: LLMClient, renderer: ChatRenderer, spec: Ha
     ``temperature`` / ``top_p`` are forced on every call (on-policy samples; its seed is not
     used, so group members differ) — unless ``turn_seeds``: then every sampled call of episode ``e``
     draws from its own seed ``turn_seed(sampling.seed, e, call index)``, whatever the batch (a
-    sampled held-out evaluation repeats for the same seed; ``agentrl.eval``). ``tasks``: ``(task_id, seed)`` per group instead (a held-out
-    panel; ``n_groups`` must equal its length). ``tool_schemas`` / ``force_tools`` / ``only_tools``: the proxy's
+    sampled held-out evaluation repeats for the same seed; ``agentrl.eval``). ``tasks``:
+    ``(task_id, seed)`` per group instead (a held-out panel; ``n_groups`` must equal its length).
+    ``tool_schemas`` / ``force_tools`` / ``only_tools``: the proxy's
     decoding constraints on tool calls; ``resends``: how it reads an exact resend (``RecordingProxy``). Returns the episodes in id order;
     the caller writes the store.
 

@@ -37,7 +37,7 @@ from agentrl.env.spaces import UnicodeText
 from agentrl.env.tasks import TaskRef, check_split_disjoint
 from agentrl_envs.alfworld import data as alf_data
 from agentrl_envs.alfworld import expert
-from agentrl_envs.textworld.parser_lock import ENGINE_LOCK
+from agentrl_envs.textworld.engine_lock import ENGINE_LOCK
 
 INFO_INSTRUCTION = "instruction"
 
@@ -136,7 +136,7 @@ class ALFWorldEnv(gymnasium.Env):
 
             raise unknown_name_error(f"ALFWorld task id (split {self.split!r})", task_id, self._by_id)
         if self._loaded != task_id:
-            with ENGINE_LOCK:  # TextWorld's engines are not thread-safe (agentrl_envs.textworld.parser_lock)
+            with ENGINE_LOCK:  # TextWorld's engines are not thread-safe (agentrl_envs.textworld.engine_lock)
                 self._game_data = alf_data.load_game(self._by_id[task_id].path, self.grammar)
                 self._engine.load(self._game_data)
             self._loaded = task_id

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from agentrl.env.contract import require_module
-from agentrl_envs.textworld.parser_lock import ENGINE_LOCK
+from agentrl_envs.textworld.engine_lock import ENGINE_LOCK
 
 
 def cache_dir() -> Path:
@@ -53,7 +53,7 @@ def plan(game_data: Mapping[str, object]) -> list[str]:
     tw_env = require_module("alfworld.agents.environment.alfred_tw_env", "alfworld")
     env = tw_env.AlfredDemangler(pddl.PddlEnv(textworld.EnvInfos(extras=["walkthrough"])))
     try:
-        with ENGINE_LOCK:  # TextWorld's engines are not thread-safe (agentrl_envs.textworld.parser_lock)
+        with ENGINE_LOCK:  # TextWorld's engines are not thread-safe (agentrl_envs.textworld.engine_lock)
             env.load(dict(game_data))
             commands = env.reset().get("extra.walkthrough")
     finally:

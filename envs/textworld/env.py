@@ -33,7 +33,7 @@ from agentrl.env import (INFO_ADMISSIBLE, INFO_ANCHOR, INFO_TASK, INFO_VALID, IN
                          INFO_WON, require_module, text_spaces)
 from agentrl.env.tasks import TaskRef, check_split_disjoint
 from agentrl_envs.textworld.games import SPLIT_SEED_BASE, GameSpec, ParamValue, ensure_game, spec_digest, task_seed
-from agentrl_envs.textworld.parser_lock import ENGINE_LOCK
+from agentrl_envs.textworld.engine_lock import ENGINE_LOCK
 
 MAX_COMMAND_CHARS = 190  # jericho truncates longer input (198 bytes) silently
 REJECTED_FEEDBACK = (f"That command cannot be typed: use one line of plain ASCII text of at most "
@@ -127,7 +127,7 @@ class TextWorldEnv(gymnasium.Env):
         if game != self._game:
             if self._env is not None:
                 self._env.close()
-            with ENGINE_LOCK, warnings.catch_warnings():  # TextWorld is not thread-safe (parser_lock)
+            with ENGINE_LOCK, warnings.catch_warnings():  # TextWorld is not thread-safe (engine_lock)
                 warnings.simplefilter("ignore")  # jericho: "not fully supported" (score via TextWorld)
                 self._env = self._tw.start(str(game), request_infos=self._infos)
             self._game = game

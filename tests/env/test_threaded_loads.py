@@ -4,7 +4,7 @@ A harness's verifier replays run in threads of the trainer (``agentrl.rollout.ha
 ALFWorld parse their games with TextWorld's module-global parser, which is not thread-safe: 10 of 16
 verifier replays of the first held-out evaluation of examples/harness_textworld.yaml failed inside it
 (IndexError, TypeError, FailedToken), as did 2–8 of 8 ALFWorld resets and steps here
-(``agentrl_envs.textworld.parser_lock``). In a fresh process nothing
+(``agentrl_envs.textworld.engine_lock``). In a fresh process nothing
 is parsed and cached yet, so each env id gets its own."""
 
 from __future__ import annotations

@@ -197,4 +197,3 @@ def test_every_admissible_command_is_valid_whatever_its_case():
             assert env.step(action)[4]["action_valid"] is True, action
             checked, capitals = checked + 1, capitals + (action != action.lower())
     assert checked >= 8 and capitals >= 1
-
