@@ -40,7 +40,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent  #: studies/: runs/ (git-ignored) and results/
 STUDIES = ("learning", "junction_llm", "expert_fidelity", "overlap_fidelity", "paraphrase_learning",
-           "junction_map", "junction_llm_v2")  #: modules of this package with a STUDY
+           "junction_map", "junction_llm_v2", "harness_learning")  #: modules of this package with a STUDY
 MARKER = "RUNNING.json"  #: a live cell's marker, beside its run folder: ``.<key>.RUNNING.json`` (``marker_path``)
 
 

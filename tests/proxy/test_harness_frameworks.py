@@ -106,3 +106,39 @@ def test_smolagents_enum_actions_follow_the_state_on_textworld(renderer, reply_i
     for t, acts in zip(ep.turns, [admissible[0]] + admissible):  # the last call (final_answer) after the win
         schema = json.loads(dict(t.info["grammar"]["tools"])["act"])  # (name, schema as JSON text)
         assert schema["properties"]["command"]["enum"] == acts
+
+
+def test_openai_agents_enum_actions_and_stop_when_over_on_textworld(renderer, reply_ids):
+    """``harness_openai_agents.py --enum-actions --stop-when-over`` on a TextWorld-CU1 game through a proxy
+    that forces a tool call (``force_tools``: the SDK offers its tool with ``tool_choice`` auto): the ``act``
+    tool the SDK sends on each call declares the current room's admissible commands as its enum (renewed
+    after every step), the forced call is decoded under it, the run ends with the winning call (no call
+    after it: the SDK's ``tool_use_behavior``), and every call extends the episode's one token thread."""
+    pytest.importorskip("agents", reason=SKIP)
+    pytest.importorskip("llguidance", reason="forced tool calls need the grammar extra: pip install 'agentrl[grammar]'")
+    from agentrl.env import make
+    from agentrl.proxy import RecordingProxy
+    from agentrl.rollout.harness import HarnessSpec, run_harness
+    from harness_frameworks import ROOT, GrammarScriptedEngine, tool_call
+
+    env_id, seed = "agentrl/TextWorld-CU1-v0", 3
+    env = make(env_id)
+    _, info = env.reset(seed=seed)
+    walk, admissible = list(info["walkthrough"]), [list(info["admissible_actions"])]
+    for a in walk[:-1]:
+        _, _, term, trunc, info = env.step(a)
+        admissible.append(list(info["admissible_actions"]))
+    env.close()
+    scripts = [reply_ids(tool_call({"command": a})) for a in walk] + [reply_ids("I won.")] * 2  # never reached
+    engine = GrammarScriptedEngine(scripts, eos_token_id=renderer.eos_token_id, logprob=-0.25)
+    spec = HarnessSpec(command=("{python}", str(ROOT / "examples" / "harness_openai_agents.py"), "--enum-actions",
+                                "--stop-when-over", "--max-turns", "12"), env_id=env_id, timeout_s=300)
+    proxy = RecordingProxy(engine, renderer, force_tools=True)
+    with proxy.serve():
+        ep = run_harness(proxy, spec, seed=seed)
+    assert ep.status == EpisodeStatus.OK and ep.success and [t.action for t in ep.turns] == walk
+    for t, acts in zip(ep.turns, admissible, strict=True):
+        assert t.info["dialect"] == "responses" and t.info["grammar"]["kind"] == "tool_call"
+        schema = json.loads(dict(t.info["grammar"]["tools"])["act"])
+        assert schema["properties"]["command"]["enum"] == acts
+    assert [t.info["fork"] for t in ep.turns] == [False] * len(walk)

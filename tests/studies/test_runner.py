@@ -149,7 +149,7 @@ def test_status_of_the_studies_on_a_clean_root(tmp_path, capsys):
     runner.main(["--root", str(tmp_path)])  # every study: only the cells with no result anywhere are left
     fresh = sum(len(runner.load_study(name).grid(tmp_path))  # results live under the root, none here; the older
                 for name in ("expert_fidelity", "overlap_fidelity", "paraphrase_learning", "junction_map",
-                             "junction_llm_v2"))  # studies: merged JSONs
+                             "junction_llm_v2", "harness_learning"))  # studies: merged JSONs
     assert capsys.readouterr().out.splitlines()[-1].endswith(f"done, 0 running, {fresh} left")
     assert not list(tmp_path.iterdir())
 
