@@ -72,6 +72,21 @@ def test_smolagents_tool_calling_agent_forced_tools(played, renderer, reply_ids,
     store_and_train(ep, renderer, tiny_dir, tmp_path)
 
 
+def _walk(env_id: str, seed: int) -> tuple[list[str], list[list[str]]]:
+    """The game's walkthrough and the admissible actions before each of its steps and after the last."""
+    from agentrl.env import make
+
+    env = make(env_id)
+    _, info = env.reset(seed=seed)
+    walk, admissible = list(info["walkthrough"]), [list(info["admissible_actions"])]
+    for a in walk:
+        _, _, term, _, info = env.step(a)
+        admissible.append(list(info["admissible_actions"]))
+    env.close()
+    assert term and len(walk) >= 1  # the walkthrough wins
+    return walk, admissible
+
+
 def test_smolagents_enum_actions_follow_the_state_on_textworld(renderer, reply_ids):
     """``harness_smolagents.py --enum-actions`` on a TextWorld-CU1 game: the ``act`` tool smolagents
     declares on each call has the current room's admissible commands as its ``command`` enum (renewed
@@ -79,20 +94,12 @@ def test_smolagents_enum_actions_follow_the_state_on_textworld(renderer, reply_i
     answer before the game ends is refused (the agent is told and goes on); a scripted walkthrough wins."""
     pytest.importorskip("smolagents", reason=SKIP)
     pytest.importorskip("llguidance", reason="forced tool calls need the grammar extra: pip install 'agentrl[grammar]'")
-    from agentrl.env import make
     from agentrl.proxy import RecordingProxy
     from agentrl.rollout.harness import HarnessSpec, run_harness
     from harness_frameworks import FINAL, ROOT, GrammarScriptedEngine, tool_call
 
     env_id, seed = "agentrl/TextWorld-CU1-v0", 3
-    env = make(env_id)
-    _, info = env.reset(seed=seed)
-    walk, admissible = list(info["walkthrough"]), [list(info["admissible_actions"])]
-    for a in walk:
-        _, _, term, trunc, info = env.step(a)
-        admissible.append(list(info["admissible_actions"]))
-    env.close()
-    assert term and len(walk) >= 1  # the walkthrough wins
+    walk, admissible = _walk(env_id, seed)
     final = reply_ids(tool_call({"answer": FINAL}, "final_answer"))
     scripts = [final] + [reply_ids(tool_call({"command": a})) for a in walk] + [final]  # gives up first: refused
     engine = GrammarScriptedEngine(scripts, eos_token_id=renderer.eos_token_id, logprob=-0.25)
@@ -116,19 +123,13 @@ def test_openai_agents_enum_actions_and_stop_when_over_on_textworld(renderer, re
     after it: the SDK's ``tool_use_behavior``), and every call extends the episode's one token thread."""
     pytest.importorskip("agents", reason=SKIP)
     pytest.importorskip("llguidance", reason="forced tool calls need the grammar extra: pip install 'agentrl[grammar]'")
-    from agentrl.env import make
     from agentrl.proxy import RecordingProxy
     from agentrl.rollout.harness import HarnessSpec, run_harness
     from harness_frameworks import ROOT, GrammarScriptedEngine, tool_call
 
     env_id, seed = "agentrl/TextWorld-CU1-v0", 3
-    env = make(env_id)
-    _, info = env.reset(seed=seed)
-    walk, admissible = list(info["walkthrough"]), [list(info["admissible_actions"])]
-    for a in walk[:-1]:
-        _, _, term, trunc, info = env.step(a)
-        admissible.append(list(info["admissible_actions"]))
-    env.close()
+    walk, admissible = _walk(env_id, seed)
+    admissible = admissible[:-1]  # the states the calls are made in: the winning call is the last
     scripts = [reply_ids(tool_call({"command": a})) for a in walk] + [reply_ids("I won.")] * 2  # never reached
     engine = GrammarScriptedEngine(scripts, eos_token_id=renderer.eos_token_id, logprob=-0.25)
     spec = HarnessSpec(command=("{python}", str(ROOT / "examples" / "harness_openai_agents.py"), "--enum-actions",
