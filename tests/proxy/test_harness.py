@@ -153,3 +153,18 @@ def test_example_agent_window_and_goal(renderer, reply_ids):
     assert "Turn 2 of 3.\nYour last actions: go east.\nYou are in room 2" in obs[1]
     assert "Turn 3 of 3.\nYour last actions: go east, go east.\nYou are in room 3" in obs[2]
     assert [t.info["segment"] for t in ep.turns] == [0, 1, 2]  # a new prompt each call, not a continuation
+
+
+def test_example_agent_goal_each_turn(renderer, reply_ids):
+    """--goal-each-turn with --window: the goal heads each user message ("Goal: ...") and is no longer in the
+    system prompt; without --window the flag changes nothing (the goal stays in the system prompt)."""
+    engine = ScriptedEngine([reply_ids("<action>go east</action>")], eos_token_id=renderer.eos_token_id)
+    base = AGENT + ("--max-turns", "2", "--goal", "Open the door.", "--goal-each-turn")
+    spec = HarnessSpec(command=base + ("--window", "2"), env_id="agentrl/Toy-v0", timeout_s=60)
+    (ep,) = collect_harness_episodes(engine, renderer, spec, n_groups=1, seed=5)
+    first, second = (t.observation for t in ep.turns)
+    assert first.count("Open the door.") == 1 and "Goal: Open the door.\nTurn 1 of 2.\nYou are in room 1 of " in first
+    assert second.count("Open the door.") == 1 and "Goal: Open the door.\nTurn 2 of 2.\nYour last actions: go east." in second
+    spec = HarnessSpec(command=base, env_id="agentrl/Toy-v0", timeout_s=60)
+    (whole,) = collect_harness_episodes(engine, renderer, spec, n_groups=1, seed=5)
+    assert "Goal:" not in whole.turns[0].observation and "Open the door." in whole.turns[0].observation
