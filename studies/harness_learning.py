@@ -100,12 +100,12 @@ def eval_summary(store, run_prefix: str, when: str) -> dict | None:
 
 def paired(before: dict, after: dict, n_boot: int = 4000, seed: int = 0) -> dict:
     """after − before over the games both scored: the mean, a 95 % bootstrap over games, games gained and lost."""
+    from agentrl.eval import bootstrap_interval
+
     shared = [t for t in before["outcomes"] if t in after["outcomes"]]
     d = np.array([after["outcomes"][t] - before["outcomes"][t] for t in shared], dtype=np.float64)
-    if not d.size:
-        return {"diff": float("nan"), "interval": [float("nan")] * 2, "n": 0, "gained": 0, "lost": 0}
-    means = d[np.random.default_rng(seed).integers(0, d.size, size=(n_boot, d.size))].mean(axis=1)
-    return {"diff": float(d.mean()), "interval": [float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))],
+    return {"diff": float(d.mean()) if d.size else float("nan"),
+            "interval": list(bootstrap_interval(d, n_boot=n_boot, seed=seed)),
             "n": int(d.size), "gained": int((d > 0).sum()), "lost": int((d < 0).sum())}
 
 
