@@ -61,9 +61,20 @@ class Terminated(KeyboardInterrupt):
     back) and the iteration in progress is abandoned — a resume sets it aside and re-plays it."""
 
 
+RETRY_S = 0.05  #: delay before a swallowed ``Terminated`` is raised again (seconds)
+
+
 @contextlib.contextmanager
 def sigterm_abandons_the_iteration():
-    """While inside: SIGTERM raises ``Terminated`` in the main thread (elsewhere: a no-op)."""
+    """While inside: SIGTERM raises ``Terminated`` in the main thread (elsewhere: a no-op).
+
+    Python runs a signal handler at the next bytecode of the main thread, which may lie inside code
+    whose exceptions Python reports and drops ("Exception ignored in: ..."): a weakref callback,
+    ``__del__``, an import lock's callback. A ``Terminated`` dropped there would let the run train on
+    to its end and exit 0; so it is caught in ``sys.unraisablehook`` and SIGTERM is sent again
+    ``RETRY_S`` later, to be raised where the process has gone on to. Other unraisable exceptions
+    go to the previous hook.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -72,11 +83,24 @@ def sigterm_abandons_the_iteration():
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the cleanup short
         raise Terminated(f"signal {signum}")
 
+    previous_hook = sys.unraisablehook
+
+    def unraisable(info) -> None:
+        if not isinstance(info.exc_value, Terminated):
+            previous_hook(info)
+            return
+        signal.signal(signal.SIGTERM, handler)  # the handler had set SIG_IGN; nothing was cleaned up yet
+        retry = threading.Timer(RETRY_S, os.kill, (os.getpid(), signal.SIGTERM))
+        retry.daemon = True
+        retry.start()
+
     previous = signal.signal(signal.SIGTERM, handler)
+    sys.unraisablehook = unraisable
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        sys.unraisablehook = previous_hook
 
 
 def run(args: argparse.Namespace) -> int:
