@@ -77,6 +77,23 @@ def _quiet():
         yield
 
 
+@contextmanager
+def _interrupts_unwrapped():
+    """DCP catches every rank's ``BaseException`` and raises one ``CheckpointException`` holding them;
+    a ``KeyboardInterrupt`` among them (SIGTERM's ``agentrl.cli.train.Terminated`` is one) is raised
+    as itself, so a signal during a checkpoint stops the run as it does anywhere else (exit 143,
+    ``latest`` still on the previous checkpoint) instead of failing it with a traceback."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    try:
+        yield
+    except CheckpointException as exc:
+        interrupt = next((e for e, _ in exc.failures.values() if isinstance(e, KeyboardInterrupt)), None)
+        if interrupt is None:
+            raise
+        raise interrupt from None
+
+
 def _trainable_tree(model: torch.nn.Module) -> dict:
     """The model state dict (plain or FSDP2 ``DTensor`` shards) of the trainable parameters by
     name; a frozen tensor tied to another name (LoRA's frozen ``lm_head`` = embeddings) is left
@@ -113,7 +130,7 @@ def save_checkpoint(run_dir: str | Path, model: torch.nn.Module, optimizer: torc
     tree = {"model": _trainable_tree(model)}
     if with_optim:
         tree["optim"] = get_optimizer_state_dict(model, optimizer, options=_options())
-    with _quiet():
+    with _quiet(), _interrupts_unwrapped():
         dcp.save(tree, checkpoint_id=str(folder / "dcp"), no_dist=not _distributed(dp))
     if _is_main(dp):
         payload = {"format": "dcp", "optimizer_saved": with_optim, "state": asdict(state),
@@ -173,7 +190,7 @@ def _load_dcp(folder: Path, model: torch.nn.Module, optimizer: torch.optim.Optim
     if load_optim:
         tree["optim"] = get_optimizer_state_dict(model, optimizer, options=_options())
     try:
-        with _quiet():
+        with _quiet(), _interrupts_unwrapped():
             dcp.load(tree, checkpoint_id=str(folder / "dcp"), no_dist=not _distributed(dp))
     except (Exception, CheckpointException) as exc:  # DCP's wrapper of every rank's failure is a BaseException
         first = next((ln.strip() for ln in str(exc).splitlines() if "Error" in ln or "mismatch" in ln), str(exc))

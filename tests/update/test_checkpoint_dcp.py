@@ -1,6 +1,7 @@
 """Checkpoints through torch.distributed.checkpoint in one process: a save/load round trip
 continues bit-identically, and a checkpoint that does not fit the model (other LoRA rank,
-LoRA on/off, a missing shard) is a ``CheckpointError`` naming the fix, not a raw traceback."""
+LoRA on/off, a missing shard) is a ``CheckpointError`` naming the fix, not a raw traceback; a
+signal during a save or load is raised as itself, not wrapped by DCP."""
 
 from __future__ import annotations
 
@@ -76,3 +77,54 @@ def test_a_missing_shard_is_a_clear_error(tmp_path):
     fresh, fresh_opt = _setup(None)
     with pytest.raises(CheckpointError, match="--no-resume"):
         load_checkpoint(folder, fresh, fresh_opt)
+
+
+class _Interrupt(KeyboardInterrupt):
+    """Stands for ``agentrl.cli.train.Terminated`` (SIGTERM), a ``KeyboardInterrupt``."""
+
+
+def test_a_signal_during_a_save_is_raised_as_itself_and_latest_stays(tmp_path, monkeypatch):
+    """A fresh-clone run, 2026-12-07: SIGTERM landed inside ``dcp.save``, DCP wrapped it in its
+    ``CheckpointException`` and ``agentrl train`` failed with a traceback (exit 1, not 143)."""
+    from torch.distributed.checkpoint import FileSystemWriter
+
+    model, opt = _setup(4)
+    update(model, opt, _batch(), CFG)
+    first = save_checkpoint(tmp_path, model, opt, TrainState(iteration=1, optimizer_steps=1, policy_version=1))
+
+    def interrupted(self, plan, planner):
+        raise _Interrupt("signal 15")
+
+    monkeypatch.setattr(FileSystemWriter, "write_data", interrupted)
+    with pytest.raises(_Interrupt, match="signal 15"):
+        save_checkpoint(tmp_path, model, opt, TrainState(iteration=2, optimizer_steps=2, policy_version=2))
+    assert (tmp_path / "checkpoints" / "latest").read_text() == first.name
+
+
+def test_a_signal_during_a_load_is_raised_as_itself(tmp_path, monkeypatch):
+    from torch.distributed.checkpoint import FileSystemReader
+
+    model, opt = _setup(4)
+    folder = save_checkpoint(tmp_path, model, opt, TrainState(iteration=1))
+
+    def interrupted(self, plan, planner):
+        raise _Interrupt("signal 15")
+
+    monkeypatch.setattr(FileSystemReader, "read_data", interrupted)
+    fresh, fresh_opt = _setup(4)
+    with pytest.raises(_Interrupt, match="signal 15"):
+        load_checkpoint(folder, fresh, fresh_opt)
+
+
+def test_other_save_failures_still_raise_dcps_exception(tmp_path, monkeypatch):
+    from torch.distributed.checkpoint import FileSystemWriter
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    def broken(self, plan, planner):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(FileSystemWriter, "write_data", broken)
+    model, opt = _setup(4)
+    with pytest.raises(CheckpointException, match="disk full"):
+        save_checkpoint(tmp_path, model, opt, TrainState(iteration=1))
+    assert not (tmp_path / "checkpoints" / "latest").exists()
