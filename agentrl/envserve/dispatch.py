@@ -18,6 +18,9 @@ from agentrl.env.guards import DEFAULT_MAX_OBSERVATION_CHARS
 from agentrl.env.pool import EnvPool, EnvResult
 
 
+LEASE_WAIT_S = 5.0  #: seconds a new session waits for a slot that a closing session is about to release
+
+
 class HubCapacityError(RuntimeError):
     """Every slot of the hub is leased (the server admits at most ``slots`` sessions)."""
 
@@ -56,16 +59,24 @@ class PoolHub:
                             step_timeout_s=step_timeout_s, reset_timeout_s=reset_timeout_s,
                             max_observation_chars=max_observation_chars)
         self._free = list(range(slots))
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._queue: queue.Queue[_Call | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="agentrl-poolhub", daemon=True)
         self._thread.start()
 
     # ------------------------------------------------------------ slots
-    def lease(self) -> int:
-        """A free slot for a new session. Raises ``HubCapacityError`` when none is free."""
+    def lease(self, wait_s: float = LEASE_WAIT_S) -> int:
+        """A free slot for a new session, waiting up to ``wait_s`` seconds for one to be released.
+
+        The wait covers a client that closes its session and at once opens the next: the server
+        may run the old session's close after the new session's first reset arrives (seen under
+        load: a 2-slot server refusing a 2-slot client's third episode).
+
+        Raises:
+            HubCapacityError: no slot was free within ``wait_s``.
+        """
         with self._lock:
-            if not self._free:
+            if not self._lock.wait_for(lambda: self._free, timeout=wait_s):
                 raise HubCapacityError(f"all {self.slots} slots of {self.env_id} are in use; "
                                        f"close a session or serve with more slots (--slots)")
             return self._free.pop(0)
@@ -75,6 +86,7 @@ class PoolHub:
         with self._lock:
             if slot not in self._free:
                 self._free.append(slot)
+                self._lock.notify()
 
     @property
     def in_use(self) -> int:

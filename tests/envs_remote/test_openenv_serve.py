@@ -131,3 +131,26 @@ def test_a_token_on_the_command_line_is_warned_about(monkeypatch, capsys):
     out = capsys.readouterr()
     assert "visible" not in out.err and "(token required)" in out.out
     assert seen == ["s3cret", "from-env"]
+
+
+def test_a_new_session_waits_for_a_slot_a_closing_session_releases():
+    """Seen under load (fresh-clone suite, 2026-12-07): a 2-slot client closed a session and opened the
+    next at once, the server ran the old session's close after the new one's reset, and the reset was
+    refused (all slots in use). A lease now waits up to ``LEASE_WAIT_S`` for a release."""
+    import threading
+    import time
+
+    from agentrl.envserve.dispatch import LEASE_WAIT_S, HubCapacityError, PoolHub
+
+    assert LEASE_WAIT_S >= 1.0
+    hub = PoolHub("agentrl/Toy-v0", 1, num_workers=1)
+    try:
+        slot = hub.lease()
+        with pytest.raises(HubCapacityError, match="all 1 slots of agentrl/Toy-v0 are in use"):
+            hub.lease(wait_s=0.2)  # nothing releases it: refused after the wait
+        threading.Timer(0.3, hub.release, (slot,)).start()  # the closing session's release, late
+        t0 = time.monotonic()
+        assert hub.lease(wait_s=LEASE_WAIT_S) == slot
+        assert 0.2 < time.monotonic() - t0 < LEASE_WAIT_S and hub.in_use == 1
+    finally:
+        hub.close()
