@@ -109,6 +109,30 @@ def paired(before: dict, after: dict, n_boot: int = 4000, seed: int = 0) -> dict
             "n": int(d.size), "gained": int((d > 0).sum()), "lost": int((d < 0).sum())}
 
 
+def pooled(rows: list[dict], n_boot: int = 4000, seed: int = 0) -> dict:
+    """after − before pooled over every (seed, game) pair of ``rows`` (cell rows of one config, ``cell_row``):
+    the mean over pairs and a 95 % percentile bootstrap that resamples games *within* each seed (each seed keeps
+    its number of games, so a seed's pairs stay together), with the games gained and lost summed over seeds.
+
+    Returns ``{"diff", "interval": [lo, hi], "n" (pairs), "seeds", "gained", "lost"}``; ``diff`` and the
+    interval are fractions (×100 for points), NaN when no pair is shared."""
+    per_seed = []
+    for r in rows:
+        b, a = r["before"]["outcomes"], r["after"]["outcomes"]
+        per_seed.append(np.array([a[t] - b[t] for t in b if t in a], dtype=np.float64))
+    per_seed = [d for d in per_seed if d.size]
+    if not per_seed:
+        return {"diff": float("nan"), "interval": [float("nan"), float("nan")], "n": 0, "seeds": 0,
+                "gained": 0, "lost": 0}
+    rng = np.random.default_rng(seed)
+    total = sum(d.size for d in per_seed)
+    sums = sum(d[rng.integers(0, d.size, size=(n_boot, d.size))].sum(axis=1) for d in per_seed)
+    boot = sums / total
+    alld = np.concatenate(per_seed)
+    return {"diff": float(alld.mean()), "interval": [float(np.quantile(boot, 0.025)), float(np.quantile(boot, 0.975))],
+            "n": int(total), "seeds": len(per_seed), "gained": int((alld > 0).sum()), "lost": int((alld < 0).sum())}
+
+
 def per_iteration(metrics: list[dict], launch_starts: tuple[float, ...] = ()) -> list[dict]:
     """Per training iteration (step ≥ 1 of ``metrics.jsonl``; a replayed iteration: its last record) the
     ``PER_ITER`` values (None where not logged, e.g. ``logprob_corr`` of an iteration without an update) and
@@ -162,11 +186,14 @@ STUDY = Study("harness_learning", grid, _run)
 
 
 def summary(root: Path = ROOT) -> str:
-    """A markdown table of the finished cells: before → after, the paired interval, logprob agreement, forks."""
+    """A markdown table of the finished cells: before → after, the paired interval, logprob agreement, forks;
+    under it, for each config with more than one finished seed, the pooled reading (``pooled``)."""
+    rows: dict[str, list[dict]] = {}
     lines = ["| cell | held-out before → after | after − before, paired 95 % | games won / lost | "
              "training success per iteration | `proxy/logprob_corr` min | forks / calls |", "|---" * 7 + "|"]
     for path in sorted((Path(root) / "results" / "harness_learning").glob("*.json")):
         r = json.loads(path.read_text())["row"]
+        rows.setdefault(r.get("config", path.stem.rsplit("-s", 1)[0]), []).append(r)
         p, it = r["paired"], r["per_iter"]
         corr = [x["logprob_corr"] for x in it if x["logprob_corr"] is not None]
         lines.append(
@@ -175,6 +202,13 @@ def summary(root: Path = ROOT) -> str:
             f"{p['gained']} / {p['lost']} | {' / '.join(f'{x[SUCCESS] * 100:.0f}' for x in it)} % | "
             f"{min(corr) if corr else float('nan'):.4f} | "
             f"{sum(x['forks'] or 0 for x in it):.0f} / {sum(x['turns'] or 0 for x in it):.0f} |")
+    for config, rs in rows.items():
+        if len(rs) > 1:
+            q = pooled(rs)
+            lines.append(f"\n{config}, pooled over {q['n']} (seed, game) pairs of {q['seeds']} seeds: after − before "
+                         f"{q['diff'] * 100:+.1f} points, 95 % [{q['interval'][0] * 100:+.1f}, "
+                         f"{q['interval'][1] * 100:+.1f}] (games resampled within seeds), {q['gained']} won / "
+                         f"{q['lost']} lost")
     return "\n".join(lines)
 
 

@@ -12,7 +12,7 @@ import agentrl  # noqa: F401
 from agentrl.store import TurnStore
 from agentrl.types import Episode, EpisodeStatus, Turn
 from studies.harness_learning import (GAIN_TO_GO_ON, PILOT, SEEDS_AFTER_PILOT, STUDY, cell_row, config_for, grid,
-                                      make_cell, paired, per_iteration, summary)
+                                      make_cell, paired, per_iteration, pooled, summary)
 from studies.runner import result_path
 
 RUN = "harness_agents_textworld-s0"
@@ -103,3 +103,35 @@ def test_cells_train_the_shipped_configs(tmp_path):
     assert (cfg.run.seed, cfg.run.name, cfg.run.save_every, cfg.run.eval_before) == (3, "cell", 1, True)
     assert cfg.run.eval_every == cfg.run.iterations == 8 and cfg.rollout.harness.force_tool_call
     assert STUDY.name == "harness_learning"
+
+
+def _row(before: dict, after: dict) -> dict:
+    return {"before": {"outcomes": before}, "after": {"outcomes": after}}
+
+
+def test_pooled_over_seeds_by_hand():
+    rows = [_row({"a": 0.0, "b": 0.0}, {"a": 1.0, "b": 0.0}),  # d = 1, 0
+            _row({"a": 1.0, "b": 0.0, "c": 0.0}, {"a": 0.0, "b": 1.0, "c": 1.0, "z": 1.0})]  # d = -1, 1, 1; z unpaired
+    q = pooled(rows)
+    assert (q["diff"], q["n"], q["seeds"], q["gained"], q["lost"]) == (0.4, 5, 2, 3, 1)
+    assert -1.0 <= q["interval"][0] < 0.4 < q["interval"][1] <= 1.0
+    # games are resampled within seeds: a seed whose games all moved the same way contributes no spread,
+    # so the interval is the point (a bootstrap over the 5 pooled pairs would spread over [0, 1])
+    same = dict.fromkeys("abc", 1.0)
+    q = pooled([_row({"a": 0.0, "b": 0.0}, {"a": 1.0, "b": 1.0}), _row(same, same)])
+    assert (q["diff"], q["interval"]) == (0.4, [0.4, 0.4])
+    assert pooled([_row({"a": 1.0}, {"b": 1.0})])["n"] == 0
+
+
+def test_summary_prints_the_pooled_reading(tmp_path):
+    for seed, after in ((0, 1.0), (1, 0.0)):
+        path = result_path(tmp_path, make_cell(PILOT, seed))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        row = {"config": PILOT, **_row({"a": 0.0, "b": 0.0}, {"a": after, "b": 1.0}),
+               "paired": {"diff": 0.5, "interval": [0.0, 1.0], "n": 2, "gained": 1, "lost": 0},
+               "per_iter": [{"success": 0.5, "logprob_corr": 0.999, "forks": 0.0, "turns": 10.0}]}
+        row["before"]["success"], row["after"]["success"] = 0.0, (after + 1.0) / 2
+        path.write_text(json.dumps({"row": row}))
+    out = summary(tmp_path)
+    assert f"{PILOT}, pooled over 4 (seed, game) pairs of 2 seeds: after − before +75.0 points" in out
+    assert out.endswith("3 won / 0 lost")
