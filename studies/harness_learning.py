@@ -98,12 +98,17 @@ def eval_summary(store, run_prefix: str, when: str) -> dict | None:
             "n": len(ok), "failed": len(episodes) - len(ok), "outcomes": outcomes}
 
 
+def _diffs(before: dict, after: dict) -> np.ndarray:
+    """after − before per game both evaluations scored, float64 [n_shared], in ``before``'s order."""
+    b, a = before["outcomes"], after["outcomes"]
+    return np.array([a[t] - b[t] for t in b if t in a], dtype=np.float64)
+
+
 def paired(before: dict, after: dict, n_boot: int = 4000, seed: int = 0) -> dict:
     """after − before over the games both scored: the mean, a 95 % bootstrap over games, games gained and lost."""
     from agentrl.eval import bootstrap_interval
 
-    shared = [t for t in before["outcomes"] if t in after["outcomes"]]
-    d = np.array([after["outcomes"][t] - before["outcomes"][t] for t in shared], dtype=np.float64)
+    d = _diffs(before, after)
     return {"diff": float(d.mean()) if d.size else float("nan"),
             "interval": list(bootstrap_interval(d, n_boot=n_boot, seed=seed)),
             "n": int(d.size), "gained": int((d > 0).sum()), "lost": int((d < 0).sum())}
@@ -116,11 +121,7 @@ def pooled(rows: list[dict], n_boot: int = 4000, seed: int = 0) -> dict:
 
     Returns ``{"diff", "interval": [lo, hi], "n" (pairs), "seeds", "gained", "lost"}``; ``diff`` and the
     interval are fractions (×100 for points), NaN when no pair is shared."""
-    per_seed = []
-    for r in rows:
-        b, a = r["before"]["outcomes"], r["after"]["outcomes"]
-        per_seed.append(np.array([a[t] - b[t] for t in b if t in a], dtype=np.float64))
-    per_seed = [d for d in per_seed if d.size]
+    per_seed = [d for d in (_diffs(r["before"], r["after"]) for r in rows) if d.size]
     if not per_seed:
         return {"diff": float("nan"), "interval": [float("nan"), float("nan")], "n": 0, "seeds": 0,
                 "gained": 0, "lost": 0}
