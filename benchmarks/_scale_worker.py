@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import json
 import statistics
 import sys
@@ -133,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from agentrl.distributed import DistContext
+    from agentrl.distributed import DistContext, leave_rank
     from agentrl.llm.hf import HFEngine
 
     ctx = DistContext.from_env(args.device)
@@ -150,9 +149,7 @@ def main(argv: list[str] | None = None) -> None:
         ctx.close(wait=True)  # no rank leaves while rank 0 still gathers
     finally:
         ctx.close()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # skip finalisation: a C++ destructor there aborts a finished rank now and then (gpu_check_dp2.leave)
+    leave_rank(0)  # skip finalisation: a C++ destructor there aborts a finished rank now and then
 
 
 if __name__ == "__main__":

@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sizes", required=True, help="gpu_check_parts.Sizes as JSON")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
-    from agentrl.distributed import DistContext
+    from agentrl.distributed import DistContext, leave_rank
 
     raw = json.loads(args.sizes)
     sizes = parts.Sizes(**{**raw, "gen_batches": tuple(raw["gen_batches"])})
@@ -153,18 +153,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{ERROR_PREFIX} rank {os.environ.get('RANK', '?')}: {type(exc).__name__}: {exc}", file=sys.stderr,
               flush=True)
         raise
-    leave()
-
-
-def leave() -> None:
-    """End a rank that finished its work (result written, group destroyed) without the
-    interpreter's finalisation: there, about 1 rank exit in 12 on a loaded 2-core CPU aborted in a
-    C++ destructor ("terminate called without an active exception", no Python frame left, the
-    result already on disk; 3 of 53 gloo runs, 2026-12-06), which the launcher reports as a failed
-    run. Flushes stdout/stderr first."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    leave_rank(0)
 
 
 if __name__ == "__main__":

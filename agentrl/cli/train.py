@@ -20,6 +20,8 @@ data-parallel training; without an address (and no ``$RAY_ADDRESS``) a local Ray
 
 SIGTERM (a scheduler's preemption, ``kill``) abandons the iteration in progress, closes the
 engine workers and env pools, prints one line and exits 143; the same command resumes.
+Under torchrun each rank leaves with its status once the run has ended (``os._exit``: no
+interpreter finalisation, where a gloo destructor now and then aborted a finished rank).
 """
 
 from __future__ import annotations
@@ -109,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     one line saying how to resume."""
     try:
         with sigterm_abandons_the_iteration():
-            return _run(args)
+            code = _run(args)
     except (Terminated, SystemExit) as exc:
         if isinstance(exc, SystemExit) and exc.code != signal.SIGTERM:
             raise
@@ -118,7 +120,21 @@ def run(args: argparse.Namespace) -> int:
             print(f"agentrl train: stopped by SIGTERM; the iteration in progress was abandoned and the engines and "
                   f"env workers closed. Run the same command again to resume from the last checkpoint "
                   f"({args.config}).", file=sys.stderr, flush=True)
-        return 143
+        code = 143
+    return _leave_if_a_rank(code)
+
+
+def _leave_if_a_rank(code: int) -> int:
+    """``code``; a torchrun rank (its run ended, its process group closed) exits here with it,
+    skipping the interpreter's finalisation, where a gloo destructor now and then aborted a
+    finished rank and torchrun reported the finished run as failed
+    (``agentrl.distributed.context.leave_rank``)."""
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+        from agentrl.distributed import launched_rank, leave_rank
+
+        if launched_rank():
+            leave_rank(code)
+    return code
 
 
 def _run(args: argparse.Namespace) -> int:

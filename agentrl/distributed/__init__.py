@@ -20,10 +20,10 @@ and float32 master weights for the loop, in one process too).
 May import: torch, agentrl.update, agentrl.llm, agentrl L0. Never imports rollout, store or credit.
 """
 
-from agentrl.distributed.context import DistContext
+from agentrl.distributed.context import DistContext, launched_rank, leave_rank
 from agentrl.distributed.parallel import decoder_layers, parallelize
 from agentrl.distributed.policy import distribute_policy, engine_copy, trained_policy
 from agentrl.distributed.weights import inference_state, iter_inference_weights
 
-__all__ = ["DistContext", "decoder_layers", "parallelize", "distribute_policy", "engine_copy", "trained_policy",
+__all__ = ["DistContext", "launched_rank", "leave_rank", "decoder_layers", "parallelize", "distribute_policy", "engine_copy", "trained_policy",
            "inference_state", "iter_inference_weights"]

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-__all__ = ["DistContext"]
+__all__ = ["DistContext", "leave_rank", "launched_rank"]
 
 _OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
 
@@ -169,6 +169,33 @@ class DistContext:
                 dist.barrier()
             dist.destroy_process_group()
         self.backend, self.owns_group = None, False
+
+
+def launched_rank() -> bool:
+    """True in a process torchrun started as one of several ranks (``TORCHELASTIC_RUN_ID`` set and
+    ``WORLD_SIZE`` ≥ 2): the process is a rank of its own, so it may end with ``leave_rank``. False
+    in one process, and in a Ray actor (a rank inside a worker process Ray owns)."""
+    return bool(os.environ.get("TORCHELASTIC_RUN_ID")) and _env_int("WORLD_SIZE", 1) >= 2
+
+
+def leave_rank(code: int = 0) -> None:
+    """End a rank process that finished its work — result written, ``close(wait=True)`` done —
+    without the interpreter's finalisation, after flushing stdout and stderr.
+
+    On a loaded CPU about 1 rank exit in 12 aborted in a C++ destructor during finalisation
+    ("terminate called without an active exception", SIGABRT, no Python frame left, the result
+    already on disk: 3 of 53 gloo runs, 2026-12-06), and torchrun then reports the whole finished
+    run as failed. Call it only from a rank's own entry point (a torchrun worker, ``agentrl train``
+    under torchrun), never from library code that a host process goes on from.
+
+    Args:
+        code: the exit status (int, 0–255).
+    """
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _free_port() -> int:

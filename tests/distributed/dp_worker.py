@@ -23,7 +23,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 
 import agentrl.update.step as step  # noqa: E402
 import agentrl.update.token_head as token_head  # noqa: E402
-from agentrl.distributed import DistContext, iter_inference_weights, parallelize  # noqa: E402
+from agentrl.distributed import DistContext, iter_inference_weights, leave_rank, parallelize  # noqa: E402
 from agentrl.update import apply_rollout_correction, prepare_policy, train_on_batch  # noqa: E402
 from agentrl.update.lora import apply_lora  # noqa: E402
 from update_fixtures import sgd, tiny_model  # noqa: E402
@@ -68,6 +68,7 @@ def main() -> None:
         out["streams_per_rank"] = streams
         torch.save(out, folder / "out.pt")
     ctx.close(wait=True)
+    leave_rank(0)  # finalisation aborts a finished rank now and then (agentrl.distributed.context.leave_rank)
 
 
 if __name__ == "__main__":

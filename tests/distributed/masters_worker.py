@@ -28,7 +28,7 @@ from torch.distributed.checkpoint.state_dict import (  # noqa: E402
     StateDictOptions, get_model_state_dict, get_optimizer_state_dict,
 )
 
-from agentrl.distributed import DistContext, iter_inference_weights, parallelize  # noqa: E402
+from agentrl.distributed import DistContext, iter_inference_weights, leave_rank, parallelize  # noqa: E402
 from agentrl.update import make_optimizer, prepare_policy, train_on_batch  # noqa: E402
 from agentrl.update.checkpoint import TrainState, load_checkpoint, save_checkpoint  # noqa: E402
 from agentrl.update.master_weights import keep_master_weights  # noqa: E402
@@ -89,6 +89,7 @@ def main() -> None:
     if ctx.is_main:
         torch.save(out, folder / "out.pt")
     ctx.close(wait=True)
+    leave_rank(0)  # finalisation aborts a finished rank now and then (agentrl.distributed.context.leave_rank)
 
 
 if __name__ == "__main__":

@@ -55,3 +55,48 @@ def test_a_normal_close_waits_for_the_ranks_and_survives_a_group_vllm_already_de
     ctx = DistContext.from_env("cpu", init_single=True)
     ctx.close()  # an error path: no barrier a dead peer would never reach
     assert calls == ["barrier"] and not dist.is_initialized()
+
+
+def test_leave_rank_exits_with_its_code_after_flushing(tmp_path):
+    """A finished rank leaves with os._exit (no finalisation): its code reaches the launcher and
+    text still in the stdout/stderr buffers is not lost; an atexit hook does not run."""
+    import subprocess
+    import sys
+
+    script = ("import atexit, sys\n"
+              "from agentrl.distributed import leave_rank\n"
+              "atexit.register(lambda: print('finalised'))\n"
+              "sys.stdout.write('result on stdout'); sys.stderr.write('last words')\n"
+              "leave_rank(3)\n"
+              "print('never')\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (3, "result on stdout", "last words")
+
+
+@pytest.mark.parametrize("env, rank", [({"TORCHELASTIC_RUN_ID": "x", "WORLD_SIZE": "2"}, True),
+                                       ({"TORCHELASTIC_RUN_ID": "x", "WORLD_SIZE": "1"}, False),
+                                       ({"WORLD_SIZE": "2"}, False),  # a Ray actor's variables, no torchrun
+                                       ({}, False)])
+def test_launched_rank_is_a_torchrun_rank_of_several(monkeypatch, env, rank):
+    from agentrl.distributed import launched_rank
+
+    for key in ("TORCHELASTIC_RUN_ID", "WORLD_SIZE"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert launched_rank() is rank
+
+
+def test_agentrl_train_leaves_only_as_a_torchrun_rank(monkeypatch):
+    import agentrl.cli.train as cli_train
+    import agentrl.distributed as distributed
+
+    left: list[int] = []
+    monkeypatch.setattr(distributed, "leave_rank", left.append)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    assert cli_train._leave_if_a_rank(0) == 0 and left == []
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
+    cli_train._leave_if_a_rank(143)
+    assert left == [143]

@@ -64,7 +64,7 @@ def torchrun_rank(model_dir: str, out: Path) -> None:
     import torch
     from vllm.distributed.parallel_state import get_tp_group, get_world_group
 
-    from agentrl.distributed import DistContext
+    from agentrl.distributed import DistContext, leave_rank
     from agentrl.llm.base import SamplingParams
     from agentrl.llm.hf import HFEngine
     from agentrl.llm.vllm import VLLMEngine
@@ -86,6 +86,7 @@ def torchrun_rank(model_dir: str, out: Path) -> None:
     ctx.barrier()
     eng.close()  # before the group goes: vLLM's shutdown destroys the default group itself
     ctx.close()
+    leave_rank(0)  # finalisation aborts a finished rank now and then (agentrl.distributed.context.leave_rank)
 
 
 def multiprocess(model_dir: str, out: Path) -> None:
