@@ -25,5 +25,5 @@ from agentrl.distributed.parallel import decoder_layers, parallelize
 from agentrl.distributed.policy import distribute_policy, engine_copy, trained_policy
 from agentrl.distributed.weights import inference_state, iter_inference_weights
 
-__all__ = ["DistContext", "launched_rank", "leave_rank", "decoder_layers", "parallelize", "distribute_policy", "engine_copy", "trained_policy",
-           "inference_state", "iter_inference_weights"]
+__all__ = ["DistContext", "launched_rank", "leave_rank", "decoder_layers", "parallelize", "distribute_policy",
+           "engine_copy", "trained_policy", "inference_state", "iter_inference_weights"]
