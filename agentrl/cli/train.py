@@ -129,7 +129,7 @@ def _leave_if_a_rank(code: int) -> int:
     skipping the interpreter's finalisation, where a gloo destructor now and then aborted a
     finished rank and torchrun reported the finished run as failed
     (``agentrl.distributed.context.leave_rank``)."""
-    if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:  # one process (--print-config too): torch stays unimported
         from agentrl.distributed import launched_rank, leave_rank
 
         if launched_rank():

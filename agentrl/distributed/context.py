@@ -12,6 +12,7 @@ on CPU.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -191,8 +192,6 @@ def leave_rank(code: int = 0) -> None:
     Args:
         code: the exit status (int, 0–255).
     """
-    import sys
-
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
